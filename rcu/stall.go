@@ -121,12 +121,12 @@ func (d *Domain) stallWatcher() {
 		phase := g.phase.Load()
 		g.mu.Unlock()
 		d.fillStall(&r, phase)
-		d.stalls.Add(1)
 		if d.cfg.stallHandler != nil {
 			d.cfg.stallHandler(r)
 		} else {
 			d.logStall(r)
 		}
+		d.stalls.Add(1) // after the handler, so a count implies a delivered report
 	}
 }
 
