@@ -35,6 +35,20 @@ func TestGracePeriodProperty(t *testing.T) {
 			holders map[int]bool
 		}
 		var cookies []*pending
+		// releaseAll ends every section and task; deferred too, because
+		// rapid abandons a run by panicking out of it.
+		releaseAll := func() {
+			for id, h := range sections {
+				h.end()
+				delete(sections, id)
+			}
+			for id, h := range tasks {
+				h.task.do((*Task).Unregister)
+				h.task.stop()
+				delete(tasks, id)
+			}
+		}
+		defer releaseAll()
 		release := func(id int) {
 			for _, p := range cookies {
 				delete(p.holders, id)
@@ -124,13 +138,7 @@ func TestGracePeriodProperty(t *testing.T) {
 			},
 		})
 
-		for _, h := range sections {
-			h.end()
-		}
-		for _, h := range tasks {
-			h.task.do((*Task).Unregister)
-			h.task.stop()
-		}
+		releaseAll()
 		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 		defer cancel()
 		for _, p := range cookies {

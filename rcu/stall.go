@@ -102,7 +102,7 @@ func (d *Domain) stallWatcher() {
 		}
 		age := time.Since(g.started)
 		// The nth report is due at timeout * (2^n - 1): intervals double.
-		due := d.cfg.stallTimeout*time.Duration(1<<(g.stallReports+1)) - d.cfg.stallTimeout
+		due := stallDue(d.cfg.stallTimeout, g.stallReports)
 		if age < due {
 			g.stallTm.Reset(due - age) // a new grace period re-armed the timer
 			g.mu.Unlock()
@@ -116,7 +116,7 @@ func (d *Domain) stallWatcher() {
 			Age:         age,
 			Report:      g.stallReports,
 		}
-		next := d.cfg.stallTimeout*time.Duration(1<<(g.stallReports+1)) - d.cfg.stallTimeout
+		next := stallDue(d.cfg.stallTimeout, g.stallReports)
 		g.stallTm.Reset(next - age)
 		phase := g.phase.Load()
 		g.mu.Unlock()
@@ -128,6 +128,14 @@ func (d *Domain) stallWatcher() {
 		}
 		d.stalls.Add(1) // after the handler, so a count implies a delivered report
 	}
+}
+
+// stallDue returns the age at which report n+1 of a grace period is due
+// when n have been made: timeout * (2^(n+1) - 1), so the intervals between
+// reports double. The exponent is capped so the product cannot overflow.
+func stallDue(timeout time.Duration, n int) time.Duration {
+	n = min(n, 20)
+	return timeout * time.Duration(1<<(n+1)-1)
 }
 
 func (d *Domain) fillStall(r *StallReport, phase uint32) {

@@ -1,0 +1,120 @@
+package workqueue
+
+import (
+	"bytes"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/ukeys/ukeys/rcu"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// eventually waits for cond to hold, failing the test after a generous
+// limit. It checks liveness, never speed: the limit only bounds a hang.
+func eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// stillBlocked asserts that ch has not fired after giving the system a
+// moment to misbehave: a safety check (something must not happen), so a
+// slow machine can only hide a bug, never invent one.
+func stillBlocked[T any](t testing.TB, what string, ch <-chan T) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Fatalf("%s completed, but it must still be blocked", what)
+	case <-time.After(30 * time.Millisecond):
+	}
+}
+
+// receive waits for a value on ch, failing the test after a generous limit.
+func receive[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(20 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		panic("unreachable")
+	}
+}
+
+// newQueue returns a queue on a fresh domain; both are closed when the
+// test ends, the queue first.
+func newQueue(t testing.TB, opts ...Option) (*Queue, *rcu.Domain) {
+	t.Helper()
+	d := rcu.New(rcu.WithName("test"))
+	q := New(d, opts...)
+	t.Cleanup(func() {
+		q.Close()
+		_ = d.Close()
+	})
+	return q, d
+}
+
+// blocker is an item body that announces each run and blocks until
+// released. Its method name shows up in watchdog stacks.
+type blocker struct {
+	started chan struct{}
+	release chan struct{}
+	once    sync.Once
+}
+
+func newBlocker() *blocker {
+	return &blocker{started: make(chan struct{}, 100), release: make(chan struct{})}
+}
+
+func (b *blocker) run() {
+	b.started <- struct{}{}
+	<-b.release
+}
+
+func (b *blocker) open() { b.once.Do(func() { close(b.release) }) }
+
+// gate occupies a queue's only worker until released, so that tests can
+// line items up behind it.
+func gate(t testing.TB, q *Queue) *blocker {
+	t.Helper()
+	b := newBlocker()
+	if !q.Schedule(NewWork("gate", b.run)) {
+		t.Fatal("Schedule of the gate returned false")
+	}
+	receive(t, "the gate to start", b.started)
+	t.Cleanup(b.open)
+	return b
+}
+
+// counter is an item body that counts its runs.
+type counter struct{ n atomic.Int64 }
+
+func (c *counter) run()       { c.n.Add(1) }
+func (c *counter) get() int64 { return c.n.Load() }
+
+// syncWriter serialises writes to a buffer shared with a logger.
+type syncWriter struct {
+	mu sync.Mutex
+	w  *bytes.Buffer
+}
+
+func (s *syncWriter) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.Write(p)
+}
+
+func (s *syncWriter) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.w.String()
+}
