@@ -63,7 +63,8 @@ func (d *Domain) Call(fn func()) {
 	}
 	q := &d.cb
 	q.mu.Lock()
-	if q.closing {
+	if q.closing && goroutine.ID() != q.gid {
+		// Callbacks may still queue callbacks while Close drains them.
 		q.mu.Unlock()
 		panic("rcu: Call on a closed domain")
 	}

@@ -240,3 +240,21 @@ func TestValueRetiresAfterReaders(t *testing.T) {
 	}
 	s.End()
 }
+
+func TestCallbacksMayQueueWhileClosing(t *testing.T) {
+	d := New()
+	var n atomic.Int32
+	var chain func()
+	chain = func() {
+		if n.Add(1) < 10 {
+			d.Call(chain)
+		}
+	}
+	d.Call(chain)
+	if err := d.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if n.Load() != 10 {
+		t.Fatalf("chain ran %d times before Close returned, want 10", n.Load())
+	}
+}

@@ -1,0 +1,140 @@
+package keys
+
+import (
+	"crypto/aes"
+	"crypto/cipher"
+	"crypto/rand"
+	"fmt"
+	"os"
+	"sync"
+)
+
+// BigKeyInline is the largest big_key payload kept in memory ("buff");
+// larger ones are sealed with a per-key key and kept in an unlinked file
+// outside the heap ("file"), as the kernel keeps them in shmem.
+const BigKeyInline = 1024
+
+// bigKeyCharge is what a big_key costs its owner's byte quota whatever its
+// size: the kernel charges the fixed size of its handle.
+const bigKeyCharge = 16
+
+// sealed is a big_key payload kept encrypted in an unlinked file.
+type sealed struct {
+	mu   sync.Mutex
+	f    *os.File
+	key  [32]byte
+	size int
+}
+
+// Wipe forgets the key (so the file's contents can never be opened
+// again), overwrites and closes the file.
+func (b *sealed) Wipe() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	clear(b.key[:])
+	if b.f != nil {
+		if st, err := b.f.Stat(); err == nil {
+			_, _ = b.f.WriteAt(make([]byte, st.Size()), 0)
+		}
+		_ = b.f.Close()
+		b.f = nil
+	}
+}
+
+func (b *sealed) open() ([]byte, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.f == nil {
+		return nil, EKEYREVOKED
+	}
+	st, err := b.f.Stat()
+	if err != nil {
+		return nil, EIO
+	}
+	box := make([]byte, st.Size())
+	if _, err := b.f.ReadAt(box, 0); err != nil {
+		return nil, EIO
+	}
+	aead, err := newAEAD(b.key[:])
+	if err != nil {
+		return nil, EIO
+	}
+	ns := aead.NonceSize()
+	if len(box) < ns {
+		return nil, EIO
+	}
+	out, err := aead.Open(nil, box[:ns], box[ns:], nil)
+	if err != nil {
+		return nil, EIO
+	}
+	return out, nil
+}
+
+func newAEAD(key []byte) (cipher.AEAD, error) {
+	block, err := aes.NewCipher(key)
+	if err != nil {
+		return nil, err
+	}
+	return cipher.NewGCM(block)
+}
+
+func seal(data []byte) (*sealed, error) {
+	b := &sealed{size: len(data)}
+	if _, err := rand.Read(b.key[:]); err != nil {
+		return nil, ENOMEM
+	}
+	aead, err := newAEAD(b.key[:])
+	if err != nil {
+		return nil, ENOMEM
+	}
+	nonce := make([]byte, aead.NonceSize())
+	if _, err := rand.Read(nonce); err != nil {
+		return nil, ENOMEM
+	}
+	box := aead.Seal(nonce, nonce, data, nil)
+	f, err := os.CreateTemp("", "ukeys-big_key-*")
+	if err != nil {
+		return nil, ENOMEM
+	}
+	_ = os.Remove(f.Name()) // unlinked: reachable only through this handle
+	if _, err := f.Write(box); err != nil {
+		_ = f.Close()
+		return nil, ENOMEM
+	}
+	b.f = f
+	return b, nil
+}
+
+var bigKeyType = &Type{
+	Name: "big_key",
+	Preparse: func(data []byte) (*Payload, int, error) {
+		if len(data) == 0 || len(data) > MaxBigKeyPayload {
+			return nil, 0, EINVAL
+		}
+		if len(data) <= BigKeyInline {
+			return &Payload{Data: append([]byte(nil), data...), Len: len(data)}, bigKeyCharge, nil
+		}
+		b, err := seal(data)
+		if err != nil {
+			return nil, 0, err
+		}
+		return &Payload{Extra: b, Len: len(data)}, bigKeyCharge, nil
+	},
+	Updatable: true,
+	Read: func(p *Payload) ([]byte, error) {
+		if b, ok := p.Extra.(*sealed); ok {
+			return b.open()
+		}
+		return p.Data, nil
+	},
+	Describe: func(k *Key, p *Payload) string {
+		if p == nil {
+			return ": 0 [buff]"
+		}
+		where := "buff"
+		if _, ok := p.Extra.(*sealed); ok {
+			where = "file"
+		}
+		return fmt.Sprintf(": %d [%s]", p.Len, where)
+	},
+}

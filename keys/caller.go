@@ -1,0 +1,483 @@
+package keys
+
+import (
+	"fmt"
+	"slices"
+	"sync"
+)
+
+// Cred is who a caller is: the daemon learns it from the socket, never
+// from what the client claims.
+type Cred struct {
+	UID, GID uint32
+	Groups   []uint32
+	PID      int
+}
+
+func (c *Cred) inGroup(gid uint32) bool {
+	return gid == c.GID || slices.Contains(c.Groups, gid)
+}
+
+// privileged reports root-equivalence: the kernel's CAP_SYS_ADMIN and
+// CAP_SETUID checks are granted to uid 0.
+func (c *Cred) privileged() bool { return c.UID == 0 }
+
+// Request-key default destinations (KEY_REQKEY_DEFL_*).
+const (
+	ReqKeyNoChange    = -1
+	ReqKeyDefault     = 0
+	ReqKeyThread      = 1
+	ReqKeyProcess     = 2
+	ReqKeySession     = 3
+	ReqKeyUser        = 4
+	ReqKeyUserSession = 5
+	ReqKeyGroup       = 6
+	ReqKeyRequestor   = 7
+)
+
+// Caller is one client of the service with its credentials and its
+// process-scoped keyrings: what the kernel keeps in a task's cred. The
+// daemon makes one per client process; Release drops its keyrings when
+// the process goes away. A Caller is safe for concurrent use.
+type Caller struct {
+	s    *Service
+	cred Cred
+
+	mu       sync.Mutex
+	thread   *Key
+	process  *Key
+	session  *Key
+	jit      int
+	auth     *Key // assumed request-key authority
+	released bool
+}
+
+// NewCaller returns a caller with the given credentials and no thread,
+// process or session keyring yet.
+func (s *Service) NewCaller(cred Cred) *Caller {
+	cred.Groups = slices.Clone(cred.Groups)
+	return &Caller{s: s, cred: cred}
+}
+
+// Cred returns the caller's credentials.
+func (c *Caller) Cred() Cred { return c.cred }
+
+// Release drops the caller's references to its keyrings, as a process's
+// exit does. The caller must not be used afterwards.
+func (c *Caller) Release() {
+	c.mu.Lock()
+	if c.released {
+		c.mu.Unlock()
+		return
+	}
+	c.released = true
+	t, p, s, a := c.thread, c.process, c.session, c.auth
+	c.thread, c.process, c.session, c.auth = nil, nil, nil, nil
+	c.mu.Unlock()
+	for _, k := range []*Key{t, p, s, a} {
+		k.put()
+	}
+}
+
+// Fork returns a caller for a child process: the same credentials and
+// session keyring, no thread or process keyring (as fork does).
+func (c *Caller) Fork(pid int) *Caller {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	child := &Caller{s: c.s, cred: c.cred, jit: c.jit}
+	child.cred.PID = pid
+	child.cred.Groups = slices.Clone(c.cred.Groups)
+	if c.session != nil {
+		child.session = c.session.get()
+	}
+	return child
+}
+
+func (c *Caller) keyrings() (thread, process, session *Key) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.thread, c.process, c.session
+}
+
+func (c *Caller) assumed() *Key {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.auth
+}
+
+// Session returns the caller's session keyring, or nil.
+func (c *Caller) Session() *Key {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.session
+}
+
+// SetSession installs k (which must be a keyring) as the caller's session
+// keyring, taking a reference; the daemon uses it when a process proves it
+// belongs to a session.
+func (c *Caller) SetSession(k *Key) error {
+	if k != nil && !k.isKeyring() {
+		return ENOTDIR
+	}
+	if k != nil && !k.tryGet() {
+		return ENOKEY
+	}
+	c.mu.Lock()
+	old := c.session
+	c.session = k
+	c.mu.Unlock()
+	old.put()
+	return nil
+}
+
+// newKeyring allocates and instantiates an empty keyring.
+func (s *Service) newKeyring(desc string, uid, gid uint32, perm Perm, quota, overrun bool, flags uint32) (*Key, error) {
+	k, err := s.alloc(keySpec{typ: keyringType, desc: desc, uid: uid, gid: gid, perm: perm, quota: quota, overrun: overrun, flags: flags})
+	if err != nil {
+		return nil, err
+	}
+	s.markInstantiated(k)
+	return k, nil
+}
+
+// markInstantiated makes a freshly allocated key positive.
+func (s *Service) markInstantiated(k *Key) {
+	k.state.Store(statePositive)
+	k.quota.mu.Lock()
+	k.quota.nikeys++
+	k.quota.mu.Unlock()
+}
+
+// installThread creates the caller's thread keyring if it has none.
+func (c *Caller) installThread() (*Key, error) {
+	return c.installSlot(&c.thread, "_tid")
+}
+
+func (c *Caller) installProcess() (*Key, error) {
+	return c.installSlot(&c.process, "_pid")
+}
+
+func (c *Caller) installSlot(slot **Key, name string) (*Key, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if *slot != nil {
+		return *slot, nil
+	}
+	k, err := c.s.newKeyring(name, c.cred.UID, c.cred.GID, PermThreadProcess, false, true, 0)
+	if err != nil {
+		return nil, err
+	}
+	*slot = k
+	return k, nil
+}
+
+// userKeyrings returns the caller's user keyring (_uid.N) and user-session
+// keyring (_uid_ses.N), creating them in the service's register if they
+// do not exist, as the kernel's look_up_user_keyrings does.
+func (s *Service) userKeyrings(uid uint32) (user, userSession *Key, err error) {
+	s.specialMu.Lock()
+	defer s.specialMu.Unlock()
+	reg, err := s.userRegister()
+	if err != nil {
+		return nil, nil, err
+	}
+	find := func(desc string) (*Key, error) {
+		sc := &search{typ: keyringType.Name, desc: desc, stateCheck: true, now: s.now()}
+		return sc.tree(reg, true)
+	}
+	uname, sname := fmt.Sprintf("_uid.%d", uid), fmt.Sprintf("_uid_ses.%d", uid)
+	user, err = find(uname)
+	if err == errAgain {
+		if user, err = s.newKeyring(uname, uid, NoGID, PermUserKeyring, true, false, flagUIDKeyring); err != nil {
+			return nil, nil, err
+		}
+		if err = s.linkInto(reg, user, false); err != nil {
+			user.put()
+			return nil, nil, err
+		}
+	} else if err != nil {
+		return nil, nil, err
+	}
+	userSession, err = find(sname)
+	if err == errAgain {
+		if userSession, err = s.newKeyring(sname, uid, NoGID, PermUserKeyring, true, false, flagUIDKeyring); err != nil {
+			return nil, nil, err
+		}
+		if user.tryGet() {
+			if err = s.linkInto(userSession, user, false); err != nil {
+				user.put()
+				userSession.put()
+				return nil, nil, err
+			}
+		}
+		if err = s.linkInto(reg, userSession, false); err != nil {
+			userSession.put()
+			return nil, nil, err
+		}
+	} else if err != nil {
+		return nil, nil, err
+	}
+	return user, userSession, nil
+}
+
+// existingUserKeyring returns uid's user-session (session true) or user
+// keyring if it exists, without creating it.
+func (s *Service) existingUserKeyring(uid uint32, session bool) *Key {
+	s.specialMu.Lock()
+	reg := s.register
+	s.specialMu.Unlock()
+	if reg == nil {
+		return nil
+	}
+	name := fmt.Sprintf("_uid.%d", uid)
+	if session {
+		name = fmt.Sprintf("_uid_ses.%d", uid)
+	}
+	l, ok := reg.ring.Load().find(keyringType.Name, name)
+	if !ok {
+		return nil
+	}
+	return l.key
+}
+
+// userRegister returns the register keyring that holds every user's
+// _uid.N and _uid_ses.N. Called with specialMu held.
+func (s *Service) userRegister() (*Key, error) {
+	if s.register != nil {
+		return s.register, nil
+	}
+	k, err := s.newKeyring(".user_reg", 0, NoGID, PermRegister, true, true, 0)
+	if err != nil {
+		return nil, err
+	}
+	s.register = k
+	return k, nil
+}
+
+// joinSession replaces the caller's session keyring: with name nil a new
+// anonymous one (_ses); otherwise an existing keyring of that name that
+// the caller may search, or a new one of that name. It returns the
+// serial, or 0 when the named keyring already was the session keyring.
+func (c *Caller) joinSession(name *string) (Serial, error) {
+	s := c.s
+	if name == nil {
+		c.mu.Lock()
+		had := c.session != nil
+		c.mu.Unlock()
+		k, err := s.newKeyring("_ses", c.cred.UID, c.cred.GID, PermSessionAnon, had, !had, 0)
+		if err != nil {
+			return 0, err
+		}
+		c.replaceSession(k)
+		return k.serial, nil
+	}
+	s.specialMu.Lock()
+	defer s.specialMu.Unlock()
+	for _, k := range s.sessions {
+		if k.desc != *name || k.has(flagRevoked|flagInvalidated|flagDead) {
+			continue
+		}
+		if !permitted(k, &c.cred, false, Search) || !k.tryGet() {
+			continue
+		}
+		c.mu.Lock()
+		same := c.session == k
+		c.mu.Unlock()
+		if same {
+			k.put()
+			return 0, nil
+		}
+		c.replaceSession(k)
+		return k.serial, nil
+	}
+	k, err := s.newKeyring(*name, c.cred.UID, c.cred.GID, PermSessionNamed, true, false, 0)
+	if err != nil {
+		return 0, err
+	}
+	s.sessions = slices.DeleteFunc(s.sessions, func(x *Key) bool { return x.usage.Load() <= 0 })
+	s.sessions = append(s.sessions, k)
+	c.replaceSession(k)
+	return k.serial, nil
+}
+
+// replaceSession installs k (whose reference it takes over) as the session
+// keyring.
+func (c *Caller) replaceSession(k *Key) {
+	c.mu.Lock()
+	old := c.session
+	c.session = k
+	c.mu.Unlock()
+	old.put()
+}
+
+// Lookup flags of lookupUserKey.
+const (
+	lookupCreate  = 1 << iota // create special keyrings that do not exist
+	lookupPartial             // accept uninstantiated and negative keys
+)
+
+// Rights a lookup may need beyond the permission bits.
+const (
+	needUnlink Perm = 1 << 30 // existence only: no permission, no validity
+	needDefer  Perm = 1 << 31 // caller checks permission itself
+)
+
+// ref is a key found by a lookup, with whether the caller possesses it.
+// It holds a reference to the key: release it with put.
+type ref struct {
+	key       *Key
+	possessed bool
+}
+
+func (r ref) put() { r.key.put() }
+
+// special returns one of the caller's keyrings with a reference taken.
+func (c *Caller) special(slot **Key) *Key {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if *slot == nil {
+		return nil
+	}
+	return (*slot).get()
+}
+
+// lookupUserKey resolves an id as the kernel's lookup_user_key does:
+// special ids to the caller's keyrings (created with lookupCreate),
+// positive ids through the serial index; then validity (which takes
+// precedence over permission), then the permission check with possession.
+// The returned ref holds a reference to the key.
+func (c *Caller) lookupUserKey(id Serial, flags int, need Perm) (ref, error) {
+	r, err := c.resolve(id, flags)
+	if err != nil {
+		return ref{}, err
+	}
+	if err := c.checkRef(r, flags, need); err != nil {
+		r.put()
+		return ref{}, err
+	}
+	return r, nil
+}
+
+func (c *Caller) resolve(id Serial, flags int) (ref, error) {
+	s := c.s
+	switch {
+	case id == ThreadKeyring || id == ProcessKeyring:
+		slot, install := &c.thread, c.installThread
+		if id == ProcessKeyring {
+			slot, install = &c.process, c.installProcess
+		}
+		k := c.special(slot)
+		if k == nil {
+			if flags&lookupCreate == 0 {
+				return ref{}, ENOKEY
+			}
+			if _, err := install(); err != nil {
+				return ref{}, err
+			}
+			if k = c.special(slot); k == nil {
+				return ref{}, ENOKEY
+			}
+		}
+		return ref{k, true}, nil
+	case id == SessionKeyring:
+		u, us, err := s.userKeyrings(c.cred.UID)
+		if err != nil {
+			return ref{}, err
+		}
+		_ = u
+		c.mu.Lock()
+		sess := c.session
+		c.mu.Unlock()
+		switch {
+		case flags&lookupCreate != 0 && (sess == nil || sess.has(flagUIDKeyring)):
+			if _, err := c.joinSession(nil); err != nil {
+				return ref{}, err
+			}
+		case sess == nil:
+			if us.tryGet() {
+				c.mu.Lock()
+				if c.session == nil {
+					c.session, us = us, nil
+				}
+				c.mu.Unlock()
+				us.put()
+			}
+		}
+		k := c.special(&c.session)
+		if k == nil {
+			return ref{}, ENOKEY
+		}
+		return ref{k, true}, nil
+	case id == UserKeyring || id == UserSessionKeyring:
+		u, us, err := s.userKeyrings(c.cred.UID)
+		if err != nil {
+			return ref{}, err
+		}
+		k := u
+		if id == UserSessionKeyring {
+			k = us
+		}
+		if !k.tryGet() {
+			return ref{}, ENOKEY
+		}
+		return ref{k, true}, nil
+	case id == GroupKeyring:
+		return ref{}, EINVAL
+	case id == ReqKeyAuthKey:
+		a := c.special(&c.auth)
+		if a == nil {
+			return ref{}, ENOKEY
+		}
+		return ref{a, true}, nil
+	case id == RequestorKeyring:
+		a := c.assumed()
+		if a == nil || a.auth == nil || a.auth.dest == nil {
+			return ref{}, ENOKEY
+		}
+		if a.has(flagRevoked) {
+			return ref{}, EKEYREVOKED
+		}
+		if !a.auth.dest.tryGet() {
+			return ref{}, ENOKEY
+		}
+		return ref{a.auth.dest, true}, nil
+	case id <= 0:
+		return ref{}, EINVAL
+	}
+	k := s.lookup(id)
+	if k == nil || !k.tryGet() {
+		return ref{}, ENOKEY
+	}
+	return ref{k, c.possesses(k)}, nil
+}
+
+// checkRef applies lookupUserKey's validity and permission checks.
+func (c *Caller) checkRef(r ref, flags int, need Perm) error {
+	k := r.key
+	if need == needUnlink {
+		return nil
+	}
+	now := c.s.now()
+	if flags&lookupPartial == 0 {
+		if err := c.waitConstructed(k); err != nil {
+			return err
+		}
+		if need != needDefer {
+			if err := k.negativeErr(); err != nil {
+				return err
+			}
+			if err := k.validate(now); err != nil {
+				return err
+			}
+		}
+	} else if need != needDefer {
+		if err := k.validate(now); err != nil {
+			return err
+		}
+	}
+	if need != needDefer && need != 0 && !permitted(k, &c.cred, r.possessed, need) {
+		return EACCES
+	}
+	k.lastUsed.Store(now)
+	return nil
+}

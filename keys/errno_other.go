@@ -1,0 +1,5 @@
+//go:build !linux
+
+package keys
+
+const sameNumbering = false

@@ -1,0 +1,200 @@
+package keys
+
+import (
+	"sync"
+	"sync/atomic"
+)
+
+// Serial identifies a key. Positive serials name keys; the negative values
+// below name the caller's special keyrings, as in the kernel's API.
+type Serial int32
+
+// Special key ids (KEY_SPEC_*).
+const (
+	ThreadKeyring      Serial = -1
+	ProcessKeyring     Serial = -2
+	SessionKeyring     Serial = -3
+	UserKeyring        Serial = -4
+	UserSessionKeyring Serial = -5
+	GroupKeyring       Serial = -6
+	ReqKeyAuthKey      Serial = -7
+	RequestorKeyring   Serial = -8
+)
+
+// Key states: a key is uninstantiated until it gets a payload (positive)
+// or is negated/rejected (negative, stored as the negated errno).
+const (
+	stateUninstantiated int32 = 0
+	statePositive       int32 = 1
+)
+
+// Key flags, with the kernel's bit numbers (KEY_FLAG_*).
+const (
+	flagDead          uint32 = 1 << 0
+	flagRevoked       uint32 = 1 << 1
+	flagInQuota       uint32 = 1 << 2
+	flagUserConstruct uint32 = 1 << 3
+	flagInvalidated   uint32 = 1 << 5
+	flagUIDKeyring    uint32 = 1 << 9
+)
+
+// Key is one key or keyring. Its exported methods return snapshots; all
+// changes go through the Caller operations, which check permissions.
+type Key struct {
+	serial Serial
+	desc   string
+	s      *Service
+	typ    atomic.Pointer[Type]
+
+	// mu serialises writers of this key: payload changes, state changes,
+	// attribute changes and, for keyrings, link changes. Readers never
+	// take it.
+	mu sync.Mutex
+
+	uid, gid atomic.Uint32
+	perm     atomic.Uint32
+	flags    atomic.Uint32
+	state    atomic.Int32
+	expiry   atomic.Int64 // unix nanoseconds; 0 means never
+	lastUsed atomic.Int64
+	usage    atomic.Int32
+
+	payload atomic.Pointer[Payload]  // non-keyring types; rcu-protected
+	ring    atomic.Pointer[ringSnap] // keyrings; rcu-protected
+
+	// Guarded by mu.
+	quota    *quotaUser // the owner's record, charged for this key
+	quotalen int        // bytes charged: description + 1 + payload
+	restrict *restriction
+	watches  []*watch
+
+	// constructed is closed when the key stops being under construction.
+	constructed chan struct{}
+	// auth is the request record of an authorisation key.
+	auth *authRecord
+}
+
+// Serial returns the key's serial number.
+func (k *Key) Serial() Serial { return k.serial }
+
+// Description returns the key's description.
+func (k *Key) Description() string { return k.desc }
+
+// Type returns the name of the key's type.
+func (k *Key) Type() string { return k.typeName() }
+
+func (k *Key) typeName() string { return k.typ.Load().Name }
+
+func (k *Key) isKeyring() bool { return k.typ.Load() == keyringType }
+
+func (k *Key) has(f uint32) bool { return k.flags.Load()&f != 0 }
+
+func (k *Key) setFlag(f uint32) (was bool) {
+	for {
+		old := k.flags.Load()
+		if old&f != 0 {
+			return true
+		}
+		if k.flags.CompareAndSwap(old, old|f) {
+			return false
+		}
+	}
+}
+
+func (k *Key) clearFlag(f uint32) {
+	for {
+		old := k.flags.Load()
+		if old&f == 0 || k.flags.CompareAndSwap(old, old&^f) {
+			return
+		}
+	}
+}
+
+// expired reports whether the key's expiry has passed at now.
+func (k *Key) expired(now int64) bool {
+	e := k.expiry.Load()
+	return e != 0 && now >= e
+}
+
+// validate is the kernel's key_validate: invalidated, then revoked or
+// dead, then expired.
+func (k *Key) validate(now int64) error {
+	f := k.flags.Load()
+	switch {
+	case f&flagInvalidated != 0:
+		return ENOKEY
+	case f&(flagRevoked|flagDead) != 0:
+		return EKEYREVOKED
+	case k.expired(now):
+		return EKEYEXPIRED
+	}
+	return nil
+}
+
+// negativeErr returns the stored error of a negative key.
+func (k *Key) negativeErr() error {
+	if st := k.state.Load(); st < 0 {
+		return Errno(-st)
+	}
+	return nil
+}
+
+func (k *Key) underConstruction() bool { return k.has(flagUserConstruct) }
+
+// tryGet takes a usage reference unless the key is already on its way to
+// destruction (usage zero), like the kernel's refcount_inc_not_zero.
+func (k *Key) tryGet() bool {
+	for {
+		u := k.usage.Load()
+		if u <= 0 {
+			return false
+		}
+		if k.usage.CompareAndSwap(u, u+1) {
+			return true
+		}
+	}
+}
+
+// get takes a reference on a key the caller already holds one on.
+func (k *Key) get() *Key {
+	if k.usage.Add(1) <= 1 {
+		panic("keys: reference taken on an unreferenced key")
+	}
+	return k
+}
+
+// put drops a reference; the last one sends the key to the graveyard.
+func (k *Key) put() {
+	if k == nil {
+		return
+	}
+	switch n := k.usage.Add(-1); {
+	case n == 0:
+		k.s.unused(k)
+	case n < 0:
+		panic("keys: key reference count went negative")
+	}
+}
+
+// Payload is a key's content as its type stores it. Readers reach it only
+// inside rcu protection; a replaced payload is wiped after a grace period.
+type Payload struct {
+	Data []byte
+	// Extra holds type-specific state (big_key's sealed store).
+	Extra any
+	// Len is the length reported in descriptions and /proc/keys.
+	Len int
+	// charge is what the payload costs its owner's byte quota.
+	charge int
+}
+
+// wipe zeroes the payload's bytes: secrets must not outlive the key.
+func (p *Payload) wipe() {
+	if p == nil {
+		return
+	}
+	clear(p.Data)
+	if w, ok := p.Extra.(interface{ Wipe() }); ok {
+		w.Wipe()
+	}
+}

@@ -1,0 +1,381 @@
+package keys
+
+import (
+	"bytes"
+	"strings"
+	"testing"
+)
+
+func TestAddReadUpdateDescribe(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	id := must(c.AddKey("user", "greeting", []byte("hello"), SessionKeyring))
+	if id < 3 || id >= 1<<30 {
+		t.Fatalf("serial %d outside [3, 2^30)", id)
+	}
+	if got := must(c.Read(id)); string(got) != "hello" {
+		t.Fatalf("Read = %q", got)
+	}
+	// add_key on the same type and description updates in place.
+	again := must(c.AddKey("user", "greeting", []byte("bonjour"), SessionKeyring))
+	if again != id {
+		t.Fatalf("re-add returned %d, want the existing %d", again, id)
+	}
+	if got := must(c.Read(id)); string(got) != "bonjour" {
+		t.Fatalf("Read after update = %q", got)
+	}
+	if err := c.Update(id, []byte("hej")); err != nil {
+		t.Fatal(err)
+	}
+	d := must(c.Describe(id))
+	if got := d.String(); got != "user;1000;1000;3f010000;greeting" {
+		t.Fatalf("Describe = %q", got)
+	}
+	if p := d.Perm.String(); p != "alswrv-----v------------" {
+		t.Fatalf("perm string %q", p)
+	}
+}
+
+func TestAddKeyErrors(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	uk := must(c.AddKey("user", "u", []byte("x"), SessionKeyring))
+	cases := []struct {
+		name      string
+		typ, desc string
+		payload   []byte
+		ring      Serial
+		want      Errno
+	}{
+		{"unknown type", "nosuch", "d", []byte("x"), SessionKeyring, ENODEV},
+		{"internal type", ".request_key_auth", "d", []byte("x"), SessionKeyring, EPERM},
+		{"empty type", "", "d", []byte("x"), SessionKeyring, EINVAL},
+		{"long type", strings.Repeat("t", 32), "d", []byte("x"), SessionKeyring, EINVAL},
+		{"empty description", "user", "", []byte("x"), SessionKeyring, EINVAL},
+		{"long description", "user", strings.Repeat("d", 4096), []byte("x"), SessionKeyring, EINVAL},
+		{"dot keyring", "keyring", ".secret", nil, SessionKeyring, EPERM},
+		{"empty user payload", "user", "d", nil, SessionKeyring, EINVAL},
+		{"huge user payload", "user", "d", make([]byte, 32768), SessionKeyring, EINVAL},
+		{"payload over 1MiB", "big_key", "d", make([]byte, 1<<20), SessionKeyring, EINVAL},
+		{"keyring with payload", "keyring", "r", []byte("x"), SessionKeyring, EINVAL},
+		{"logon without prefix", "logon", "noprefix", []byte("x"), SessionKeyring, EINVAL},
+		{"logon empty prefix", "logon", ":x", []byte("x"), SessionKeyring, EINVAL},
+		{"destination not a keyring", "user", "d", []byte("x"), uk, ENOTDIR},
+		{"no such destination", "user", "d", []byte("x"), 12345, ENOKEY},
+		{"group keyring", "user", "d", []byte("x"), GroupKeyring, EINVAL},
+		{"zero destination", "user", "d", []byte("x"), 0, EINVAL},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := c.AddKey(tc.typ, tc.desc, tc.payload, tc.ring)
+			wantErr(t, "AddKey", err, tc.want)
+		})
+	}
+}
+
+func TestLogonAndBigKey(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	lk := must(c.AddKey("logon", "svc:pw", []byte("secret"), SessionKeyring))
+	_, err := c.Read(lk)
+	wantErr(t, "Read logon", err, EOPNOTSUPP)
+	if d := must(c.Describe(lk)); d.Perm != PermLogon {
+		t.Fatalf("logon perm %08x", uint32(d.Perm))
+	}
+	small := must(c.AddKey("big_key", "small", []byte("tiny"), SessionKeyring))
+	big := bytes.Repeat([]byte("0123456789abcdef"), 40000) // 640 KB, sealed in a file
+	bk := must(c.AddKey("big_key", "big", big, SessionKeyring))
+	if got := must(c.Read(bk)); !bytes.Equal(got, big) {
+		t.Fatal("big_key payload read back differs")
+	}
+	if got := must(c.Read(small)); string(got) != "tiny" {
+		t.Fatalf("small big_key = %q", got)
+	}
+	proc := c.ProcKeys()
+	if !strings.Contains(proc, "big_key   big: 640000 [file]") || !strings.Contains(proc, "big_key   small: 4 [buff]") {
+		t.Fatalf("/proc/keys lacks big_key lines:\n%s", proc)
+	}
+}
+
+func TestPermissionClasses(t *testing.T) {
+	e := newEnv(t)
+	owner := e.caller(1000, 100)
+	member := e.caller(1001, 200, 100)
+	other := e.caller(1002, 300)
+	root := e.caller(0, 0)
+	id := must(owner.AddKey("user", "shared", []byte("data"), SessionKeyring))
+	// Others do not possess it: default perms give them nothing.
+	for _, c := range []*Caller{member, other, root} {
+		_, err := c.Read(id)
+		wantErr(t, "Read by non-possessor", err, EACCES)
+		_, err = c.Describe(id)
+		wantErr(t, "Describe by non-possessor", err, EACCES)
+	}
+	// Owner without possession gets only the user byte (view).
+	owner2 := e.caller(1000, 100)
+	if _, err := owner2.Describe(id); err != nil {
+		t.Fatalf("owner (user view) Describe: %v", err)
+	}
+	_, err := owner2.Read(id)
+	wantErr(t, "owner Read without possession", err, EACCES)
+	// Group read for group members only.
+	if err := owner.SetPerm(id, PossAll|View<<UserShift|(View|Read)<<GroupShift); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(member.Read(id)); string(got) != "data" {
+		t.Fatalf("member read %q", got)
+	}
+	_, err = other.Read(id)
+	wantErr(t, "other Read", err, EACCES)
+	// The owner class gets the user byte only, even if the group byte has
+	// more: no fallback.
+	_, err = owner2.Read(id)
+	wantErr(t, "owner Read with group read set", err, EACCES)
+	// SetPerm: owner or root only; bad bits rejected.
+	wantErr(t, "member SetPerm", member.SetPerm(id, 0), EACCES)
+	wantErr(t, "bad bits", owner.SetPerm(id, 0x40000000), EINVAL)
+	// Chown: giving a key away needs privilege.
+	wantErr(t, "owner chown to other", owner.Chown(id, 1002, -1), EACCES)
+	if err := owner.Chown(id, -1, 100); err != nil {
+		t.Fatalf("chgrp to own group: %v", err)
+	}
+	wantErr(t, "chgrp to foreign group", owner.Chown(id, -1, 999), EACCES)
+	// Root may chown, given SetAttr: possess it first.
+	if err := owner.SetPerm(id, PossAll|(View|SetAttr)<<UserShift|OtherAll); err != nil {
+		t.Fatal(err)
+	}
+	if err := root.Chown(id, 1002, -1); err != nil {
+		t.Fatalf("root chown: %v", err)
+	}
+	if d := must(root.Describe(id)); d.UID != 1002 {
+		t.Fatalf("uid after chown %d", d.UID)
+	}
+}
+
+func TestRevokeInvalidateTimeout(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	id := must(c.AddKey("user", "r", []byte("x"), SessionKeyring))
+	if err := c.Revoke(id); err != nil {
+		t.Fatal(err)
+	}
+	_, err := c.Read(id)
+	wantErr(t, "Read revoked", err, EKEYREVOKED)
+	wantErr(t, "Update revoked", c.Update(id, []byte("y")), EKEYREVOKED)
+	_, err = c.Search(SessionKeyring, "user", "r", 0)
+	wantErr(t, "Search revoked", err, EKEYREVOKED)
+
+	ex := must(c.AddKey("user", "e", []byte("x"), SessionKeyring))
+	if err := c.SetTimeout(ex, 10); err != nil {
+		t.Fatal(err)
+	}
+	must(c.Read(ex))
+	e.clock.advance(11e9)
+	_, err = c.Read(ex)
+	wantErr(t, "Read expired", err, EKEYEXPIRED)
+	_, err = c.Search(SessionKeyring, "user", "e", 0)
+	wantErr(t, "Search expired", err, EKEYEXPIRED)
+
+	iv := must(c.AddKey("user", "i", []byte("x"), SessionKeyring))
+	if err := c.Invalidate(iv); err != nil {
+		t.Fatal(err)
+	}
+	_, err = c.Read(iv)
+	wantErr(t, "Read invalidated", err, ENOKEY)
+	_, err = c.Search(SessionKeyring, "user", "nosuch", 0)
+	wantErr(t, "Search missing", err, ENOKEY)
+}
+
+func TestKeyringLinks(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	a := must(c.AddKey("keyring", "a", nil, SessionKeyring))
+	b := must(c.AddKey("keyring", "b", nil, a))
+	wantErr(t, "link a into b (cycle)", c.Link(a, b), EDEADLK)
+	wantErr(t, "link a into itself", c.Link(a, a), EDEADLK)
+	k := must(c.AddKey("user", "k", []byte("x"), b))
+	if err := c.Link(k, a); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "link into a user key", c.Link(k, k), ENOTDIR)
+	if err := c.Unlink(k, a); err != nil {
+		t.Fatal(err)
+	}
+	wantErr(t, "unlink twice", c.Unlink(k, a), ENOENT)
+	// Search finds the key two levels down.
+	if got := must(c.Search(SessionKeyring, "user", "k", 0)); got != k {
+		t.Fatalf("Search found %d, want %d", got, k)
+	}
+	// Move with and without the exclusive flag.
+	k2 := must(c.AddKey("user", "k", []byte("y"), a))
+	wantErr(t, "exclusive move onto an existing name", c.Move(k2, a, b, MoveExcl), EEXIST)
+	if err := c.Move(k2, a, b, 0); err != nil {
+		t.Fatal(err)
+	}
+	ids := serials(must(c.Read(b)))
+	if len(ids) != 1 || ids[0] != k2 {
+		t.Fatalf("b holds %v after the move, want only %d", ids, k2)
+	}
+	// Depth, as the kernel measured here: a keyring with 6 levels of
+	// keyrings below it may be linked, one with 7 may not.
+	top := must(c.AddKey("keyring", "top", nil, SessionKeyring))
+	var chain []Serial
+	for i := range 8 {
+		chain = append(chain, must(c.AddKey("keyring", "n"+string(rune('0'+i)), nil, SessionKeyring)))
+	}
+	for i := len(chain) - 1; i > 0; i-- {
+		if err := c.Link(chain[i], chain[i-1]); err != nil {
+			t.Fatalf("building chain at %d: %v", i, err)
+		}
+	}
+	if err := c.Link(chain[1], top); err != nil {
+		t.Fatalf("link a keyring with 6 levels below: %v", err)
+	}
+	wantErr(t, "link a keyring with 7 levels below", c.Link(chain[0], top), ELOOP)
+	// Clear empties a keyring.
+	if err := c.Clear(a); err != nil {
+		t.Fatal(err)
+	}
+	if got := must(c.Read(a)); len(got) != 0 {
+		t.Fatalf("a not empty after Clear: %v", serials(got))
+	}
+}
+
+func serials(b []byte) []Serial {
+	var out []Serial
+	for i := 0; i+4 <= len(b); i += 4 {
+		out = append(out, Serial(uint32(b[i])|uint32(b[i+1])<<8|uint32(b[i+2])<<16|uint32(b[i+3])<<24))
+	}
+	return out
+}
+
+func TestListingOrderMatchesKernel(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	r := must(c.AddKey("keyring", "order", nil, SessionKeyring))
+	var ks []Serial
+	for _, d := range []string{"k1", "k2", "k3", "k4"} {
+		ks = append(ks, must(c.AddKey("user", d, []byte("x"), r)))
+	}
+	got := serials(must(c.Read(r)))
+	want := []Serial{ks[0], ks[3], ks[2], ks[1]}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("listing %v, want %v (first, then newest to oldest)", got, want)
+		}
+	}
+}
+
+func TestQuota(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	must(c.GetKeyringID(UserKeyring, false)) // _uid.N and _uid_ses.N are charged too
+	keys0, bytes0 := e.s.QuotaUsage(1000)
+	id := must(c.AddKey("user", "q", []byte("12345"), SessionKeyring))
+	keys1, bytes1 := e.s.QuotaUsage(1000)
+	// One key; description + 1 + payload + a 4-byte link in the session keyring.
+	if keys1-keys0 != 1 || bytes1-bytes0 != len("q")+1+5+4 {
+		t.Fatalf("quota went from %d/%d to %d/%d", keys0, bytes0, keys1, bytes1)
+	}
+	if err := c.Unlink(id, SessionKeyring); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	if k, b := e.s.QuotaUsage(1000); k != keys0 || b != bytes0 {
+		t.Fatalf("quota after destruction %d/%d, want %d/%d", k, b, keys0, bytes0)
+	}
+	// The key count limit.
+	tun := e.s.Tunables()
+	tun.MaxKeys = keys0 + 2
+	if err := e.s.SetTunables(tun); err != nil {
+		t.Fatal(err)
+	}
+	must(c.AddKey("user", "a", []byte("x"), SessionKeyring))
+	must(c.AddKey("user", "b", []byte("x"), SessionKeyring))
+	_, err := c.AddKey("user", "c", []byte("x"), SessionKeyring)
+	wantErr(t, "AddKey over maxkeys", err, EDQUOT)
+	tun.MaxKeys = 0
+	wantErr(t, "maxkeys 0", e.s.SetTunables(tun), EINVAL)
+}
+
+func TestSpecialKeyrings(t *testing.T) {
+	e := newEnv(t)
+	c := e.s.NewCaller(Cred{UID: 1000, GID: 1000, PID: 42})
+	defer c.Release()
+	_, err := c.GetKeyringID(ThreadKeyring, false)
+	wantErr(t, "thread keyring without create", err, ENOKEY)
+	tid := must(c.GetKeyringID(ThreadKeyring, true))
+	if d := must(c.Describe(tid)); d.Description != "_tid" || d.Perm != PermThreadProcess {
+		t.Fatalf("thread keyring %+v", d)
+	}
+	// No session: @s is the user-session keyring.
+	s := must(c.GetKeyringID(SessionKeyring, false))
+	if d := must(c.Describe(s)); d.Description != "_uid_ses.1000" || d.GID != OverflowID || d.Perm != PermUserKeyring {
+		t.Fatalf("session fallback %+v", d)
+	}
+	u := must(c.GetKeyringID(UserKeyring, false))
+	if d := must(c.Describe(u)); d.Description != "_uid.1000" {
+		t.Fatalf("user keyring %+v", d)
+	}
+	// The user-session keyring links the user keyring.
+	if ids := serials(must(c.Read(s))); len(ids) != 1 || ids[0] != u {
+		t.Fatalf("_uid_ses holds %v, want [%d]", ids, u)
+	}
+	// With create, a user-session session is replaced by a fresh _ses.
+	ns := must(c.GetKeyringID(SessionKeyring, true))
+	if d := must(c.Describe(ns)); ns == s || d.Description != "_ses" || d.Perm != PermSessionAnon {
+		t.Fatalf("created session %d %+v", ns, d)
+	}
+	_, err = c.GetKeyringID(GroupKeyring, true)
+	wantErr(t, "group keyring", err, EINVAL)
+	_, err = c.GetKeyringID(ReqKeyAuthKey, false)
+	wantErr(t, "auth key without authority", err, ENOKEY)
+	// Named sessions: a second join of the same name makes another keyring,
+	// since the named keyring's perms do not let its owner search it.
+	name := "fish"
+	a := must(c.JoinSessionKeyring(&name))
+	b := must(c.JoinSessionKeyring(&name))
+	if a == b || a == 0 {
+		t.Fatalf("joins of %q gave %d and %d", name, a, b)
+	}
+	dot := ".x"
+	_, err = c.JoinSessionKeyring(&dot)
+	wantErr(t, "dot session", err, EPERM)
+}
+
+func TestProcKeysFormat(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	id := must(c.AddKey("user", "foo", []byte("bar"), SessionKeyring))
+	line := ""
+	for _, l := range strings.Split(c.ProcKeys(), "\n") {
+		if strings.HasSuffix(l, "foo: 3") {
+			line = l
+		}
+	}
+	want := hex8(id) + " I--Q---     1 perm 3f010000  1000  1000 user      foo: 3"
+	if line != want {
+		t.Fatalf("/proc/keys line\n got %q\nwant %q", line, want)
+	}
+	if err := c.SetTimeout(id, 90); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(c.ProcKeys(), " I--Q---     1   1m 3f010000") {
+		t.Fatalf("timeout column:\n%s", c.ProcKeys())
+	}
+	users := e.s.ProcKeyUsers()
+	if !strings.Contains(users, " 1000: ") {
+		t.Fatalf("/proc/key-users lacks uid 1000:\n%s", users)
+	}
+}
+
+func hex8(id Serial) string {
+	const digits = "0123456789abcdef"
+	b := make([]byte, 8)
+	v := uint32(id)
+	for i := 7; i >= 0; i-- {
+		b[i] = digits[v&15]
+		v >>= 4
+	}
+	return string(b)
+}

@@ -1,0 +1,212 @@
+package keys
+
+import (
+	"sync"
+)
+
+// NotifyKind is a key notification subtype, numbered as the kernel's
+// NOTIFY_KEY_* values.
+type NotifyKind uint8
+
+const (
+	NotifyInstantiated NotifyKind = 0
+	NotifyUpdated      NotifyKind = 1
+	NotifyLinked       NotifyKind = 2
+	NotifyUnlinked     NotifyKind = 3
+	NotifyCleared      NotifyKind = 4
+	NotifyRevoked      NotifyKind = 5
+	NotifyInvalidated  NotifyKind = 6
+	NotifySetAttr      NotifyKind = 7
+	// NotifyRemoved is not a kernel subtype: it stands for the watch queue's
+	// removal record, sent when a watched key is destroyed or the watch is
+	// removed.
+	NotifyRemoved NotifyKind = 255
+)
+
+var notifyNames = map[NotifyKind]string{
+	NotifyInstantiated: "inst", NotifyUpdated: "upd", NotifyLinked: "link",
+	NotifyUnlinked: "unlk", NotifyCleared: "clr", NotifyRevoked: "rev",
+	NotifyInvalidated: "inv", NotifySetAttr: "attr", NotifyRemoved: "gc",
+}
+
+// String returns keyctl watch's word for the kind.
+func (n NotifyKind) String() string {
+	if s, ok := notifyNames[n]; ok {
+		return s
+	}
+	return "unknown"
+}
+
+// Notification is one event on a watched key.
+type Notification struct {
+	Kind NotifyKind
+	// Key is the key the event happened to (the keyring for link events).
+	Key Serial
+	// Aux is the linked or unlinked key for link events, the negated errno
+	// (negative) for a negative instantiation, else 0.
+	Aux int32
+	// WatchID is the id the watcher gave when it set the watch.
+	WatchID uint8
+}
+
+// WatchQueue receives notifications for the keys it watches, like the
+// kernel's notification pipe. It holds a bounded backlog; when a reader
+// falls behind, further events are counted as lost rather than queued
+// without limit.
+type WatchQueue struct {
+	mu      sync.Mutex
+	cond    *sync.Cond
+	buf     []Notification
+	max     int
+	lost    uint64
+	closed  bool
+	watches map[*Key]*watch
+}
+
+type watch struct {
+	q   *WatchQueue
+	key *Key
+	id  uint8
+}
+
+// NewWatchQueue returns a queue that holds up to size undelivered
+// notifications.
+func NewWatchQueue(size int) *WatchQueue {
+	q := &WatchQueue{max: max(size, 1), watches: make(map[*Key]*watch)}
+	q.cond = sync.NewCond(&q.mu)
+	return q
+}
+
+func (q *WatchQueue) post(n Notification) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return
+	}
+	if len(q.buf) >= q.max {
+		q.lost++
+		return
+	}
+	q.buf = append(q.buf, n)
+	q.cond.Broadcast()
+}
+
+// Next returns the next notification, waiting for one; ok is false once
+// the queue is closed and drained.
+func (q *WatchQueue) Next() (n Notification, ok bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.buf) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if len(q.buf) == 0 {
+		return Notification{}, false
+	}
+	n = q.buf[0]
+	q.buf = q.buf[1:]
+	return n, true
+}
+
+// TryNext returns the next notification without waiting.
+func (q *WatchQueue) TryNext() (Notification, bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if len(q.buf) == 0 {
+		return Notification{}, false
+	}
+	n := q.buf[0]
+	q.buf = q.buf[1:]
+	return n, true
+}
+
+// Lost returns how many notifications were dropped for lack of room.
+func (q *WatchQueue) Lost() uint64 {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.lost
+}
+
+// Close stops the queue and removes its watches; Next returns what is
+// buffered, then reports the end.
+func (q *WatchQueue) Close() {
+	q.mu.Lock()
+	if q.closed {
+		q.mu.Unlock()
+		return
+	}
+	q.closed = true
+	ws := q.watches
+	q.watches = nil
+	q.cond.Broadcast()
+	q.mu.Unlock()
+	for k, w := range ws {
+		k.mu.Lock()
+		k.watches = removeWatch(k.watches, w)
+		k.mu.Unlock()
+	}
+}
+
+func removeWatch(ws []*watch, w *watch) []*watch {
+	for i, x := range ws {
+		if x == w {
+			return append(ws[:i:i], ws[i+1:]...)
+		}
+	}
+	return ws
+}
+
+func (w *watch) removed(serial Serial) {
+	w.q.mu.Lock()
+	if w.q.watches != nil {
+		delete(w.q.watches, w.key)
+	}
+	w.q.mu.Unlock()
+	w.q.post(Notification{Kind: NotifyRemoved, Key: serial, WatchID: w.id})
+}
+
+// notify posts an event to every watch on k.
+func notify(k *Key, kind NotifyKind, aux Serial) {
+	k.mu.Lock()
+	ws := k.watches
+	k.mu.Unlock()
+	for _, w := range ws {
+		w.q.post(Notification{Kind: kind, Key: k.serial, Aux: int32(aux), WatchID: w.id})
+	}
+}
+
+// addWatch installs a watch of q on k: EBUSY if q already watches k.
+func addWatch(k *Key, q *WatchQueue, id uint8) error {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	if q.closed {
+		return ENOENT
+	}
+	if _, ok := q.watches[k]; ok {
+		return EBUSY
+	}
+	w := &watch{q: q, key: k, id: id}
+	q.watches[k] = w
+	k.mu.Lock()
+	k.watches = append(k.watches[:len(k.watches):len(k.watches)], w)
+	k.mu.Unlock()
+	return nil
+}
+
+// dropWatch removes q's watch on k: EBADSLT if there is none. The queue
+// gets a removal record, as the kernel sends one.
+func dropWatch(k *Key, q *WatchQueue) error {
+	q.mu.Lock()
+	w, ok := q.watches[k]
+	if ok {
+		delete(q.watches, k)
+	}
+	q.mu.Unlock()
+	if !ok {
+		return EBADSLT
+	}
+	k.mu.Lock()
+	k.watches = removeWatch(k.watches, w)
+	k.mu.Unlock()
+	q.post(Notification{Kind: NotifyRemoved, Key: k.serial, WatchID: w.id})
+	return nil
+}

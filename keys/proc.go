@@ -1,0 +1,140 @@
+package keys
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// ProcKeys renders the keys the caller may view in the format of the
+// kernel's /proc/keys, in ascending serial order. Possession is tested
+// only for keys whose possessor bits grant View, as the kernel does.
+func (c *Caller) ProcKeys() string {
+	var b strings.Builder
+	for _, k := range c.s.sortedKeys() {
+		if !k.tryGet() {
+			continue
+		}
+		perm := Perm(k.perm.Load())
+		possessed := false
+		if perm&(View<<PossessorShift) != 0 {
+			possessed = c.possesses(k)
+		}
+		if permitted(k, &c.cred, possessed, View) {
+			c.s.procLine(&b, k, 1)
+		}
+		k.put()
+	}
+	return b.String()
+}
+
+func (s *Service) sortedKeys() []*Key {
+	var ks []*Key
+	s.index.Range(func(_, v any) bool {
+		ks = append(ks, v.(*Key))
+		return true
+	})
+	slices.SortFunc(ks, func(a, b *Key) int { return int(a.serial) - int(b.serial) })
+	return ks
+}
+
+// procTimeout renders the expiry column.
+func procTimeout(expiry, now int64) string {
+	if expiry == 0 {
+		return "perm"
+	}
+	if now >= expiry {
+		return "expd"
+	}
+	t := int64(time.Duration(expiry-now) / time.Second)
+	switch {
+	case t < 60:
+		return fmt.Sprintf("%ds", t)
+	case t < 3600:
+		return fmt.Sprintf("%dm", t/60)
+	case t < 86400:
+		return fmt.Sprintf("%dh", t/3600)
+	case t < 604800:
+		return fmt.Sprintf("%dd", t/86400)
+	}
+	return fmt.Sprintf("%dw", t/604800)
+}
+
+func flagChar(on bool, c byte) byte {
+	if on {
+		return c
+	}
+	return '-'
+}
+
+// procLine writes k's line; held is how many references the reader
+// itself holds, left out of the usage column.
+func (s *Service) procLine(b *strings.Builder, k *Key, held int32) {
+	f := k.flags.Load()
+	st := k.state.Load()
+	flags := []byte{
+		flagChar(st != stateUninstantiated, 'I'),
+		flagChar(f&flagRevoked != 0, 'R'),
+		flagChar(f&flagDead != 0, 'D'),
+		flagChar(f&flagInQuota != 0, 'Q'),
+		flagChar(f&flagUserConstruct != 0, 'U'),
+		flagChar(st < 0, 'N'),
+		flagChar(f&flagInvalidated != 0, 'i'),
+	}
+	t := k.typ.Load()
+	name := t.Name
+	if len(name) > 9 {
+		name = name[:9]
+	}
+	// The usage column counts references the way the kernel's does;
+	// a key held only by a keyring shows 1.
+	fmt.Fprintf(b, "%08x %s %5d %4s %08x %5d %5d %-9.9s ",
+		uint32(k.serial), flags, k.usage.Load()-held, procTimeout(k.expiry.Load(), s.now()),
+		k.perm.Load(), displayID(k.uid.Load()), displayID(k.gid.Load()), name)
+	if t == authType {
+		b.WriteString("key:")
+	}
+	b.WriteString(k.desc)
+	if st == statePositive && t.Describe != nil {
+		sec := s.dom.Read()
+		b.WriteString(t.Describe(k, k.payload.Load()))
+		sec.End()
+	}
+	b.WriteByte('\n')
+}
+
+// ProcKeyUsers renders the per-user quota records in the format of the
+// kernel's /proc/key-users: uid, references, keys/instantiated keys,
+// keys/maxkeys, bytes/maxbytes.
+func (s *Service) ProcKeyUsers() string {
+	s.usersMu.Lock()
+	users := make([]*quotaUser, 0, len(s.users))
+	for _, u := range s.users {
+		users = append(users, u)
+	}
+	s.usersMu.Unlock()
+	slices.SortFunc(users, func(a, b *quotaUser) int { return int(a.uid) - int(b.uid) })
+	var b strings.Builder
+	for _, u := range users {
+		maxKeys, maxBytes := s.limits(u.uid)
+		u.mu.Lock()
+		fmt.Fprintf(&b, "%5d: %5d %d/%d %d/%d %d/%d\n", u.uid, u.refs, u.nkeys, u.nikeys,
+			u.qnkeys, maxKeys, u.qnbyte, maxBytes)
+		u.mu.Unlock()
+	}
+	return b.String()
+}
+
+// QuotaUsage returns the keys and bytes counted against uid's quota.
+func (s *Service) QuotaUsage(uid uint32) (keys, bytes int) {
+	s.usersMu.Lock()
+	u := s.users[uid]
+	s.usersMu.Unlock()
+	if u == nil {
+		return 0, 0
+	}
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	return u.qnkeys, u.qnbyte
+}

@@ -1,0 +1,85 @@
+package keys
+
+import "sync"
+
+// quotaUser is the kernel's key_user: one per owner uid, counting that
+// owner's keys and the bytes charged to it.
+type quotaUser struct {
+	uid uint32
+	mu  sync.Mutex
+	// refs counts keys owned plus callers whose credentials name the uid;
+	// the record goes away at zero.
+	refs   int
+	nkeys  int // keys owned
+	nikeys int // of which instantiated
+	qnkeys int // keys counted against the quota
+	qnbyte int // bytes counted against the quota
+}
+
+func (s *Service) quotaFor(uid uint32) *quotaUser {
+	s.usersMu.Lock()
+	defer s.usersMu.Unlock()
+	u := s.users[uid]
+	if u == nil {
+		u = &quotaUser{uid: uid}
+		s.users[uid] = u
+	}
+	u.mu.Lock()
+	u.refs++
+	u.mu.Unlock()
+	return u
+}
+
+func (s *Service) quotaPut(u *quotaUser) {
+	s.usersMu.Lock()
+	defer s.usersMu.Unlock()
+	u.mu.Lock()
+	u.refs--
+	gone := u.refs == 0
+	u.mu.Unlock()
+	if gone && s.users[u.uid] == u {
+		delete(s.users, u.uid)
+	}
+}
+
+func (s *Service) limits(uid uint32) (maxKeys, maxBytes int) {
+	t := s.Tunables()
+	if uid == 0 {
+		return t.RootMaxKeys, t.RootMaxBytes
+	}
+	return t.MaxKeys, t.MaxBytes
+}
+
+// charge counts a new key of quotalen bytes against u. With overrun the
+// charge is recorded but never refused (the kernel's QUOTA_OVERRUN).
+func (s *Service) charge(u *quotaUser, quotalen int, overrun bool) error {
+	maxKeys, maxBytes := s.limits(u.uid)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !overrun && (u.qnkeys+1 > maxKeys || u.qnbyte+quotalen > maxBytes) {
+		return EDQUOT
+	}
+	u.qnkeys++
+	u.qnbyte += quotalen
+	return nil
+}
+
+// adjust changes the bytes charged by delta; only increases can fail.
+func (s *Service) adjust(u *quotaUser, delta int) error {
+	_, maxBytes := s.limits(u.uid)
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if delta > 0 && u.qnbyte+delta > maxBytes {
+		return EDQUOT
+	}
+	u.qnbyte += delta
+	return nil
+}
+
+// uncharge returns a key's whole charge.
+func (s *Service) uncharge(u *quotaUser, quotalen int) {
+	u.mu.Lock()
+	u.qnkeys--
+	u.qnbyte -= quotalen
+	u.mu.Unlock()
+}

@@ -1,0 +1,108 @@
+package keys
+
+// restriction limits what may be linked into a keyring
+// (KEYCTL_RESTRICT_KEYRING). The built-in types define no restriction
+// schemes, so the only one available to callers is "reject everything";
+// registered types may supply a check.
+type restriction struct {
+	check func(ring, k *Key) error
+}
+
+var rejectAll = &restriction{check: func(*Key, *Key) error { return EPERM }}
+
+// RestrictKeyring restricts the keyring id once and for all
+// (KEYCTL_RESTRICT_KEYRING). With typ nil (and restriction nil) every
+// future link is refused with EPERM. The built-in types offer no
+// restriction schemes: naming one fails with ENOENT.
+func (c *Caller) RestrictKeyring(id Serial, typ, restrictionSpec *string) error {
+	return wrap("keyctl_restrict_keyring", id, c.restrictKeyring(id, typ, restrictionSpec))
+}
+
+func (c *Caller) restrictKeyring(id Serial, typ, spec *string) error {
+	r, err := c.lookupUserKey(id, 0, SetAttr)
+	if err != nil {
+		return err
+	}
+	defer r.put()
+	if (typ == nil) != (spec == nil) {
+		return EINVAL
+	}
+	var res *restriction
+	if typ != nil {
+		if err := checkTypeName(*typ); err != nil {
+			return err
+		}
+		if len(*spec) > MaxCalloutInfo {
+			return EINVAL
+		}
+	}
+	ring := r.key
+	if !ring.isKeyring() {
+		return ENOTDIR
+	}
+	if typ != nil {
+		t := c.s.lookupType(*typ)
+		if t == nil {
+			return ENOKEY
+		}
+		return ENOENT // no built-in type has restriction schemes
+	}
+	res = rejectAll
+	ring.mu.Lock()
+	if ring.restrict != nil {
+		ring.mu.Unlock()
+		return EEXIST
+	}
+	ring.restrict = res
+	ring.mu.Unlock()
+	notify(ring, NotifySetAttr, 0)
+	return nil
+}
+
+// Move flags.
+const (
+	// MoveExcl makes Move fail with EEXIST rather than displace a key of
+	// the same type and description in the destination (KEYCTL_MOVE_EXCL).
+	MoveExcl = 1
+)
+
+// Move moves a key's link from one keyring to another (KEYCTL_MOVE).
+func (c *Caller) Move(id, from, to Serial, flags uint32) error {
+	return wrap("keyctl_move", id, c.move(id, from, to, flags))
+}
+
+func (c *Caller) move(id, fromID, toID Serial, flags uint32) error {
+	if flags&^MoveExcl != 0 {
+		return EINVAL
+	}
+	kr, err := c.lookupUserKey(id, lookupCreate, Link)
+	if err != nil {
+		return err
+	}
+	defer kr.put()
+	from, err := c.lookupUserKey(fromID, 0, Write)
+	if err != nil {
+		return err
+	}
+	defer from.put()
+	to, err := c.lookupUserKey(toID, lookupCreate, Write)
+	if err != nil {
+		return err
+	}
+	defer to.put()
+	if from.key == to.key {
+		return nil
+	}
+	if !from.key.isKeyring() || !to.key.isKeyring() {
+		return ENOTDIR
+	}
+	k := kr.key
+	if l, ok := from.key.ring.Load().find(k.typeName(), k.desc); !ok || l.key != k {
+		return ENOENT
+	}
+	if err := c.s.link(to.key, k.get(), true, flags&MoveExcl != 0); err != nil {
+		k.put()
+		return err
+	}
+	return c.s.unlinkFrom(from.key, k)
+}

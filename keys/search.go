@@ -1,0 +1,194 @@
+package keys
+
+// errAgain is the kernel's EAGAIN from a search: nothing found, nothing
+// to report. Operations turn it into ENOKEY or "not possessed".
+var errAgain error = EAGAIN
+
+// search describes one search of a keyring tree, the kernel's
+// keyring_search_context.
+type search struct {
+	cred *Cred
+	typ  string
+	desc string
+	// target, if set, makes the search an identity match for that key
+	// (possession tests).
+	target      *Key
+	stateCheck  bool // skip revoked, expired and negative keys, recording why
+	skipExpired bool // …without recording expiry (request_key)
+	checkPerm   bool // candidates and nested keyrings need Search
+	recurse     bool
+	now         int64
+	// result is the last recorded reason for skipping a candidate.
+	result error
+}
+
+// candidate applies the kernel's filter to a key whose type and
+// description match: it returns true when k is the answer, and records
+// why it was skipped otherwise.
+func (sc *search) candidate(k *Key, possessed bool) bool {
+	if sc.target != nil && k != sc.target {
+		return false
+	}
+	if sc.stateCheck {
+		f := k.flags.Load()
+		if f&(flagRevoked|flagInvalidated) != 0 {
+			sc.result = EKEYREVOKED
+			return false
+		}
+		if k.expired(sc.now) {
+			if !sc.skipExpired {
+				sc.result = EKEYEXPIRED
+			}
+			return false
+		}
+	}
+	if sc.checkPerm && !permitted(k, sc.cred, possessed, Search) {
+		sc.result = EACCES
+		return false
+	}
+	if sc.stateCheck {
+		if err := k.negativeErr(); err != nil {
+			sc.result = err
+			return false
+		}
+	}
+	return true
+}
+
+// tree searches root and, if recursing, the keyrings nested in it, depth
+// first: each keyring's own matching entry before its nested keyrings.
+// possessed applies to everything reached (possession flows down from the
+// root). It returns errAgain when nothing was found and nothing recorded.
+// Callers must be in an rcu read section (or on an online task).
+func (sc *search) tree(root *Key, possessed bool) (*Key, error) {
+	if !root.isKeyring() {
+		return nil, ENOTDIR
+	}
+	if sc.checkPerm && !permitted(root, sc.cred, possessed, Search) {
+		return nil, EACCES
+	}
+	sc.result = nil
+	// The root itself may be what is sought.
+	if root.typeName() == sc.typ && root.desc == sc.desc {
+		if sc.candidate(root, possessed) {
+			return root, nil
+		}
+		if sc.result != nil {
+			return nil, sc.result
+		}
+	}
+	if k := sc.walk(root, possessed, 0); k != nil {
+		return k, nil
+	}
+	if sc.result != nil {
+		return nil, sc.result
+	}
+	return nil, errAgain
+}
+
+func (sc *search) walk(ring *Key, possessed bool, depth int) *Key {
+	if ring.has(flagRevoked | flagInvalidated) {
+		return nil
+	}
+	snap := ring.ring.Load()
+	if snap == nil {
+		return nil
+	}
+	if l, ok := snap.find(sc.typ, sc.desc); ok && sc.candidate(l.key, possessed) {
+		return l.key
+	}
+	if !sc.recurse || depth >= MaxDepth {
+		return nil
+	}
+	for _, l := range snap.nested {
+		if sc.checkPerm && !permitted(l.key, sc.cred, possessed, Search) {
+			continue
+		}
+		if k := sc.walk(l.key, possessed, depth+1); k != nil {
+			return k
+		}
+	}
+	return nil
+}
+
+// searchCred searches a caller's thread, process and session keyrings (or
+// the user-session keyring if it has no session), each as a possessed
+// root, combining their errors as the kernel's search_cred_keyrings_rcu
+// does: "nothing" or a negated key anywhere hides harder errors found
+// elsewhere.
+func (c *Caller) searchCred(sc *search) (*Key, error) {
+	var soft error // EAGAIN or ENOKEY
+	hard := errAgain
+	thread, process, session := c.keyrings()
+	roots := []*Key{thread, process, session}
+	if session == nil {
+		roots[2] = c.s.existingUserKeyring(c.cred.UID, true)
+	}
+	for i, root := range roots {
+		if root == nil {
+			continue
+		}
+		k, err := sc.tree(root, true)
+		switch {
+		case err == nil:
+			return k, nil
+		case err == errAgain:
+			if i == 0 || soft == nil {
+				soft = errAgain
+			}
+		case err == ENOKEY:
+			soft = ENOKEY
+		default:
+			hard = err
+		}
+	}
+	if soft != nil {
+		return nil, soft
+	}
+	return nil, hard
+}
+
+// searchProcess is the kernel's search_process_keyrings_rcu: the caller's
+// own keyrings, then, for a helper holding a request-key authorisation,
+// the requestor's.
+func (c *Caller) searchProcess(sc *search) (*Key, error) {
+	k, err := c.searchCred(sc)
+	if err == nil {
+		return k, nil
+	}
+	ret := error(EACCES)
+	if auth := c.assumed(); auth != nil && sc.typ != authType.Name && auth.validate(sc.now) == nil && auth.auth != nil {
+		req := auth.auth.requestor
+		k, r := req.searchCred(sc)
+		if r == nil {
+			return k, nil
+		}
+		ret = r
+	}
+	switch {
+	case err == ENOKEY || ret == ENOKEY:
+		return nil, ENOKEY
+	case err == EACCES:
+		return nil, ret
+	}
+	return nil, err
+}
+
+// possesses reports whether k is reachable from the caller's keyrings
+// (or, for a request-key helper, its requestor's): the kernel's test for
+// the possessor permission bits.
+func (c *Caller) possesses(k *Key) bool {
+	sc := &search{
+		cred:      &c.cred,
+		typ:       k.typeName(),
+		desc:      k.desc,
+		target:    k,
+		checkPerm: true,
+		recurse:   true,
+		now:       c.s.now(),
+	}
+	sec := c.s.dom.Read()
+	found, _ := c.searchProcess(sc)
+	sec.End()
+	return found == k
+}
