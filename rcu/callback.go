@@ -20,6 +20,7 @@ type callbacks struct {
 	invoked  uint64 // tickets whose callback has run
 	inline   uint64 // run by Call itself after an inline grace period
 	waits    uint64 // Calls that waited for room
+	overflow uint64 // Calls from online tasks queued beyond the bound
 	waiters  int
 	idle     bool          // the worker is parked waiting for work
 	progress chan struct{} // closed when invoked advances, if a Barrier waits
@@ -55,8 +56,9 @@ func (q *callbacks) close() {
 // When it is full, Call waits for the worker to make room, or with
 // WithInlineGracePeriod waits for a grace period itself and runs fn before
 // returning; the caller feels backpressure instead of the process growing
-// without limit. A callback may call Call; if the backlog is full then, the
-// bound is exceeded rather than deadlocking the worker.
+// without limit. A callback, or an online task of the domain, may call
+// Call; if the backlog is full then, the bound is exceeded rather than
+// deadlocking: waiting would hold the grace period that frees room.
 func (d *Domain) Call(fn func()) {
 	if fn == nil {
 		panic("rcu: Call with a nil function")
@@ -100,8 +102,16 @@ func (d *Domain) Call(fn func()) {
 // released when the caller must run it inline.
 func (d *Domain) waitForRoom() bool {
 	q := &d.cb
-	if goroutine.ID() == q.gid {
+	gid := goroutine.ID()
+	if gid == q.gid {
+		q.overflow++
 		return true // a callback queueing more: waiting would deadlock the worker
+	}
+	if d.onlineTask(gid) {
+		// An online task that waited for room would hold the very grace
+		// period the worker needs to make room: exceed the bound instead.
+		q.overflow++
+		return true
 	}
 	if d.cfg.inlineGP {
 		q.mu.Unlock()
@@ -118,6 +128,18 @@ func (d *Domain) waitForRoom() bool {
 		panic("rcu: Call on a closed domain")
 	}
 	return true
+}
+
+// onlineTask reports whether goroutine gid is an online task of d.
+func (d *Domain) onlineTask(gid int64) bool {
+	d.tasksMu.Lock()
+	defer d.tasksMu.Unlock()
+	for t := range d.tasks {
+		if t.gid == gid && t.state.Load()&(stateOffline|stateDead) == 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Barrier waits until every callback queued by Call before Barrier was

@@ -258,3 +258,26 @@ func TestCallbacksMayQueueWhileClosing(t *testing.T) {
 		t.Fatalf("chain ran %d times before Close returned, want 10", n.Load())
 	}
 }
+
+// An online task calling Call on a full backlog must not wait: the
+// grace period that would free room waits for the task itself.
+func TestCallFromOnlineTaskOnFullBacklog(t *testing.T) {
+	d := newDomain(t, WithCallbackBacklog(1))
+	end := holdSection(d)
+	d.Call(func() {}) // fills the backlog, held by the section
+	done := make(chan struct{})
+	go func() {
+		tk := d.Register("caller-task")
+		d.Call(func() {}) // must return although the backlog is full
+		tk.Unregister()
+		close(done)
+	}()
+	<-done
+	end()
+	if err := d.Barrier(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if st := d.Stats(); st.CallOverflows != 1 || st.CallbacksInvoked != 2 {
+		t.Fatalf("stats %+v, want one overflow and two callbacks run", st)
+	}
+}

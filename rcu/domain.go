@@ -145,6 +145,9 @@ type Stats struct {
 	CallbacksInline uint64
 	// CallWaits counts Call invocations that waited for backlog room.
 	CallWaits uint64
+	// CallOverflows counts Calls from callbacks or online tasks queued
+	// beyond the backlog bound, because waiting would have deadlocked.
+	CallOverflows uint64
 	// Stalls counts stall reports issued.
 	Stalls uint64
 	// Tasks is the number of registered tasks.
@@ -164,6 +167,8 @@ func (d *Domain) Stats() Stats {
 	s.CallbackBacklog = d.cb.backlog
 	s.CallbacksInline = d.cb.inline
 	s.CallWaits = d.cb.waits
+	s.CallOverflows = d.cb.overflow
+	s.CallOverflows = d.cb.overflow
 	d.cb.mu.Unlock()
 	s.Stalls = d.stalls.Load()
 	d.tasksMu.Lock()
