@@ -1,0 +1,39 @@
+// Package wire is the protocol between ukeys clients and the ukeyd
+// daemon over a Unix stream socket.
+//
+// # Framing
+//
+// Every message is a frame: a 4-byte big-endian length, then that many
+// bytes of body. A frame longer than MaxFrame is refused before anything
+// is allocated for it.
+//
+// # Handshake
+//
+// The client opens with a Hello frame: the 4 bytes "UKEY" and a 2-byte
+// big-endian protocol version. The server answers with its own Hello
+// carrying the version it will speak (the lower of the two) or closes
+// the connection if it speaks none of the client's.
+//
+// # Requests and responses
+//
+// After the handshake the client sends requests and the server answers
+// each with one response carrying the same tag; a client may have several
+// requests in flight and match answers by tag. A body is:
+//
+//	request:  tag u32 | op u16 | nInts u8 | nBufs u8 | ints i64… | bufs
+//	response: tag u32 | errno u16 | nInts u8 | nBufs u8 | ints i64… | bufs
+//
+// and each buf is a u32 length followed by the bytes, where length
+// 0xFFFFFFFF stands for "absent" (a NULL pointer in the C API, which the
+// kernel distinguishes from an empty string). All integers are big-endian.
+// A response with errno 0 succeeded; otherwise errno is the kernel's error
+// number (ENOKEY, EACCES…) and the results are empty.
+//
+// Operation numbers are keyctl(2)'s where the kernel has one (OpRevoke is
+// KEYCTL_REVOKE = 3 …); add_key, request_key and the daemon's own
+// operations use numbers from 1000 up. Arguments keep keyctl's order and
+// meaning; Ops documents each.
+//
+// Decoding never panics and never allocates more than the frame holds:
+// every decoder has a fuzz target in the test suite.
+package wire
