@@ -1,0 +1,198 @@
+// Package client is the Go API to ukeys, shaped like libkeyutils: one
+// method per keyctl operation, errors comparable with errors.Is against
+// the keys package's errno values. A Client talks to the ukeyd daemon over
+// its Unix socket, or serves itself in process (InProcess) with exactly
+// the daemon's behaviour. A Client may be shared by goroutines.
+package client
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/wire"
+)
+
+// SessionEnv carries a session keyring to child processes: "serial:token".
+// A process that presents the token possesses that session keyring.
+const SessionEnv = "UKEYS_SESSION"
+
+// Client is a connection to ukeys.
+type Client struct {
+	mu    sync.Mutex
+	conn  net.Conn
+	local *server.Local
+	tag   uint32
+	buf   []byte
+}
+
+// Dial connects to the daemon at the Unix socket path and, if the
+// environment carries a session (SessionEnv) or a request-key helper
+// token, presents it.
+func Dial(path string) (*Client, error) {
+	conn, err := net.DialTimeout("unix", path, 5*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	if err := wire.WriteFrame(conn, wire.EncodeHello(wire.Version)); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	hello, err := wire.ReadFrame(conn, nil)
+	if err != nil {
+		conn.Close()
+		return nil, fmt.Errorf("client: handshake: %w", err)
+	}
+	if _, err := wire.DecodeHello(hello); err != nil {
+		conn.Close()
+		return nil, err
+	}
+	c := &Client{conn: conn}
+	if tok := os.Getenv(server.HelperEnv); tok != "" {
+		if _, err := c.attach(tok); err != nil {
+			c.Close()
+			return nil, fmt.Errorf("client: helper token refused: %w", err)
+		}
+	} else if s := os.Getenv(SessionEnv); s != "" {
+		if _, tok, ok := cut(s); ok {
+			_, _ = c.attach(tok) // a stale session falls back to the user session
+		}
+	}
+	return c, nil
+}
+
+func cut(s string) (string, string, bool) {
+	for i := 0; i < len(s); i++ {
+		if s[i] == ':' {
+			return s[:i], s[i+1:], true
+		}
+	}
+	return "", "", false
+}
+
+// InProcess returns a client served by svc in this process, acting with
+// credentials cred.
+func InProcess(svc *keys.Service, cred keys.Cred) *Client {
+	return &Client{local: server.NewLocal(svc, cred)}
+}
+
+// Close closes the connection; the daemon releases the process's keyrings
+// when its last connection closes.
+func (c *Client) Close() error {
+	if c.local != nil {
+		c.local.Close()
+		return nil
+	}
+	return c.conn.Close()
+}
+
+// ErrProtocol reports an answer that does not fit the request.
+var ErrProtocol = errors.New("client: protocol error")
+
+func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.tag++
+	req := &wire.Request{Tag: c.tag, Op: op, Ints: ints, Bufs: bufs}
+	var resp *wire.Response
+	if c.local != nil {
+		resp = c.local.Do(req)
+	} else {
+		body, err := wire.AppendRequest(c.buf[:0], req)
+		if err != nil {
+			return nil, err
+		}
+		err = wire.WriteFrame(c.conn, body)
+		clear(body)
+		c.buf = body
+		if err != nil {
+			return nil, err
+		}
+		rb, err := wire.ReadFrame(c.conn, nil)
+		if err != nil {
+			return nil, err
+		}
+		if resp, err = wire.DecodeResponse(rb); err != nil {
+			return nil, err
+		}
+		if resp.Tag != req.Tag {
+			return nil, ErrProtocol
+		}
+	}
+	if resp.Errno != 0 {
+		return nil, &Error{Op: op.String(), Errno: keys.Errno(resp.Errno)}
+	}
+	return resp, nil
+}
+
+// Error is an operation's failure.
+type Error struct {
+	Op    string
+	Errno keys.Errno
+}
+
+func (e *Error) Error() string { return e.Op + ": " + e.Errno.Error() }
+
+// Unwrap lets errors.Is match the errno.
+func (e *Error) Unwrap() error { return e.Errno }
+
+func i64(vs ...any) []int64 {
+	out := make([]int64, len(vs))
+	for i, v := range vs {
+		switch x := v.(type) {
+		case keys.Serial:
+			out[i] = int64(x)
+		case int:
+			out[i] = int64(x)
+		case int64:
+			out[i] = x
+		case uint32:
+			out[i] = int64(x)
+		case keys.Perm:
+			out[i] = int64(x)
+		case keys.Errno:
+			out[i] = int64(x)
+		case bool:
+			if x {
+				out[i] = 1
+			}
+		default:
+			panic(fmt.Sprintf("client: cannot encode %T", v))
+		}
+	}
+	return out
+}
+
+func serial(r *wire.Response, err error) (keys.Serial, error) {
+	if err != nil {
+		return 0, err
+	}
+	if len(r.Ints) < 1 {
+		return 0, ErrProtocol
+	}
+	return keys.Serial(r.Ints[0]), nil
+}
+
+func bytesOf(r *wire.Response, err error) ([]byte, error) {
+	if err != nil {
+		return nil, err
+	}
+	if len(r.Bufs) < 1 {
+		return nil, ErrProtocol
+	}
+	return append([]byte(nil), r.Bufs[0]...), nil
+}
+
+func nothing(_ *wire.Response, err error) error { return err }
+
+func strPtr(s *string) []byte {
+	if s == nil {
+		return nil
+	}
+	return []byte(*s)
+}

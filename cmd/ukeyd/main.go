@@ -1,0 +1,191 @@
+// Command ukeyd is the ukeys daemon: it serves keys, keyrings and
+// request-key upcalls to the processes of every user on a Unix socket,
+// learning each caller from the socket itself.
+//
+// Usage:
+//
+//	ukeyd [flags]
+//
+// With no flags it listens on the default socket ($UKEYS_SOCKET, or
+// /run/ukeys/ukeyd.sock for root, or $XDG_RUNTIME_DIR/ukeys/ukeyd.sock).
+// SIGTERM and SIGINT stop it cleanly; SIGHUP reloads the request-key
+// configuration.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
+)
+
+func main() {
+	os.Exit(run(os.Args[1:]))
+}
+
+func envOr(name, def string) string {
+	if v := os.Getenv(name); v != "" {
+		return v
+	}
+	return def
+}
+
+func run(args []string) int {
+	fs := flag.NewFlagSet("ukeyd", flag.ContinueOnError)
+	def := keys.DefaultTunables()
+	socket := fs.String("socket", server.DefaultSocket(), "Unix socket to listen on (env UKEYS_SOCKET)")
+	metrics := fs.String("metrics", envOr("UKEYD_METRICS", ""), "address for a Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (env UKEYD_METRICS)")
+	logLevel := fs.String("log-level", envOr("UKEYD_LOG_LEVEL", "info"), "debug, info, warn or error (env UKEYD_LOG_LEVEL)")
+	gcDelay := fs.Duration("gc-delay", envDuration("UKEYD_GC_DELAY", def.GCDelay), "how long expired and revoked keys stay linked (gc_delay; env UKEYD_GC_DELAY)")
+	maxKeys := fs.Int("maxkeys", envInt("UKEYD_MAXKEYS", def.MaxKeys), "keys per non-root user (env UKEYD_MAXKEYS)")
+	maxBytes := fs.Int("maxbytes", envInt("UKEYD_MAXBYTES", def.MaxBytes), "bytes per non-root user (env UKEYD_MAXBYTES)")
+	rootKeys := fs.Int("root-maxkeys", envInt("UKEYD_ROOT_MAXKEYS", def.RootMaxKeys), "keys for root (env UKEYD_ROOT_MAXKEYS)")
+	rootBytes := fs.Int("root-maxbytes", envInt("UKEYD_ROOT_MAXBYTES", def.RootMaxBytes), "bytes for root (env UKEYD_ROOT_MAXBYTES)")
+	persist := fs.Duration("persistent-expiry", envDuration("UKEYD_PERSISTENT_EXPIRY", def.PersistentExpiry), "persistent keyring timeout (env UKEYD_PERSISTENT_EXPIRY)")
+	helper := fs.String("request-key", envOr("UKEYD_REQUEST_KEY", defaultHelper()), "request-key helper command run to construct keys (env UKEYD_REQUEST_KEY; empty: none)")
+	upcallTimeout := fs.Duration("upcall-timeout", envDuration("UKEYD_UPCALL_TIMEOUT", 60*time.Second), "kill a request-key helper after this long and negate the key")
+	maxConns := fs.Int("max-conns-per-uid", envInt("UKEYD_MAX_CONNS_PER_UID", 256), "simultaneous connections allowed per uid")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(*logLevel)); err != nil {
+		fmt.Fprintf(os.Stderr, "ukeyd: bad -log-level %q\n", *logLevel)
+		return 2
+	}
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+
+	// Hardening that needs no option: no core dumps or ptrace by other
+	// users of this process's memory, which holds every payload.
+	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+		log.Warn("ukeyd: cannot make the process non-dumpable", "err", err)
+	}
+
+	tun := keys.Tunables{GCDelay: *gcDelay, MaxKeys: *maxKeys, MaxBytes: *maxBytes,
+		RootMaxKeys: *rootKeys, RootMaxBytes: *rootBytes, PersistentExpiry: *persist}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m := server.NewMetrics(reg)
+
+	var srv *server.Server
+	var upcaller keys.Upcaller
+	if *helper != "" {
+		f := strings.Fields(*helper)
+		upcaller = keys.UpcallFunc(func(ctx context.Context, u *keys.Upcall) error {
+			return srv.Upcaller(server.Helper{Path: f[0], Args: f[1:], Socket: *socket}).Upcall(ctx, u)
+		})
+	}
+	svc := keys.New(keys.WithUpcall(upcaller), keys.WithUpcallTimeout(*upcallTimeout))
+	if err := svc.SetTunables(tun); err != nil {
+		fmt.Fprintln(os.Stderr, "ukeyd: a tunable is out of range")
+		svc.Close()
+		return 2
+	}
+	srv = server.New(svc, server.Config{Logger: log, Metrics: m, MaxConnsPerUID: *maxConns})
+	m.RegisterService(reg, svc)
+
+	ln, err := server.Listen(*socket)
+	if err != nil {
+		log.Error("ukeyd: cannot listen", "socket", *socket, "err", err)
+		return 1
+	}
+	var hs *http.Server
+	if *metrics != "" {
+		mln, err := net.Listen("tcp", *metrics)
+		if err != nil {
+			log.Error("ukeyd: cannot listen for metrics", "addr", *metrics, "err", err)
+			ln.Close()
+			return 1
+		}
+		mux := http.NewServeMux()
+		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go hs.Serve(mln)
+		log.Info("ukeyd: metrics", "addr", mln.Addr().String())
+	}
+	log.Info("ukeyd: listening", "socket", *socket, "pid", os.Getpid())
+
+	sigs := make(chan os.Signal, 4)
+	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	for {
+		select {
+		case sig := <-sigs:
+			if sig == syscall.SIGHUP {
+				log.Info("ukeyd: SIGHUP: the request-key helper reads its configuration at each upcall")
+				continue
+			}
+			log.Info("ukeyd: stopping", "signal", sig.String())
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			err := srv.Shutdown(ctx)
+			cancel()
+			if hs != nil {
+				hs.Close()
+			}
+			<-served
+			svc.Close()
+			if err != nil {
+				log.Warn("ukeyd: connections forced closed", "err", err)
+			}
+			log.Info("ukeyd: stopped")
+			return 0
+		case err := <-served:
+			if !errors.Is(err, server.ErrClosed) {
+				log.Error("ukeyd: serve", "err", err)
+				return 1
+			}
+			return 0
+		}
+	}
+}
+
+// defaultHelper is "ukeyctl request-key" next to this binary, if there.
+func defaultHelper() string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), "ukeyctl")
+	if _, err := exec.LookPath(p); err != nil {
+		return ""
+	}
+	return p + " request-key"
+}
+
+func envInt(name string, def int) int {
+	var v int
+	if s := os.Getenv(name); s != "" {
+		if _, err := fmt.Sscan(s, &v); err == nil {
+			return v
+		}
+	}
+	return def
+}
+
+func envDuration(name string, def time.Duration) time.Duration {
+	if s := os.Getenv(name); s != "" {
+		if d, err := time.ParseDuration(s); err == nil {
+			return d
+		}
+	}
+	return def
+}

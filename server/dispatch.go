@@ -1,0 +1,300 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/wire"
+)
+
+func errnoOf(err error) uint16 {
+	e, _ := keys.ErrnoOf(err)
+	return uint16(e)
+}
+
+func fail(err error) *wire.Response { return &wire.Response{Errno: errnoOf(err)} }
+
+func ok(ints ...int64) *wire.Response { return &wire.Response{Ints: ints} }
+
+func okBuf(b []byte, ints ...int64) *wire.Response {
+	if b == nil {
+		b = []byte{}
+	}
+	return &wire.Response{Ints: ints, Bufs: [][]byte{b}}
+}
+
+func result(id keys.Serial, err error) *wire.Response {
+	if err != nil {
+		return fail(err)
+	}
+	return ok(int64(id))
+}
+
+func done(err error) *wire.Response {
+	if err != nil {
+		return fail(err)
+	}
+	return ok()
+}
+
+func optString(b []byte) *string {
+	if b == nil {
+		return nil
+	}
+	s := string(b)
+	return &s
+}
+
+// dispatch runs one request as the connection's caller. Every decision
+// about permissions is the keys package's, made against the credentials
+// the kernel reported for the socket.
+func (c *conn) dispatch(r *wire.Request) *wire.Response {
+	cl := c.caller
+	id := keys.Serial(r.Int(0))
+	switch r.Op {
+	case wire.OpGetKeyringID:
+		return result(cl.GetKeyringID(id, r.Int(1) != 0))
+	case wire.OpJoinSession:
+		return result(cl.JoinSessionKeyring(optString(r.Buf(0))))
+	case wire.OpUpdate:
+		return done(cl.Update(id, r.Buf(0)))
+	case wire.OpRevoke:
+		return done(cl.Revoke(id))
+	case wire.OpChown:
+		return done(cl.Chown(id, r.Int(1), r.Int(2)))
+	case wire.OpSetPerm:
+		return done(cl.SetPerm(id, keys.Perm(uint32(r.Int(1)))))
+	case wire.OpDescribe:
+		d, err := cl.Describe(id)
+		if err != nil {
+			return fail(err)
+		}
+		return okBuf([]byte(d.String()))
+	case wire.OpClear:
+		return done(cl.Clear(id))
+	case wire.OpLink:
+		return done(cl.Link(id, keys.Serial(r.Int(1))))
+	case wire.OpUnlink:
+		return done(cl.Unlink(id, keys.Serial(r.Int(1))))
+	case wire.OpSearch:
+		return result(cl.Search(id, string(r.Buf(0)), string(r.Buf(1)), keys.Serial(r.Int(1))))
+	case wire.OpRead:
+		b, err := cl.Read(id)
+		if err != nil {
+			return fail(err)
+		}
+		return okBuf(b)
+	case wire.OpInstantiate:
+		return done(cl.Instantiate(id, r.Buf(0), keys.Serial(r.Int(1))))
+	case wire.OpNegate:
+		return done(cl.Negate(id, uint32(r.Int(1)), keys.Serial(r.Int(2))))
+	case wire.OpSetReqKeyKeyring:
+		prev, err := cl.SetReqKeyKeyring(int(r.Int(0)))
+		if err != nil {
+			return fail(err)
+		}
+		return ok(int64(prev))
+	case wire.OpSetTimeout:
+		return done(cl.SetTimeout(id, uint32(r.Int(1))))
+	case wire.OpAssumeAuthority:
+		return result(cl.AssumeAuthority(id))
+	case wire.OpGetSecurity:
+		label, err := cl.GetSecurity(id)
+		if err != nil {
+			return fail(err)
+		}
+		return okBuf([]byte(label))
+	case wire.OpSessionToParent:
+		return done(c.sessionToParent())
+	case wire.OpReject:
+		return done(cl.Reject(id, uint32(r.Int(1)), keys.Errno(r.Int(2)), keys.Serial(r.Int(3))))
+	case wire.OpInvalidate:
+		return done(cl.Invalidate(id))
+	case wire.OpGetPersistent:
+		return result(cl.GetPersistent(r.Int(0), keys.Serial(r.Int(1))))
+	case wire.OpRestrictKeyring:
+		return done(cl.RestrictKeyring(id, optString(r.Buf(0)), optString(r.Buf(1))))
+	case wire.OpMove:
+		return done(cl.Move(id, keys.Serial(r.Int(1)), keys.Serial(r.Int(2)), uint32(r.Int(3))))
+	case wire.OpCapabilities:
+		return okBuf(cl.Capabilities())
+	case wire.OpWatchKey:
+		if c.watch == nil {
+			c.watch = keys.NewWatchQueue(256)
+		}
+		return done(cl.WatchKey(id, c.watch, int(r.Int(1))))
+	case wire.OpWatchNext:
+		if c.watch == nil {
+			return fail(keys.ENOENT)
+		}
+		n, okN := c.watch.Next()
+		if !okN {
+			return fail(keys.ENOENT)
+		}
+		return ok(int64(n.Key), int64(n.Kind), int64(n.Aux), int64(n.WatchID))
+	case wire.OpAddKey:
+		return result(cl.AddKey(string(r.Buf(0)), string(r.Buf(1)), r.Buf(2), id))
+	case wire.OpRequestKey:
+		return result(cl.RequestKey(string(r.Buf(0)), string(r.Buf(1)), r.Buf(2), id))
+	case wire.OpProcKeys:
+		return okBuf([]byte(cl.ProcKeys()))
+	case wire.OpProcKeyUsers:
+		return okBuf([]byte(c.s.svc.ProcKeyUsers()))
+	case wire.OpSysctlGet:
+		return okBuf([]byte(sysctlText(c.s.svc.Tunables())))
+	case wire.OpSysctlSet:
+		if c.cred.UID != 0 {
+			return fail(keys.EACCES)
+		}
+		return done(setSysctl(c.s.svc, string(r.Buf(0)), string(r.Buf(1))))
+	case wire.OpStatus:
+		return okBuf([]byte(c.s.status()))
+	case wire.OpSessionAttach:
+		return result(c.attach(string(r.Buf(0))))
+	case wire.OpSessionToken:
+		k := cl.Session()
+		if k == nil {
+			return fail(keys.ENOKEY)
+		}
+		return okBuf([]byte(c.s.sessionToken(k)), int64(k.Serial()))
+	}
+	return fail(keys.EOPNOTSUPP)
+}
+
+// attach lets a process present a token: a session token makes it
+// possess that session keyring; a helper token makes the connection act
+// as the request-key helper it was started as.
+func (c *conn) attach(token string) (keys.Serial, error) {
+	c.s.mu.Lock()
+	k := c.s.sessions[token]
+	helper := c.s.helpers[token]
+	c.s.mu.Unlock()
+	switch {
+	case helper != nil:
+		c.caller = helper
+		if k := helper.Session(); k != nil {
+			return k.Serial(), nil
+		}
+		return 0, nil
+	case k != nil:
+		if err := c.caller.SetSession(k); err != nil {
+			return 0, err
+		}
+		return k.Serial(), nil
+	}
+	return 0, keys.EACCES
+}
+
+// sessionToParent gives the caller's session keyring to its parent
+// process, if that process is a client of this daemon with the same uid.
+func (c *conn) sessionToParent() error {
+	ppid := parentPID(c.cred.PID)
+	c.s.mu.Lock()
+	parent := c.s.procs[ppid]
+	c.s.mu.Unlock()
+	if ppid <= 1 || parent == nil || parent.caller.Cred().UID != c.cred.UID {
+		return keys.EPERM
+	}
+	k := c.caller.Session()
+	if k == nil {
+		return keys.ENOKEY
+	}
+	return parent.caller.SetSession(k)
+}
+
+func parentPID(pid int) int {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0
+	}
+	// The command name may contain spaces and parentheses: skip past the
+	// last ')'.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 2 {
+		return 0
+	}
+	p, _ := strconv.Atoi(f[1])
+	return p
+}
+
+// Sysctl names, as under /proc/sys/kernel/keys.
+var sysctlNames = []string{"gc_delay", "maxbytes", "maxkeys", "persistent_keyring_expiry", "root_maxbytes", "root_maxkeys"}
+
+func sysctlText(t keys.Tunables) string {
+	var b strings.Builder
+	for _, n := range sysctlNames {
+		v, _ := sysctlGet(t, n)
+		fmt.Fprintf(&b, "%s = %d\n", n, v)
+	}
+	return b.String()
+}
+
+func sysctlGet(t keys.Tunables, name string) (int64, bool) {
+	switch name {
+	case "gc_delay":
+		return int64(t.GCDelay / time.Second), true
+	case "maxkeys":
+		return int64(t.MaxKeys), true
+	case "maxbytes":
+		return int64(t.MaxBytes), true
+	case "root_maxkeys":
+		return int64(t.RootMaxKeys), true
+	case "root_maxbytes":
+		return int64(t.RootMaxBytes), true
+	case "persistent_keyring_expiry":
+		return int64(t.PersistentExpiry / time.Second), true
+	}
+	return 0, false
+}
+
+func setSysctl(svc *keys.Service, name, value string) error {
+	v, err := strconv.ParseInt(strings.TrimSpace(value), 10, 64)
+	if err != nil {
+		return keys.EINVAL
+	}
+	t := svc.Tunables()
+	switch name {
+	case "gc_delay":
+		t.GCDelay = time.Duration(v) * time.Second
+	case "maxkeys":
+		t.MaxKeys = int(v)
+	case "maxbytes":
+		t.MaxBytes = int(v)
+	case "root_maxkeys":
+		t.RootMaxKeys = int(v)
+	case "root_maxbytes":
+		t.RootMaxBytes = int(v)
+	case "persistent_keyring_expiry":
+		t.PersistentExpiry = time.Duration(v) * time.Second
+	default:
+		return keys.ENOENT
+	}
+	return svc.SetTunables(t)
+}
+
+// status reports the daemon's state in "name: value" lines.
+func (s *Server) status() string {
+	s.mu.Lock()
+	nconn, nproc := len(s.conns), len(s.procs)
+	s.mu.Unlock()
+	st := s.svc.Domain().Stats()
+	var b strings.Builder
+	fmt.Fprintf(&b, "keys: %d\n", s.svc.Keys())
+	fmt.Fprintf(&b, "connections: %d\nprocesses: %d\n", nconn, nproc)
+	fmt.Fprintf(&b, "rcu_grace_periods: %d\n", st.GracePeriods)
+	fmt.Fprintf(&b, "rcu_grace_period_p50: %v\nrcu_grace_period_p99: %v\nrcu_grace_period_max: %v\n",
+		st.GracePeriodLatency.P50, st.GracePeriodLatency.P99, st.GracePeriodLatency.Max)
+	fmt.Fprintf(&b, "rcu_callbacks_queued: %d\nrcu_callbacks_invoked: %d\nrcu_callback_backlog: %d\n",
+		st.CallbacksQueued, st.CallbacksInvoked, st.CallbackBacklog)
+	fmt.Fprintf(&b, "rcu_stalls: %d\n", st.Stalls)
+	return b.String()
+}

@@ -1,0 +1,235 @@
+package server_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/wire"
+)
+
+func TestMain(m *testing.M) {
+	if os.Getenv("UKEYS_TEST_CHILD") == "search" {
+		childSearch()
+		return
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// childSearch runs in a child process: it connects (presenting whatever
+// session its environment carries) and searches its session keyring.
+func childSearch() {
+	c, err := client.Dial(os.Getenv("UKEYS_SOCKET"))
+	if err != nil {
+		fmt.Println("dial:", err)
+		os.Exit(1)
+	}
+	defer c.Close()
+	id, err := c.Search(keys.SessionKeyring, "user", "shared", 0)
+	if err != nil {
+		fmt.Println("error:", err)
+		return
+	}
+	fmt.Println("found", id)
+}
+
+// runChild runs this test binary as another process with env added.
+func runChild(t *testing.T, env ...string) string {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), append([]string{"UKEYS_TEST_CHILD=search"}, env...)...)
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("child: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+type daemon struct {
+	svc  *keys.Service
+	srv  *server.Server
+	path string
+	done chan error
+}
+
+func startDaemon(t *testing.T, opts ...keys.Option) *daemon {
+	t.Helper()
+	dir := t.TempDir()
+	d := &daemon{path: filepath.Join(dir, "ukeyd.sock"), done: make(chan error, 1)}
+	d.svc = keys.New(opts...)
+	d.srv = server.New(d.svc, server.Config{ReadTimeout: 5 * time.Second, MaxConnsPerUID: 64})
+	ln, err := server.Listen(d.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		if err := d.srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-d.done; !errors.Is(err, server.ErrClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+		d.svc.Close()
+		if _, err := os.Stat(d.path); !os.IsNotExist(err) {
+			t.Errorf("socket left behind after shutdown: %v", err)
+		}
+	})
+	return d
+}
+
+func (d *daemon) dial(t *testing.T) *client.Client {
+	t.Helper()
+	c, err := client.Dial(d.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+func TestEndToEnd(t *testing.T) {
+	d := startDaemon(t)
+	c := d.dial(t)
+	if _, err := c.JoinSessionKeyring(nil); err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.AddKey("user", "e2e", []byte("payload"), keys.SessionKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := c.Read(id)
+	if err != nil || string(got) != "payload" {
+		t.Fatalf("Read = %q, %v", got, err)
+	}
+	desc, err := c.Describe(id)
+	uid, gid := os.Getuid(), os.Getgid()
+	want := "user;" + itoa(uid) + ";" + itoa(gid) + ";3f010000;e2e"
+	if err != nil || desc != want {
+		t.Fatalf("Describe = %q, %v; want %q", desc, err, want)
+	}
+	if found, err := c.Search(keys.SessionKeyring, "user", "e2e", 0); err != nil || found != id {
+		t.Fatalf("Search = %d, %v", found, err)
+	}
+	if err := c.Revoke(id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.Read(id); !errors.Is(err, keys.EKEYREVOKED) {
+		t.Fatalf("Read after revoke: %v", err)
+	}
+	if _, err := c.Read(12345); !errors.Is(err, keys.ENOKEY) {
+		t.Fatalf("Read missing: %v", err)
+	}
+	proc, err := c.ProcKeys()
+	if err != nil || len(proc) == 0 {
+		t.Fatalf("ProcKeys: %q %v", proc, err)
+	}
+	if st, err := c.Status(); err != nil || len(st) == 0 {
+		t.Fatalf("Status: %v", err)
+	}
+}
+
+func itoa(v int) string {
+	return string(appendInt(nil, v))
+}
+
+func appendInt(b []byte, v int) []byte {
+	if v >= 10 {
+		b = appendInt(b, v/10)
+	}
+	return append(b, byte('0'+v%10))
+}
+
+// A process's keyrings belong to it: a second connection of the same
+// process shares them, and they go when its last connection closes.
+func TestProcessKeyringsFollowProcess(t *testing.T) {
+	d := startDaemon(t)
+	a := d.dial(t)
+	b := d.dial(t)
+	pa, err := a.GetKeyringID(keys.ProcessKeyring, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pb, err := b.GetKeyringID(keys.ProcessKeyring, false)
+	if err != nil || pb != pa {
+		t.Fatalf("second connection of the process sees %d, %v; want %d", pb, err, pa)
+	}
+}
+
+// Sessions cross processes by token only.
+func TestSessionToken(t *testing.T) {
+	d := startDaemon(t)
+	a := d.dial(t)
+	if _, err := a.JoinSessionKeyring(nil); err != nil {
+		t.Fatal(err)
+	}
+	id, err := a.AddKey("user", "shared", []byte("s"), keys.SessionKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok, err := a.SessionToken()
+	if err != nil {
+		t.Fatal(err)
+	}
+	sock := "UKEYS_SOCKET=" + d.path
+	if out := runChild(t, sock, client.SessionEnv+"="+tok); out != fmt.Sprint("found ", id) {
+		t.Fatalf("child holding the token: %q, want found %d", out, id)
+	}
+	if out := runChild(t, sock, client.SessionEnv+"=1:00000000000000000000000000000000"); !strings.Contains(out, "Required key not available") {
+		t.Fatalf("child with a wrong token: %q, want ENOKEY", out)
+	}
+	if out := runChild(t, sock); !strings.Contains(out, "Required key not available") {
+		t.Fatalf("child without a token: %q, want ENOKEY", out)
+	}
+}
+
+// Garbage on the socket, a client vanishing mid-request and a flood of
+// connections leave the daemon serving everyone else.
+func TestBadClients(t *testing.T) {
+	d := startDaemon(t)
+	good := d.dial(t)
+	for _, junk := range [][]byte{
+		[]byte("GET / HTTP/1.0\r\n\r\n"),
+		{0xff, 0xff, 0xff, 0xff},
+		append(wire.EncodeHello(1)[:0:0], []byte{0, 0, 0, 6, 'U', 'K', 'E', 'Y', 0, 1, 0, 0, 0, 3, 1, 2, 3}...),
+	} {
+		conn, err := net.Dial("unix", d.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		conn.Write(junk)
+		conn.Close()
+	}
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := client.Dial(d.path)
+			if err != nil {
+				return // refused past the per-uid bound: fine
+			}
+			c.AddKey("user", "flood", []byte("x"), keys.UserKeyring)
+			c.Close()
+		}()
+	}
+	wg.Wait()
+	if _, err := good.GetKeyringID(keys.UserKeyring, true); err != nil {
+		t.Fatalf("good client after the abuse: %v", err)
+	}
+}

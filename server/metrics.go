@@ -1,0 +1,88 @@
+package server
+
+import (
+	"strconv"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/wire"
+)
+
+// Metrics are the server's Prometheus collectors. A nil *Metrics records
+// nothing. No label or value ever carries a description or payload.
+type Metrics struct {
+	ops     *prometheus.CounterVec
+	latency *prometheus.HistogramVec
+	conns   prometheus.Gauge
+	refuse  prometheus.Counter
+}
+
+// NewMetrics creates the collectors and registers them with reg.
+func NewMetrics(reg prometheus.Registerer) *Metrics {
+	m := &Metrics{
+		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "ukeyd", Name: "operations_total",
+			Help: "Operations served, by operation and errno (0 for success).",
+		}, []string{"op", "errno"}),
+		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Namespace: "ukeyd", Name: "operation_seconds",
+			Help:    "Time to serve an operation, from decoded request to response.",
+			Buckets: prometheus.ExponentialBuckets(1e-6, 4, 12),
+		}, []string{"op"}),
+		conns: prometheus.NewGauge(prometheus.GaugeOpts{
+			Namespace: "ukeyd", Name: "connections",
+			Help: "Open client connections.",
+		}),
+		refuse: prometheus.NewCounter(prometheus.CounterOpts{
+			Namespace: "ukeyd", Name: "connections_refused_total",
+			Help: "Connections refused because their uid had too many open.",
+		}),
+	}
+	reg.MustRegister(m.ops, m.latency, m.conns, m.refuse)
+	return m
+}
+
+func (m *Metrics) observe(op wire.Op, errno uint16, d time.Duration) {
+	if m == nil {
+		return
+	}
+	m.ops.WithLabelValues(op.String(), strconv.Itoa(int(errno))).Inc()
+	m.latency.WithLabelValues(op.String()).Observe(d.Seconds())
+}
+
+func (m *Metrics) connOpened() {
+	if m != nil {
+		m.conns.Inc()
+	}
+}
+
+func (m *Metrics) connClosed() {
+	if m != nil {
+		m.conns.Dec()
+	}
+}
+
+func (m *Metrics) refused() {
+	if m != nil {
+		m.refuse.Inc()
+	}
+}
+
+// RegisterService adds gauges read from svc at scrape time: keys, quota
+// use per uid, and the rcu domain's statistics.
+func (m *Metrics) RegisterService(reg prometheus.Registerer, svc *keys.Service) {
+	reg.MustRegister(
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ukeyd", Name: "keys", Help: "Keys in the serial index."},
+			func() float64 { return float64(svc.Keys()) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ukeyd", Subsystem: "rcu", Name: "grace_periods_total", Help: "Grace periods completed."},
+			func() float64 { return float64(svc.Domain().Stats().GracePeriods) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ukeyd", Subsystem: "rcu", Name: "callback_backlog", Help: "Callbacks queued and not yet run."},
+			func() float64 { return float64(svc.Domain().Stats().CallbackBacklog) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Namespace: "ukeyd", Subsystem: "rcu", Name: "stalls_total", Help: "Stall reports issued."},
+			func() float64 { return float64(svc.Domain().Stats().Stalls) }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ukeyd", Subsystem: "rcu", Name: "grace_period_p99_seconds", Help: "99th percentile of grace-period latency."},
+			func() float64 { return svc.Domain().Stats().GracePeriodLatency.P99.Seconds() }),
+	)
+}

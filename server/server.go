@@ -1,0 +1,210 @@
+package server
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/ukeys/ukeys/keys"
+)
+
+// Config tunes a Server. The zero value is usable: every field has a
+// default.
+type Config struct {
+	// Logger receives structured logs; never payloads.
+	Logger *slog.Logger
+	// ReadTimeout bounds how long a connection may stay silent between
+	// requests (default 5 minutes) and how long a request may take to
+	// arrive once begun.
+	ReadTimeout time.Duration
+	// MaxConnsPerUID bounds simultaneous connections of one uid (default
+	// 256); more are refused.
+	MaxConnsPerUID int
+	// Metrics, if set, records operation counts and latencies.
+	Metrics *Metrics
+}
+
+// Server serves a keys.Service to clients on Unix sockets.
+type Server struct {
+	svc *keys.Service
+	cfg Config
+	log *slog.Logger
+
+	mu       sync.Mutex
+	procs    map[int]*proc // by pid
+	perUID   map[uint32]int
+	sessions map[string]*keys.Key // session tokens
+	helpers  map[string]*keys.Caller
+	conns    map[*conn]struct{}
+	lns      []net.Listener
+	closing  bool
+	wg       sync.WaitGroup
+}
+
+// proc is a client process: its keys.Caller lives as long as the process
+// has a connection open.
+type proc struct {
+	caller *keys.Caller
+	conns  int
+}
+
+// New returns a server for svc.
+func New(svc *keys.Service, cfg Config) *Server {
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.ReadTimeout <= 0 {
+		cfg.ReadTimeout = 5 * time.Minute
+	}
+	if cfg.MaxConnsPerUID <= 0 {
+		cfg.MaxConnsPerUID = 256
+	}
+	return &Server{
+		svc:      svc,
+		cfg:      cfg,
+		log:      cfg.Logger,
+		procs:    make(map[int]*proc),
+		perUID:   make(map[uint32]int),
+		sessions: make(map[string]*keys.Key),
+		helpers:  make(map[string]*keys.Caller),
+		conns:    make(map[*conn]struct{}),
+	}
+}
+
+// ErrClosed is returned by Serve after Shutdown.
+var ErrClosed = errors.New("server: closed")
+
+// Serve accepts connections on ln until Shutdown. It returns ErrClosed
+// after a shutdown, or the listener's error.
+func (s *Server) Serve(ln *net.UnixListener) error {
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		return ErrClosed
+	}
+	s.lns = append(s.lns, ln)
+	s.mu.Unlock()
+	for {
+		c, err := ln.AcceptUnix()
+		if err != nil {
+			s.mu.Lock()
+			closing := s.closing
+			s.mu.Unlock()
+			if closing {
+				return ErrClosed
+			}
+			var ne net.Error
+			if errors.As(err, &ne) && ne.Timeout() {
+				continue
+			}
+			return err
+		}
+		s.accept(c)
+	}
+}
+
+func (s *Server) accept(uc *net.UnixConn) {
+	cred, err := peerCred(uc)
+	if err != nil {
+		s.log.Warn("ukeyd: cannot learn peer credentials; closing", "err", err)
+		uc.Close()
+		return
+	}
+	s.mu.Lock()
+	if s.closing || s.perUID[cred.UID] >= s.cfg.MaxConnsPerUID {
+		refused := !s.closing
+		s.mu.Unlock()
+		if refused {
+			s.log.Warn("ukeyd: too many connections for uid; refusing", "uid", cred.UID, "limit", s.cfg.MaxConnsPerUID)
+			s.cfg.Metrics.refused()
+		}
+		uc.Close()
+		return
+	}
+	s.perUID[cred.UID]++
+	p := s.procs[cred.PID]
+	if p == nil || p.caller.Cred().UID != cred.UID {
+		p = &proc{caller: s.svc.NewCaller(cred)}
+		s.procs[cred.PID] = p
+	}
+	p.conns++
+	c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller}
+	s.conns[c] = struct{}{}
+	s.wg.Add(1)
+	s.mu.Unlock()
+	s.cfg.Metrics.connOpened()
+	go c.serve()
+}
+
+// release undoes accept's bookkeeping when a connection ends.
+func (s *Server) release(c *conn) {
+	s.mu.Lock()
+	delete(s.conns, c)
+	s.perUID[c.cred.UID]--
+	if s.perUID[c.cred.UID] <= 0 {
+		delete(s.perUID, c.cred.UID)
+	}
+	c.proc.conns--
+	var gone *keys.Caller
+	if c.proc.conns == 0 && s.procs[c.cred.PID] == c.proc {
+		delete(s.procs, c.cred.PID)
+		gone = c.proc.caller
+	}
+	s.mu.Unlock()
+	if gone != nil {
+		gone.Release() // the process's thread and process keyrings go with it
+	}
+	s.cfg.Metrics.connClosed()
+	s.wg.Done()
+}
+
+// Shutdown stops accepting, lets in-flight requests finish, closes every
+// connection and waits for them, or gives up when ctx ends.
+func (s *Server) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.closing = true
+	for _, ln := range s.lns {
+		ln.Close()
+	}
+	for c := range s.conns {
+		c.closeIdle()
+	}
+	s.mu.Unlock()
+	done := make(chan struct{})
+	go func() { s.wg.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		s.mu.Lock()
+		for c := range s.conns {
+			c.uc.Close()
+		}
+		s.mu.Unlock()
+		<-done
+		return ctx.Err()
+	}
+}
+
+func newToken() string {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		panic("server: no randomness for session tokens: " + err.Error())
+	}
+	return hex.EncodeToString(b[:])
+}
+
+// sessionToken returns a token that grants possession of the caller's
+// session keyring to whoever presents it.
+func (s *Server) sessionToken(k *keys.Key) string {
+	t := newToken()
+	s.mu.Lock()
+	s.sessions[t] = k
+	s.mu.Unlock()
+	return t
+}

@@ -1,0 +1,69 @@
+package server
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+	"time"
+)
+
+// DefaultSocket returns where the daemon listens for the calling user:
+// $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root; else
+// $XDG_RUNTIME_DIR/ukeys/ukeyd.sock, falling back to a per-user
+// directory under the temporary directory.
+func DefaultSocket() string {
+	if p := os.Getenv("UKEYS_SOCKET"); p != "" {
+		return p
+	}
+	if os.Geteuid() == 0 {
+		return "/run/ukeys/ukeyd.sock"
+	}
+	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
+		return filepath.Join(d, "ukeys", "ukeyd.sock")
+	}
+	return filepath.Join(os.TempDir(), "ukeys-"+strconv.Itoa(os.Geteuid()), "ukeyd.sock")
+}
+
+// ErrInUse reports a socket that a live daemon already serves.
+var ErrInUse = errors.New("server: socket in use by a live daemon")
+
+// Listen creates the socket's directory if it does not exist, 0755 for a
+// root daemon that serves every user and 0700 for a user's own (the socket
+// itself is 0666: whoever can reach it may connect, and the daemon checks
+// each caller's credentials), refuses a path that another live
+// daemon answers on, and removes a stale socket left by a dead one.
+func Listen(path string) (*net.UnixListener, error) {
+	dir := filepath.Dir(path)
+	mode := os.FileMode(0o700)
+	if os.Geteuid() == 0 {
+		mode = 0o755
+	}
+	if err := os.MkdirAll(dir, mode); err != nil {
+		return nil, err
+	}
+	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+		return nil, fmt.Errorf("server: %s is not a directory", dir)
+	}
+	if _, err := os.Lstat(path); err == nil {
+		if c, err := net.DialTimeout("unix", path, 500*time.Millisecond); err == nil {
+			c.Close()
+			return nil, fmt.Errorf("%w: %s", ErrInUse, path)
+		}
+		if err := os.Remove(path); err != nil {
+			return nil, err
+		}
+	}
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		return nil, err
+	}
+	ln.SetUnlinkOnClose(true)
+	if err := os.Chmod(path, 0o666); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	return ln, nil
+}

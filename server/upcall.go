@@ -1,0 +1,63 @@
+package server
+
+import (
+	"context"
+	"os/exec"
+	"syscall"
+	"time"
+
+	"github.com/ukeys/ukeys/keys"
+)
+
+// HelperEnv is the environment variable through which a request-key
+// helper started by the daemon receives the token that lets it act with
+// the authority to construct the key (and with nothing else).
+const HelperEnv = "UKEYS_HELPER_TOKEN"
+
+// Helper runs request-key helper programs for a Server: the daemon's
+// equivalent of the kernel calling /sbin/request-key.
+type Helper struct {
+	// Path and Args start the program; the kernel's seven arguments
+	// (create, key, uid, gid, thread, process and session keyrings) follow
+	// Args.
+	Path string
+	Args []string
+	// Socket is the daemon's socket, passed in UKEYS_SOCKET.
+	Socket string
+	server *Server
+}
+
+// Upcaller returns the keys.Upcaller that runs h for s.
+func (s *Server) Upcaller(h Helper) keys.Upcaller {
+	h.server = s
+	return &h
+}
+
+// Upcall runs the helper and waits for it. A helper still running when ctx
+// ends (the upcall timeout) is killed; the keys package then negates the
+// key.
+func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
+	token := newToken()
+	h.server.mu.Lock()
+	h.server.helpers[token] = u.Helper
+	h.server.mu.Unlock()
+	defer func() {
+		h.server.mu.Lock()
+		delete(h.server.helpers, token)
+		h.server.mu.Unlock()
+	}()
+	args := append(append([]string(nil), h.Args...), u.Args()...)
+	cmd := exec.CommandContext(ctx, h.Path, args...)
+	cmd.Env = []string{"HOME=/", "PATH=/sbin:/bin:/usr/sbin:/usr/bin", "UKEYS_SOCKET=" + h.Socket, HelperEnv + "=" + token}
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd.Cancel = func() error {
+		// Kill the helper's whole process group: its children too.
+		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+	}
+	cmd.WaitDelay = time.Second
+	err := cmd.Run()
+	if err != nil {
+		h.server.log.Warn("ukeyd: request-key helper failed", "key", int32(u.Key), "type", u.Type, "err", err)
+	}
+	return err
+}
