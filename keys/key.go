@@ -68,6 +68,12 @@ type Key struct {
 	restrict *restriction
 	watches  []*watch
 
+	// parents are the keyrings that link this key, so that the collector
+	// can prune a dead key's links in time proportional to its own links
+	// rather than by walking every keyring.
+	parentsMu sync.Mutex
+	parents   []*Key
+
 	// constructed is closed when the key stops being under construction.
 	constructed chan struct{}
 	// auth is the request record of an authorisation key.
@@ -174,6 +180,38 @@ func (k *Key) put() {
 	case n < 0:
 		panic("keys: key reference count went negative")
 	}
+}
+
+// addParent records that ring links k.
+func (k *Key) addParent(ring *Key) {
+	k.parentsMu.Lock()
+	k.parents = append(k.parents, ring)
+	k.parentsMu.Unlock()
+}
+
+// removeParent forgets one link of k from ring.
+func (k *Key) removeParent(ring *Key) {
+	k.parentsMu.Lock()
+	for i, p := range k.parents {
+		if p == ring {
+			last := len(k.parents) - 1
+			k.parents[i] = k.parents[last]
+			k.parents[last] = nil
+			k.parents = k.parents[:last]
+			if len(k.parents) == 0 {
+				k.parents = nil
+			}
+			break
+		}
+	}
+	k.parentsMu.Unlock()
+}
+
+// parentList returns the keyrings that link k.
+func (k *Key) parentList() []*Key {
+	k.parentsMu.Lock()
+	defer k.parentsMu.Unlock()
+	return append([]*Key(nil), k.parents...)
 }
 
 // Payload is a key's content as its type stores it. Readers reach it only

@@ -602,6 +602,13 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 		return out, nil
 	}
 	if k.typ.Load() == authType {
+		// A used or revoked authorisation reads as the kernel's does.
+		if err := k.validate(c.s.now()); err != nil {
+			return nil, err
+		}
+		if k.auth == nil {
+			return nil, ENOKEY
+		}
 		return append([]byte(nil), k.auth.callout...), nil
 	}
 	if t.Read == nil {

@@ -2,7 +2,10 @@ package keys
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"sync"
+	"syscall"
 	"time"
 )
 
@@ -24,8 +27,10 @@ type Upcall struct {
 	CalloutInfo []byte
 	// UID and GID are the requestor's.
 	UID, GID uint32
-	// Thread, Process and Session are the requestor's keyrings (0 if it has
-	// none; Session falls back to its user-session keyring).
+	// Thread, Process and Session are the keyrings of the caller that asked
+	// (0 if it has none; Session falls back to its user-session keyring),
+	// as the kernel passes current's keyrings even when a helper asks on
+	// behalf of another requestor.
 	Thread, Process, Session Serial
 	// Helper is the caller the helper acts as: the requestor's credentials,
 	// with a session keyring (_req.N) holding the authorisation key. The
@@ -42,7 +47,14 @@ func (u *Upcall) Args() []string {
 }
 
 // Upcaller runs construction helpers. Upcall returns when the helper is
-// done; if the key is still uninstantiated then, it is negated.
+// done; if the key is still uninstantiated then, it is negated for
+// NegativeTimeout. The requester that started the construction then gets
+// the Errno (or syscall.Errno) that Upcall returned, meaning the helper
+// could not be run (as ENOENT when /sbin/request-key is missing), or
+// ENOKEY for any other outcome; later requesters see the negative key.
+// ctx is cancelled once the upcall timeout (WithUpcallTimeout) has passed,
+// after the key has been negated; Service.Close waits for every Upcall to
+// return.
 type Upcaller interface {
 	Upcall(ctx context.Context, u *Upcall) error
 }
@@ -62,12 +74,41 @@ type authRecord struct {
 	pid       int
 }
 
+// construction is one upcall in flight. The requester that started it
+// waits on done, as the kernel's request_key waits for /sbin/request-key
+// to exit, and gets err: the reason the construction failed, or nil.
+type construction struct {
+	done chan struct{}
+	once sync.Once
+	err  error
+}
+
+// finish records the outcome; only the first call counts, so that the
+// upcall timeout and the helper's return cannot both decide it.
+func (cn *construction) finish(err error) {
+	cn.once.Do(func() {
+		cn.err = err
+		close(cn.done)
+	})
+}
+
+// errUpcallTimeout is the cause of an upcall context cancelled by the
+// upcall timeout.
+var errUpcallTimeout = fmt.Errorf("keys: request-key upcall timed out: %w", context.DeadlineExceeded)
+
 // waitConstructed waits until k is no longer under construction.
 func (c *Caller) waitConstructed(k *Key) error {
 	if !k.underConstruction() {
 		return nil
 	}
-	<-k.constructed
+	// The channel is set under mu before the flag, so a key seen under
+	// construction always has one.
+	k.mu.Lock()
+	ch := k.constructed
+	k.mu.Unlock()
+	if ch != nil {
+		<-ch
+	}
 	return nil
 }
 
@@ -109,11 +150,17 @@ func (c *Caller) requestKey(typ, desc string, callout []byte, destID Serial) (Se
 	if t == nil {
 		return 0, ENOKEY
 	}
-	k, err := c.findOrConstruct(t, desc, callout, dest)
+	k, cn, err := c.findOrConstruct(t, desc, callout, dest)
 	if err != nil {
 		return 0, err
 	}
 	defer k.put()
+	if cn != nil {
+		<-cn.done
+		if cn.err != nil {
+			return 0, cn.err
+		}
+	}
 	if err := c.waitConstructed(k); err != nil {
 		return 0, err
 	}
@@ -139,31 +186,31 @@ func (c *Caller) searchFor(t *Type, desc string) (*Key, error) {
 }
 
 // findOrConstruct is request_key_and_link: the returned key holds a
-// reference.
-func (c *Caller) findOrConstruct(t *Type, desc string, callout []byte, dest ref) (*Key, error) {
-	k, err := c.searchFor(t, desc)
+// reference. cn is set when this call started the construction.
+func (c *Caller) findOrConstruct(t *Type, desc string, callout []byte, dest ref) (k *Key, cn *construction, err error) {
+	k, err = c.searchFor(t, desc)
 	if err == nil {
 		if dest.key != nil {
 			if !permitted(k, &c.cred, true, Link) {
 				k.put()
-				return nil, EACCES
+				return nil, nil, EACCES
 			}
 			if err := c.s.linkInto(dest.key, k.get(), true); err != nil {
 				k.put()
 				k.put()
-				return nil, err
+				return nil, nil, err
 			}
 		}
-		return k, nil
+		return k, nil, nil
 	}
 	if err != errAgain {
-		return nil, err
+		return nil, nil, err
 	}
 	if callout == nil {
-		return nil, ENOKEY
+		return nil, nil, ENOKEY
 	}
 	if t == keyringType {
-		return nil, EPERM
+		return nil, nil, EPERM
 	}
 	return c.construct(t, desc, callout, dest)
 }
@@ -230,8 +277,10 @@ func (c *Caller) constructDest() (*Key, error) {
 }
 
 // construct allocates an uninstantiated key, links it into the
-// destination, creates its authorisation and starts the upcall.
-func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key, error) {
+// destination, creates its authorisation and starts the upcall
+// (construct_key_and_link). The key returned holds a reference; cn is nil
+// when another requester's construction was joined instead.
+func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key, *construction, error) {
 	s := c.s
 	var destKey *Key
 	if dest.key != nil {
@@ -239,110 +288,186 @@ func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key
 	} else {
 		var err error
 		if destKey, err = c.constructDest(); err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 	}
 	defer destKey.put()
 
 	s.constructMu.Lock()
-	// Another requester may have started constructing the same key.
-	if k, err := c.searchFor(t, desc); err == nil {
+	// Another requester may have started constructing the same key, or
+	// finished and negated it, while this one was searching.
+	k, err := c.searchFor(t, desc)
+	if err == nil {
 		s.constructMu.Unlock()
 		if err := s.linkInto(destKey, k.get(), true); err != nil {
 			k.put()
 			k.put()
-			return nil, err
+			return nil, nil, err
 		}
-		return k, nil
+		return k, nil, nil
 	}
-	k, err := s.alloc(keySpec{typ: t, desc: desc, uid: c.cred.UID, gid: c.cred.GID, perm: defaultPerm(t), quota: true, flags: flagUserConstruct})
+	if err != errAgain {
+		s.constructMu.Unlock()
+		return nil, nil, err
+	}
+	// The upcall is counted under constructMu so that Close, once it has
+	// set closed, can wait for every upcall that will ever start.
+	if s.closed.Load() {
+		s.constructMu.Unlock()
+		return nil, nil, ENOENT // no helper runs any more, as if it were missing
+	}
+	s.upcalls.Add(1)
+	started := false
+	defer func() {
+		if !started {
+			s.upcalls.Done()
+		}
+	}()
+	k, err = s.alloc(keySpec{typ: t, desc: desc, uid: c.cred.UID, gid: c.cred.GID, perm: defaultPerm(t), quota: true})
 	if err != nil {
 		s.constructMu.Unlock()
-		return nil, err
+		return nil, nil, err
 	}
+	// alloc has published the key in the index already: the channel must
+	// exist before anyone can see the flag and wait on it.
+	k.mu.Lock()
 	k.constructed = make(chan struct{})
+	k.setFlag(flagUserConstruct)
+	k.mu.Unlock()
 	err = s.linkInto(destKey, k.get(), true)
 	s.constructMu.Unlock()
 	if err != nil {
 		k.put()
+		s.negate(k, ENOKEY, NegativeTimeout) // wakes anyone who found it by serial
+		k.put()
+		return nil, nil, err
+	}
+	// fail negates the key when the upcall cannot start, as the kernel's
+	// construct_key_and_link does on error.
+	fail := func(err error) (*Key, *construction, error) {
 		s.negate(k, ENOKEY, NegativeTimeout)
 		k.put()
-		return nil, err
+		return nil, nil, err
 	}
 
 	requestor := c
 	if a := c.assumed(); a != nil && a.auth != nil {
+		// A helper asking on behalf of its requestor passes the original
+		// requestor on; a revoked authority means that request is over.
 		if a.has(flagRevoked) {
-			s.negate(k, ENOKEY, NegativeTimeout)
-			k.put()
-			return nil, EKEYREVOKED
+			return fail(EKEYREVOKED)
 		}
-		requestor = a.auth.requestor // a helper asking on behalf of its requestor
+		requestor = a.auth.requestor
+	}
+	// The kernel makes sure the user keyrings exist before the upcall.
+	_, userSession, err := s.userKeyrings(c.cred.UID)
+	if err != nil {
+		return fail(err)
 	}
 	auth, err := s.alloc(keySpec{typ: authType, desc: fmt.Sprintf("%x", uint32(k.serial)), uid: c.cred.UID, gid: c.cred.GID, perm: PermAuthKey})
 	if err != nil {
-		s.negate(k, ENOKEY, NegativeTimeout)
-		k.put()
-		return nil, err
+		return fail(err)
 	}
 	auth.auth = &authRecord{target: k.get(), dest: destKey.get(), callout: append([]byte(nil), callout...), requestor: requestor, pid: requestor.cred.PID}
 	s.markInstantiated(auth)
 
 	up := &Upcall{
 		Op: "create", Key: k.serial, AuthKey: auth.serial, Type: t.Name, Description: desc,
-		CalloutInfo: auth.auth.callout, UID: c.cred.UID, GID: c.cred.GID,
+		CalloutInfo: append([]byte(nil), callout...), UID: c.cred.UID, GID: c.cred.GID,
 	}
-	if th, pr, se := requestor.keyrings(); true {
-		if th != nil {
-			up.Thread = th.serial
-		}
-		if pr != nil {
-			up.Process = pr.serial
-		}
-		if se != nil {
-			up.Session = se.serial
-		} else if us := s.existingUserKeyring(requestor.cred.UID, true); us != nil {
-			up.Session = us.serial
-		}
+	th, pr, se := c.keyrings()
+	if th != nil {
+		up.Thread = th.serial
 	}
+	if pr != nil {
+		up.Process = pr.serial
+	}
+	if se == nil {
+		se = userSession
+	}
+	up.Session = se.serial
+
 	helper := s.NewCaller(Cred{UID: c.cred.UID, GID: c.cred.GID, Groups: c.cred.Groups})
 	reqRing, err := s.newKeyring(fmt.Sprintf("_req.%d", k.serial), c.cred.UID, c.cred.GID, PermSessionAnon, false, true, 0)
 	if err == nil {
-		err = s.linkInto(reqRing, auth.get(), false)
 		helper.replaceSession(reqRing)
+		if err = s.linkInto(reqRing, auth.get(), false); err != nil {
+			auth.put()
+		}
 	}
 	if err != nil {
 		helper.Release()
 		s.finishAuth(auth)
-		s.negate(k, ENOKEY, NegativeTimeout)
-		k.put()
-		return nil, err
+		return fail(err)
 	}
 	up.Helper = helper
-	s.upcalls.Add(1)
-	go s.runUpcall(up, k.get(), auth)
-	return k, nil
+	cn := &construction{done: make(chan struct{})}
+	started = true
+	go s.runUpcall(up, k.get(), auth, cn)
+	return k, cn, nil
 }
 
 // runUpcall runs the helper and completes the construction: a key still
-// uninstantiated when the helper is done is negated.
-func (s *Service) runUpcall(up *Upcall, k, auth *Key) {
+// uninstantiated when the helper is done, or when the upcall timeout
+// passes, is negated. The requester that started the construction is
+// answered only once the authorisation is revoked and released, as the
+// kernel's request_key returns after complete_request_key.
+func (s *Service) runUpcall(up *Upcall, k, auth *Key, cn *construction) {
 	defer s.upcalls.Done()
 	defer k.put()
-	ctx, cancel := context.WithTimeout(context.Background(), s.upcallWait)
 	var err error
 	if s.upcall == nil {
 		err = ENOENT
 	} else {
+		ctx, cancel := context.WithCancelCause(context.Background())
+		timedOut := make(chan struct{})
+		timer := time.AfterFunc(s.upcallWait, func() {
+			defer close(timedOut)
+			// Settle the key before cancelling, so that a helper that sees
+			// ctx end finds it negated and its authority revoked.
+			res := s.settleConstruction(k, ENOKEY)
+			s.revoke(auth)
+			cn.finish(res)
+			cancel(errUpcallTimeout)
+		})
 		err = s.upcall.Upcall(ctx, up)
+		if !timer.Stop() {
+			<-timedOut
+		}
+		cancel(nil)
 	}
-	cancel()
 	up.Helper.Release()
-	if k.underConstruction() {
-		_ = err // the key's negative state is what requesters see
-		s.negate(k, ENOKEY, NegativeTimeout)
-	}
+	res := s.settleConstruction(k, upcallErrno(err))
 	s.finishAuth(auth)
+	cn.finish(res)
+}
+
+// settleConstruction is the end of call_sbin_request_key and
+// complete_request_key: unless the helper left the key positive and
+// valid, or negative, the key is negated and the requester that started
+// the construction is to get fail.
+func (s *Service) settleConstruction(k *Key, fail Errno) error {
+	if !k.underConstruction() && k.validate(s.now()) == nil {
+		return nil
+	}
+	// EBUSY when the helper settled the key meanwhile: its answer stands.
+	_ = s.negate(k, ENOKEY, NegativeTimeout)
+	return fail
+}
+
+// upcallErrno maps what an Upcaller returned to what the constructing
+// requester gets if the key was left unconstructed: an errno says the
+// helper could not be run; anything else is the kernel's ENOKEY.
+func upcallErrno(err error) Errno {
+	var e Errno
+	if errors.As(err, &e) && e != 0 {
+		return e
+	}
+	var se syscall.Errno
+	if sameNumbering && errors.As(err, &se) && se > 0 && se < 4095 {
+		return Errno(se)
+	}
+	return ENOKEY
 }
 
 // finishAuth revokes an authorisation key and drops its references.
@@ -379,6 +504,8 @@ func (s *Service) negate(k *Key, errno Errno, timeout time.Duration) error {
 }
 
 // authFor returns the caller's assumed authorisation if it is for key id.
+// Like the kernel, it does not care whether that authorisation was used
+// up: instantiating then fails with EBUSY.
 func (c *Caller) authFor(id Serial) (*Key, error) {
 	a := c.assumed()
 	if a == nil || a.auth == nil || a.auth.target.serial != id {
@@ -387,24 +514,52 @@ func (c *Caller) authFor(id Serial) (*Key, error) {
 	return a, nil
 }
 
-// authOverride lets the holder of the authorisation for key id reach it
-// without the usual permission (describe, set timeout, get security).
-func (c *Caller) authOverride(id Serial) (ref, error) {
-	a := c.assumed()
-	if a == nil || a.auth == nil {
-		return ref{}, ENOKEY
+// instantiationAuthKey finds the authorisation to construct key id in the
+// caller's keyrings (key_get_instantiation_authkey). The result holds a
+// reference.
+func (c *Caller) instantiationAuthKey(id Serial) (*Key, error) {
+	sc := &search{cred: &c.cred, typ: authType.Name, desc: fmt.Sprintf("%x", uint32(id)), stateCheck: true,
+		checkPerm: true, recurse: true, now: c.s.now()}
+	sec := c.s.dom.Read()
+	k, err := c.searchProcess(sc)
+	if err == nil && !k.tryGet() {
+		err = errAgain
 	}
-	if err := a.validate(c.s.now()); err != nil {
+	sec.End()
+	if err == errAgain {
+		return nil, ENOKEY
+	}
+	if err != nil {
+		return nil, err
+	}
+	if k.has(flagRevoked) {
+		k.put()
+		return nil, EKEYREVOKED
+	}
+	return k, nil
+}
+
+// authOverride lets a caller that holds the authorisation for key id in
+// its keyrings (a request-key helper, whether or not it assumed it) reach
+// the key without the usual permission: describe, set timeout, get
+// security. As in the kernel, the key may be uninstantiated or negative
+// but must be valid. It returns the lookup error of the authorisation
+// (ENOKEY when there is none) or of the key.
+func (c *Caller) authOverride(id Serial) (ref, error) {
+	a, err := c.instantiationAuthKey(id)
+	if err != nil {
 		return ref{}, err
 	}
-	if a.auth.target.serial != id {
-		return ref{}, EACCES
+	a.put()
+	r, err := c.resolve(id, 0)
+	if err != nil {
+		return ref{}, err
 	}
-	k := a.auth.target
-	if !k.tryGet() {
-		return ref{}, ENOKEY
+	if err := r.key.validate(c.s.now()); err != nil {
+		r.put()
+		return ref{}, err
 	}
-	return ref{k, true}, nil
+	return r, nil
 }
 
 // instantiationDest resolves the keyring argument of instantiate, negate
@@ -429,6 +584,25 @@ func (c *Caller) instantiationDest(ringID Serial, auth *Key) (*Key, error) {
 		return nil, nil
 	}
 	return d, nil
+}
+
+// linkPrecheck makes the checks of linking k into ring that the kernel
+// makes before it instantiates a key (__key_link_begin and the
+// restriction), so that a link that is bound to fail leaves the key
+// uninstantiated.
+func (s *Service) linkPrecheck(ring, k *Key) error {
+	if !ring.isKeyring() {
+		return ENOTDIR
+	}
+	ring.mu.Lock()
+	defer ring.mu.Unlock()
+	if ring.has(flagRevoked | flagInvalidated | flagDead) {
+		return EKEYREVOKED
+	}
+	if ring.restrict != nil {
+		return ring.restrict.check(ring, k)
+	}
+	return nil
 }
 
 // Instantiate gives the key under construction its payload and links it
@@ -460,10 +634,17 @@ func (c *Caller) instantiate(id Serial, payload []byte, ringID Serial) error {
 	if err != nil {
 		return err
 	}
+	if dest != nil {
+		if err := c.s.linkPrecheck(dest, k); err != nil {
+			p.wipe()
+			return err
+		}
+	}
 	if err := c.s.instantiate(k, p, charge); err != nil {
 		p.wipe()
 		return err
 	}
+	c.s.invalidate(auth)
 	if dest != nil {
 		if err := c.s.linkInto(dest, k.get(), true); err != nil {
 			k.put()
@@ -487,6 +668,7 @@ func (c *Caller) Reject(id Serial, timeout uint32, errno Errno, ringID Serial) e
 }
 
 func (c *Caller) reject(id Serial, timeout uint32, errno Errno, ringID Serial) error {
+	// The kernel-internal restart codes must never reach a requester.
 	if errno == 0 || errno >= 4095 || errno == 512 || errno == 513 || errno == 514 || errno == 516 {
 		return EINVAL
 	}
@@ -499,26 +681,39 @@ func (c *Caller) reject(id Serial, timeout uint32, errno Errno, ringID Serial) e
 		return err
 	}
 	defer dest.put()
-	if dest != nil && dest.restrict != nil {
-		return EPERM
-	}
 	k := auth.auth.target
+	// As key_reject_and_link: a restricted destination refuses at once; a
+	// link that cannot be made does not stop the negation, but its error
+	// is returned and the authority kept.
+	var linkErr error
+	if dest != nil {
+		dest.mu.Lock()
+		restricted := dest.restrict != nil
+		dest.mu.Unlock()
+		if restricted {
+			return EPERM
+		}
+		linkErr = c.s.linkPrecheck(dest, k)
+	}
 	if err := c.s.negate(k, errno, time.Duration(timeout)*time.Second); err != nil {
 		return err
 	}
-	c.dropAuthority(auth)
-	if dest != nil {
-		if err := c.s.linkInto(dest, k.get(), true); err != nil {
+	c.s.invalidate(auth)
+	if dest != nil && linkErr == nil {
+		if linkErr = c.s.linkInto(dest, k.get(), true); linkErr != nil {
 			k.put()
-			return err
 		}
 	}
+	if linkErr != nil {
+		return linkErr
+	}
+	c.dropAuthority(auth)
 	return nil
 }
 
-// dropAuthority invalidates a used authorisation and forgets it.
+// dropAuthority forgets a used authorisation (keyctl_change_reqkey_auth
+// with NULL).
 func (c *Caller) dropAuthority(auth *Key) {
-	c.s.invalidate(auth)
 	c.mu.Lock()
 	if c.auth == auth {
 		c.auth = nil
@@ -549,23 +744,9 @@ func (c *Caller) assumeAuthority(id Serial) (Serial, error) {
 		old.put()
 		return 0, nil
 	}
-	sc := &search{cred: &c.cred, typ: authType.Name, desc: fmt.Sprintf("%x", uint32(id)), stateCheck: true,
-		checkPerm: true, recurse: true, now: c.s.now()}
-	sec := c.s.dom.Read()
-	k, err := c.searchProcess(sc)
-	if err == nil && !k.tryGet() {
-		err = errAgain
-	}
-	sec.End()
-	if err == errAgain {
-		return 0, ENOKEY
-	}
+	k, err := c.instantiationAuthKey(id)
 	if err != nil {
 		return 0, err
-	}
-	if k.has(flagRevoked) {
-		k.put()
-		return 0, EKEYREVOKED
 	}
 	c.mu.Lock()
 	old := c.auth
@@ -579,12 +760,11 @@ func (c *Caller) assumeAuthority(id Serial) (Serial, error) {
 // destination is given (KEYCTL_SET_REQKEY_KEYRING) and returns the
 // previous setting; ReqKeyNoChange only reads it.
 func (c *Caller) SetReqKeyKeyring(n int) (int, error) {
-	c.mu.Lock()
-	old := c.jit
-	c.mu.Unlock()
 	switch n {
 	case ReqKeyNoChange:
-		return old, nil
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		return c.jit, nil
 	case ReqKeyThread:
 		if _, err := c.installThread(); err != nil {
 			return 0, wrap("keyctl_set_reqkey_keyring", 0, err)
@@ -597,7 +777,10 @@ func (c *Caller) SetReqKeyKeyring(n int) (int, error) {
 	default:
 		return 0, wrap("keyctl_set_reqkey_keyring", 0, EINVAL)
 	}
+	// Swapped under one lock, so that concurrent callers each get the
+	// setting they replaced.
 	c.mu.Lock()
+	old := c.jit
 	c.jit = n
 	c.mu.Unlock()
 	return old, nil

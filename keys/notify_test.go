@@ -1,0 +1,381 @@
+package keys
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"testing"
+)
+
+// drain returns every notification waiting in q.
+func drain(q *WatchQueue) []Notification {
+	var out []Notification
+	for {
+		n, ok := q.TryNext()
+		if !ok {
+			return out
+		}
+		out = append(out, n)
+	}
+}
+
+// wantFail turns an expected failure into nil and anything else into an
+// error, for steps that must fail without posting anything.
+func wantFail(err error, want Errno) error {
+	if !errors.Is(err, want) {
+		return fmt.Errorf("error %v, want %v", err, want)
+	}
+	return nil
+}
+
+func wantNotes(t *testing.T, what string, q *WatchQueue, want ...Notification) {
+	t.Helper()
+	if got := drain(q); !slices.Equal(got, want) {
+		t.Fatalf("%s: notifications\n got %v\nwant %v", what, got, want)
+	}
+}
+
+// TestNotifications watches a keyring (watch id 1) and keys in it
+// (watch ids 2 and 3) and checks the records each operation posts.
+func TestNotifications(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	root := e.caller(0, 0)
+	q := NewWatchQueue(64)
+	defer q.Close()
+	ring := must(c.AddKey("keyring", "watched", nil, SessionKeyring))
+	other := must(c.AddKey("keyring", "other", nil, SessionKeyring))
+	if err := c.WatchKey(ring, q, 1); err != nil {
+		t.Fatal(err)
+	}
+	var k, k2, k3 Serial
+	steps := []struct {
+		name string
+		do   func() error
+		want func() []Notification
+	}{
+		{"add", func() (err error) {
+			k, err = c.AddKey("user", "a", []byte("x"), ring)
+			return err
+		}, func() []Notification {
+			return []Notification{{Kind: NotifyLinked, Key: ring, Aux: int32(k), WatchID: 1}}
+		}},
+		{"watch the key", func() error { return c.WatchKey(k, q, 2) }, nil},
+		{"update", func() error { return c.Update(k, []byte("y")) },
+			func() []Notification { return []Notification{{Kind: NotifyUpdated, Key: k, WatchID: 2}} }},
+		{"add_key onto the key", func() error { _, err := c.AddKey("user", "a", []byte("z"), ring); return err },
+			func() []Notification { return []Notification{{Kind: NotifyUpdated, Key: k, WatchID: 2}} }},
+		{"setperm", func() error { return c.SetPerm(k, PermDefault|SetAttr<<UserShift) },
+			func() []Notification { return []Notification{{Kind: NotifySetAttr, Key: k, WatchID: 2}} }},
+		{"chown", func() error { return c.Chown(k, -1, 1000) },
+			func() []Notification { return []Notification{{Kind: NotifySetAttr, Key: k, WatchID: 2}} }},
+		{"chown nothing", func() error { return c.Chown(k, -1, -1) }, nil},
+		{"chown refused", func() error { return wantFail(c.Chown(k, 0, -1), EACCES) }, nil},
+		{"root chown", func() error {
+			if err := c.SetPerm(k, PermDefault|(SetAttr|View)<<OtherShift); err != nil {
+				return err
+			}
+			return root.Chown(k, 1001, -1)
+		}, func() []Notification {
+			return []Notification{{Kind: NotifySetAttr, Key: k, WatchID: 2}, {Kind: NotifySetAttr, Key: k, WatchID: 2}}
+		}},
+		{"set timeout", func() error { return c.SetTimeout(k, 100) },
+			func() []Notification { return []Notification{{Kind: NotifySetAttr, Key: k, WatchID: 2}} }},
+		{"link elsewhere", func() error { return c.Link(k, other) }, nil},
+		{"unlink", func() error { return c.Unlink(k, ring) },
+			func() []Notification {
+				return []Notification{{Kind: NotifyUnlinked, Key: ring, Aux: int32(k), WatchID: 1}}
+			}},
+		{"move in", func() error { return c.Move(k, other, ring, 0) },
+			func() []Notification {
+				return []Notification{{Kind: NotifyLinked, Key: ring, Aux: int32(k), WatchID: 1}}
+			}},
+		{"move out", func() error { return c.Move(k, ring, other, 0) },
+			func() []Notification {
+				return []Notification{{Kind: NotifyUnlinked, Key: ring, Aux: int32(k), WatchID: 1}}
+			}},
+		{"link back", func() error { return c.Link(k, ring) },
+			func() []Notification {
+				return []Notification{{Kind: NotifyLinked, Key: ring, Aux: int32(k), WatchID: 1}}
+			}},
+		{"revoke", func() error { return c.Revoke(k) },
+			func() []Notification { return []Notification{{Kind: NotifyRevoked, Key: k, WatchID: 2}} }},
+		{"revoke again", func() error { return wantFail(c.Revoke(k), EKEYREVOKED) }, nil},
+		{"add another", func() (err error) {
+			if k2, err = c.AddKey("user", "b", []byte("x"), ring); err != nil {
+				return err
+			}
+			return c.WatchKey(k2, q, 3)
+		}, func() []Notification {
+			return []Notification{{Kind: NotifyLinked, Key: ring, Aux: int32(k2), WatchID: 1}}
+		}},
+		{"invalidate", func() error { return c.Invalidate(k2) },
+			func() []Notification { return []Notification{{Kind: NotifyInvalidated, Key: k2, WatchID: 3}} }},
+		{"invalidate again", func() error { return wantFail(c.Invalidate(k2), ENOKEY) }, nil},
+		{"replace it", func() (err error) {
+			if k3, err = c.AddKey("user", "b", []byte("y"), other); err != nil {
+				return err
+			}
+			if err := c.Link(k3, ring); err != nil { // displaces k2: no unlink record
+				return err
+			}
+			e.settle() // k2 had no other link: it is destroyed
+			return nil
+		}, func() []Notification {
+			return []Notification{
+				{Kind: NotifyLinked, Key: ring, Aux: int32(k3), WatchID: 1},
+				{Kind: NotifyRemoved, Key: k2, WatchID: 3},
+			}
+		}},
+		{"restrict", func() error { return c.RestrictKeyring(ring, nil, nil) },
+			func() []Notification { return []Notification{{Kind: NotifySetAttr, Key: ring, WatchID: 1}} }},
+		{"clear", func() error { return c.Clear(ring) },
+			func() []Notification { return []Notification{{Kind: NotifyCleared, Key: ring, WatchID: 1}} }},
+		{"clear an empty keyring", func() error { return c.Clear(ring) },
+			func() []Notification { return []Notification{{Kind: NotifyCleared, Key: ring, WatchID: 1}} }},
+	}
+	for _, s := range steps {
+		if err := s.do(); err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		var want []Notification
+		if s.want != nil {
+			want = s.want()
+		}
+		wantNotes(t, s.name, q, want...)
+	}
+	if q.Lost() != 0 {
+		t.Fatalf("lost %d notifications", q.Lost())
+	}
+}
+
+// TestNotifyConstruction watches a key while it is constructed. WatchKey,
+// like the kernel's KEYCTL_WATCH_KEY, waits for a key under construction,
+// so the watch on the key is installed directly.
+func TestNotifyConstruction(t *testing.T) {
+	cases := []struct {
+		name   string
+		answer func(u *Upcall, h *Caller) error
+		aux    int32
+	}{
+		{"instantiate", func(u *Upcall, h *Caller) error { return h.Instantiate(u.Key, []byte("v"), 0) }, 0},
+		{"negate", func(u *Upcall, h *Caller) error { return h.Negate(u.Key, 10, 0) }, -int32(ENOKEY)},
+		{"reject", func(u *Upcall, h *Caller) error { return h.Reject(u.Key, 10, EKEYREJECTED, 0) }, -int32(EKEYREJECTED)},
+		{"no answer", func(u *Upcall, h *Caller) error { return nil }, -int32(ENOKEY)},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			q := NewWatchQueue(64)
+			defer q.Close()
+			var s *Service
+			var key, auth Serial
+			e := newEnv(t, WithUpcall(UpcallFunc(func(ctx context.Context, u *Upcall) error {
+				key, auth = u.Key, u.AuthKey
+				h := u.Helper
+				if err := addWatch(s.lookup(u.Key), q, 5); err != nil {
+					t.Errorf("watch the key under construction: %v", err)
+				}
+				if err := h.WatchKey(u.AuthKey, q, 6); err != nil {
+					t.Errorf("watch the auth key: %v", err)
+				}
+				if _, err := h.AssumeAuthority(u.Key); err != nil {
+					t.Errorf("assume authority: %v", err)
+				}
+				return tc.answer(u, h)
+			})))
+			s = e.s
+			c := e.caller(1000, 1000)
+			sess := must(c.GetKeyringID(SessionKeyring, false))
+			if err := c.WatchKey(SessionKeyring, q, 1); err != nil {
+				t.Fatal(err)
+			}
+			_, _ = c.RequestKey("user", "k", []byte("x"), 0)
+			want := []Notification{
+				// Construction links the uninstantiated key at once.
+				{Kind: NotifyLinked, Key: sess, Aux: int32(key), WatchID: 1},
+				{Kind: NotifyInstantiated, Key: key, Aux: tc.aux, WatchID: 5},
+			}
+			if tc.name != "no answer" {
+				// A used authorisation key is invalidated.
+				want = append(want, Notification{Kind: NotifyInvalidated, Key: auth, WatchID: 6})
+			}
+			// The service revokes it when the upcall is over, and it is
+			// destroyed once the helper's session is: two grace periods.
+			want = append(want, Notification{Kind: NotifyRevoked, Key: auth, WatchID: 6})
+			e.settle()
+			e.settle()
+			want = append(want, Notification{Kind: NotifyRemoved, Key: auth, WatchID: 6})
+			wantNotes(t, "construction", q, want...)
+		})
+	}
+}
+
+func TestWatchKeyErrors(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	stranger := e.caller(2000, 2000)
+	k := must(c.AddKey("user", "k", []byte("v"), SessionKeyring))
+	unwatched := must(c.AddKey("user", "u", []byte("v"), SessionKeyring))
+	q, q2, closed := NewWatchQueue(8), NewWatchQueue(8), NewWatchQueue(8)
+	defer q.Close()
+	defer q2.Close()
+	closed.Close()
+	cases := []struct {
+		name string
+		c    *Caller
+		id   Serial
+		q    *WatchQueue
+		wid  int
+		want Errno
+	}{
+		{"watch id below -1", c, k, q, -2, EINVAL},
+		{"watch id above 255", c, k, q, 256, EINVAL},
+		{"no queue", c, k, nil, 1, EINVAL},
+		{"no such key", c, 0x3fffffff, q, 1, ENOKEY},
+		{"no view permission", stranger, k, q, 1, EACCES},
+		{"remove a watch never set", c, k, q, -1, EBADSLT},
+		{"watch", c, k, q, 0, 0},
+		{"watch again with another id", c, k, q, 9, EBUSY},
+		{"watch again with the same id", c, k, q, 0, EBUSY},
+		{"watch from another queue", c, k, q2, 255, 0},
+		{"watch a special keyring", c, SessionKeyring, q, 4, 0},
+		{"watch on a closed queue", c, k, closed, 1, ENOENT},
+		{"remove", c, k, q, -1, 0},
+		{"remove again", c, k, q, -1, EBADSLT},
+		{"remove from a key not watched", c, unwatched, q, -1, EBADSLT},
+		{"watch after removal", c, k, q, 7, 0},
+	}
+	for _, tc := range cases {
+		err := tc.c.WatchKey(tc.id, tc.q, tc.wid)
+		if !errnoIs(err, tc.want) {
+			t.Fatalf("%s: %v, want %v", tc.name, err, tc.want)
+		}
+	}
+	// The removal posted a removal record to the queue that lost the watch.
+	wantNotes(t, "after removal", q, Notification{Kind: NotifyRemoved, Key: k, WatchID: 0})
+	wantNotes(t, "other queue", q2)
+	// Both queues hear of an update; the removed watch's id is not used.
+	if err := c.Update(k, []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	wantNotes(t, "update", q, Notification{Kind: NotifyUpdated, Key: k, WatchID: 7})
+	wantNotes(t, "update, other queue", q2, Notification{Kind: NotifyUpdated, Key: k, WatchID: 255})
+}
+
+// TestWatchedKeyDestroyed checks that destroying a watched key posts a
+// removal record and drops the watch.
+func TestWatchedKeyDestroyed(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	q := NewWatchQueue(8)
+	defer q.Close()
+	ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))
+	k := must(c.AddKey("user", "k", []byte("v"), ring))
+	if err := c.WatchKey(k, q, 3); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WatchKey(ring, q, 4); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Unlink(k, ring); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	wantNotes(t, "key destroyed", q,
+		Notification{Kind: NotifyUnlinked, Key: ring, Aux: int32(k), WatchID: 4},
+		Notification{Kind: NotifyRemoved, Key: k, WatchID: 3})
+	if err := c.Unlink(ring, SessionKeyring); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	wantNotes(t, "keyring destroyed", q, Notification{Kind: NotifyRemoved, Key: ring, WatchID: 4})
+	q.mu.Lock()
+	left := len(q.watches)
+	q.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("queue still holds %d watches of destroyed keys", left)
+	}
+}
+
+func TestWatchQueueBounds(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	q := NewWatchQueue(2)
+	k := must(c.AddKey("user", "k", []byte("v"), SessionKeyring))
+	if err := c.WatchKey(k, q, 1); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		if err := c.SetTimeout(k, 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if got := q.Lost(); got != 3 {
+		t.Fatalf("Lost() = %d, want 3", got)
+	}
+	if got := drain(q); len(got) != 2 {
+		t.Fatalf("queue held %d notifications, want its size 2", len(got))
+	}
+	// Room again once the reader caught up.
+	if err := c.Update(k, []byte("w")); err != nil {
+		t.Fatal(err)
+	}
+	// Next waits for a notification and returns buffered ones after Close.
+	got := make(chan Notification)
+	go func() {
+		n, _ := q.Next()
+		got <- n
+		n, _ = q.Next()
+		got <- n
+	}()
+	if n := <-got; n.Kind != NotifyUpdated || n.Key != k {
+		t.Fatalf("Next = %+v", n)
+	}
+	if err := c.Revoke(k); err != nil {
+		t.Fatal(err)
+	}
+	if n := <-got; n.Kind != NotifyRevoked {
+		t.Fatalf("Next = %+v", n)
+	}
+	if err := c.SetTimeout(SessionKeyring, 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.WatchKey(SessionKeyring, q, 2); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.SetTimeout(SessionKeyring, 0); err != nil {
+		t.Fatal(err)
+	}
+	q.Close()
+	q.Close()
+	// Events after Close are not queued, and the watches are gone.
+	if err := c.SetTimeout(SessionKeyring, 0); err != nil {
+		t.Fatal(err)
+	}
+	if n, ok := q.Next(); !ok || n.Kind != NotifySetAttr || n.WatchID != 2 {
+		t.Fatalf("Next after Close = %+v, %v; want the buffered record", n, ok)
+	}
+	if n, ok := q.Next(); ok {
+		t.Fatalf("Next on a drained closed queue = %+v", n)
+	}
+	sess := e.s.lookup(must(c.GetKeyringID(SessionKeyring, false)))
+	sess.mu.Lock()
+	left := len(sess.watches)
+	sess.mu.Unlock()
+	if left != 0 {
+		t.Fatalf("key still has %d watches after Close", left)
+	}
+}
+
+func TestNotifyKindString(t *testing.T) {
+	for k, want := range map[NotifyKind]string{
+		NotifyInstantiated: "inst", NotifyUpdated: "upd", NotifyLinked: "link", NotifyUnlinked: "unlk",
+		NotifyCleared: "clr", NotifyRevoked: "rev", NotifyInvalidated: "inv", NotifySetAttr: "attr",
+		NotifyRemoved: "gc", 42: "unknown",
+	} {
+		if got := k.String(); got != want {
+			t.Errorf("%d.String() = %q, want %q", k, got, want)
+		}
+	}
+}
