@@ -3,6 +3,7 @@ package keys
 import (
 	"hash/maphash"
 	"math/bits"
+	"unsafe"
 )
 
 // A keyring's links live in a persistent hash array mapped trie keyed by
@@ -12,17 +13,28 @@ import (
 // changes, then publishes it with one atomic store. Old versions are
 // reclaimed by Go's garbage collector once no reader holds them; the keys
 // they point to are protected by rcu.
+//
+// A node keeps its sub-nodes and its leaves in one dense array of
+// pointers indexed by the population counts of two bitmaps, allocated
+// together with the node, so that an update allocates one object and
+// copies at most 16 pointers per level, and a leaf costs one pointer plus
+// the 16-byte link it points to. Leaves do not store their hash: the rare split that must know where
+// an existing leaf goes recomputes it. Entries whose 64-bit hashes are
+// equal share a collision node, a node with both bitmaps empty whose
+// leaves are all those entries.
 
 var hashSeed = maphash.MakeSeed()
 
+// indexHash is the trie's hash of a (type, description) pair: the
+// description's hash with the type's folded in. Two one-shot maphash
+// calls cost a third of streaming both strings through a maphash.Hash,
+// and every search computes one.
 func indexHash(typ, desc string) uint64 {
-	var h maphash.Hash
-	h.SetSeed(hashSeed)
-	h.WriteString(typ)
-	h.WriteByte(0)
-	h.WriteString(desc)
-	return h.Sum64()
+	return maphash.String(hashSeed, desc) ^ maphash.String(hashSeed, typ)*0x9e3779b97f4a7c15
 }
+
+// keyHash is the index hash of a key's own type and description.
+func keyHash(k *Key) uint64 { return indexHash(k.typeName(), k.desc) }
 
 // link is one entry of a keyring.
 type link struct {
@@ -30,189 +42,298 @@ type link struct {
 	slot uint64 // listing order (see ringSnap.orderSlot)
 }
 
+// Nodes have 16 positions: a path copy of a large keyring then allocates
+// about a fifth less than with 32, for one more level per 16-fold growth.
 const (
-	hamtBits  = 5
+	hamtBits  = 4
 	hamtWidth = 1 << hamtBits
 	hamtMask  = hamtWidth - 1
-	hamtMaxLv = 64 / hamtBits
+	// hamtLevels is how many levels the 64-bit hash can index.
+	hamtLevels = (64 + hamtBits - 1) / hamtBits
 )
 
+// hnode is one node of the trie. Published nodes are never modified.
+//
+// kids holds the sub-nodes (*hnode) in position order, then the leaves
+// (*link) in position order: one array, allocated with the node (see
+// newNode), so that a path copy allocates once per level. In a collision
+// node (both maps empty) every kid is a leaf, all of one hash.
 type hnode struct {
-	bitmap uint32
-	kids   []hkid
+	nodemap uint32 // positions holding a sub-node
+	leafmap uint32 // positions holding a leaf
+	kids    []unsafe.Pointer
 }
 
-// hkid is a child of a node: a sub-node or a bucket of entries whose
-// hashes agree on every level so far (usually one entry).
-type hkid struct {
-	node *hnode
-	hash uint64
-	ents []link
+func (n *hnode) collision() bool { return n.nodemap|n.leafmap == 0 }
+
+// numNodes is how many of the kids are sub-nodes.
+func (n *hnode) numNodes() int { return bits.OnesCount32(n.nodemap) }
+
+func (n *hnode) node(i int) *hnode { return (*hnode)(n.kids[i]) }
+
+// leaf returns the i-th leaf (counting leaves only).
+func (n *hnode) leaf(i int) *link { return (*link)(n.kids[n.numNodes()+i]) }
+
+// newNode allocates a node with room for k kids in the same allocation,
+// rounded up to a few sizes so that the types stay few.
+func newNode(nodemap, leafmap uint32, k int) *hnode {
+	switch {
+	case k <= 1:
+		return nodeWith[[1]unsafe.Pointer](nodemap, leafmap, k)
+	case k <= 2:
+		return nodeWith[[2]unsafe.Pointer](nodemap, leafmap, k)
+	case k <= 4:
+		return nodeWith[[4]unsafe.Pointer](nodemap, leafmap, k)
+	case k <= 6:
+		return nodeWith[[6]unsafe.Pointer](nodemap, leafmap, k)
+	case k <= 8:
+		return nodeWith[[8]unsafe.Pointer](nodemap, leafmap, k)
+	case k <= 12:
+		return nodeWith[[12]unsafe.Pointer](nodemap, leafmap, k)
+	case k <= 16:
+		return nodeWith[[16]unsafe.Pointer](nodemap, leafmap, k)
+	}
+	// Only a collision node of more than 16 entries.
+	return &hnode{nodemap: nodemap, leafmap: leafmap, kids: make([]unsafe.Pointer, k)}
 }
 
-func (n *hnode) pos(bit uint32) int {
-	return bits.OnesCount32(n.bitmap & (bit - 1))
+func nodeWith[A any](nodemap, leafmap uint32, k int) *hnode {
+	x := new(struct {
+		h hnode
+		a A
+	})
+	x.h.nodemap, x.h.leafmap = nodemap, leafmap
+	x.h.kids = unsafe.Slice((*unsafe.Pointer)(unsafe.Pointer(&x.a)), k)
+	return &x.h
 }
 
-func matches(l link, typ, desc string) bool {
-	return l.key.typeName() == typ && l.key.desc == desc
+// edit returns a copy of n with the bitmaps nodemap and leafmap, which
+// differ from n's at most at position bit, where the new node holds p
+// (if the position is set in either map). Every other kid is n's.
+func (n *hnode) edit(nodemap, leafmap, bit uint32, p unsafe.Pointer) *hnode {
+	nn := newNode(nodemap, leafmap, bits.OnesCount32(nodemap)+bits.OnesCount32(leafmap))
+	on := n.numNodes()
+	dn := splice(nn.kids, n.kids[:on], n.nodemap, nodemap, bit, p)
+	splice(nn.kids[dn:], n.kids[on:], n.leafmap, leafmap, bit, p)
+	return nn
 }
 
-// hget finds the entry for (typ, desc).
+// splice copies the kids src, indexed by bitmap om, into dst as indexed by
+// nm, which differs from om at most at bit, where p goes. It returns how
+// many it wrote.
+func splice(dst, src []unsafe.Pointer, om, nm, bit uint32, p unsafe.Pointer) int {
+	switch had, has := om&bit != 0, nm&bit != 0; {
+	case had && has:
+		i := rank(om, bit)
+		copy(dst, src)
+		dst[i] = p
+	case has:
+		i := rank(nm, bit)
+		copy(dst, src[:i])
+		dst[i] = p
+		copy(dst[i+1:], src[i:])
+	case had:
+		i := rank(om, bit)
+		copy(dst, src[:i])
+		copy(dst[i:], src[i+1:])
+	default:
+		copy(dst, src)
+	}
+	return bits.OnesCount32(nm)
+}
+
+// hbit is the bitmap bit that hash h selects at level lv. Shifts of 64 or
+// more yield 0, so levels past the hash's end all select position 0.
+func hbit(h uint64, lv int) uint32 { return 1 << ((h >> (lv * hamtBits)) & hamtMask) }
+
+// rank is the index in a dense array of the position bit in bitmap m.
+func rank(m, bit uint32) int { return bits.OnesCount32(m & (bit - 1)) }
+
+func matches(l *link, typ, desc string) bool {
+	return l.key.desc == desc && l.key.typeName() == typ
+}
+
+// collisionWith returns a copy of collision node n with entry i replaced
+// by l (i < len), l added (i == len) or entry i removed (l nil).
+func (n *hnode) collisionWith(i int, l *link) *hnode {
+	k := len(n.kids)
+	switch {
+	case l == nil:
+		k--
+	case i == k:
+		k++
+	}
+	nn := newNode(0, 0, k)
+	switch {
+	case l == nil:
+		copy(nn.kids, n.kids[:i])
+		copy(nn.kids[i:], n.kids[i+1:])
+	default:
+		copy(nn.kids, n.kids)
+		nn.kids[i] = unsafe.Pointer(l)
+	}
+	return nn
+}
+
+// hget finds the entry for (typ, desc), whose hash is h.
 func hget(n *hnode, h uint64, typ, desc string) (link, bool) {
 	for lv := 0; n != nil; lv++ {
-		bit := uint32(1) << ((h >> (lv * hamtBits)) & hamtMask)
-		if n.bitmap&bit == 0 {
-			return link{}, false
-		}
-		k := &n.kids[n.pos(bit)]
-		if k.node != nil {
-			n = k.node
-			continue
-		}
-		if k.hash != h {
-			return link{}, false
-		}
-		for _, l := range k.ents {
-			if matches(l, typ, desc) {
-				return l, true
+		if n.collision() {
+			for _, p := range n.kids {
+				if e := (*link)(p); matches(e, typ, desc) {
+					return *e, true
+				}
 			}
+			return link{}, false
 		}
-		return link{}, false
+		bit := hbit(h, lv)
+		if n.leafmap&bit != 0 {
+			if e := n.leaf(rank(n.leafmap, bit)); matches(e, typ, desc) {
+				return *e, true
+			}
+			return link{}, false
+		}
+		if n.nodemap&bit == 0 {
+			return link{}, false
+		}
+		n = n.node(rank(n.nodemap, bit))
 	}
 	return link{}, false
 }
 
-// hset returns a new trie with l stored under its key, and the entry it
-// replaced, if any.
-func hset(n *hnode, h uint64, l link, lv int) (*hnode, link, bool) {
-	typ, desc := l.key.typeName(), l.key.desc
+// hset returns a new trie, rooted at level lv, with l stored under its key
+// (whose hash is h), and the entry it replaced, if any. rehash gives the
+// hash of a key already in the trie.
+func hset(n *hnode, h uint64, l link, lv int, rehash func(*Key) uint64) (*hnode, link, bool) {
+	return hsetp(n, h, &l, lv, rehash)
+}
+
+func hsetp(n *hnode, h uint64, l *link, lv int, rehash func(*Key) uint64) (*hnode, link, bool) {
+	bit := hbit(h, lv)
 	if n == nil {
-		n = &hnode{}
-	}
-	bit := uint32(1) << ((h >> (lv * hamtBits)) & hamtMask)
-	p := n.pos(bit)
-	nn := &hnode{bitmap: n.bitmap | bit}
-	if n.bitmap&bit == 0 {
-		nn.kids = make([]hkid, len(n.kids)+1)
-		copy(nn.kids, n.kids[:p])
-		nn.kids[p] = hkid{hash: h, ents: []link{l}}
-		copy(nn.kids[p+1:], n.kids[p:])
+		nn := newNode(0, bit, 1)
+		nn.kids[0] = unsafe.Pointer(l)
 		return nn, link{}, false
 	}
-	nn.kids = append([]hkid(nil), n.kids...)
-	k := n.kids[p]
-	switch {
-	case k.node != nil:
-		sub, old, replaced := hset(k.node, h, l, lv+1)
-		nn.kids[p] = hkid{node: sub}
-		return nn, old, replaced
-	case k.hash == h:
-		for i, e := range k.ents {
-			if matches(e, typ, desc) {
-				ents := append([]link(nil), k.ents...)
-				ents[i] = l
-				nn.kids[p] = hkid{hash: h, ents: ents}
-				return nn, e, true
+	typ, desc := l.key.typeName(), l.key.desc
+	if n.collision() {
+		ch := rehash((*link)(n.kids[0]).key)
+		if ch != h {
+			// Push the collision node a level down, beside the new leaf.
+			wrap := newNode(hbit(ch, lv), 0, 1)
+			wrap.kids[0] = unsafe.Pointer(n)
+			return hsetp(wrap, h, l, lv, rehash)
+		}
+		for i, p := range n.kids {
+			if e := (*link)(p); matches(e, typ, desc) {
+				return n.collisionWith(i, l), *e, true
 			}
 		}
-		nn.kids[p] = hkid{hash: h, ents: append(append([]link(nil), k.ents...), l)}
-		return nn, link{}, false
-	case lv+1 >= hamtMaxLv:
-		// Hash bits exhausted: cannot happen for distinct 64-bit hashes
-		// that differ, since we only get here when they differ.
-		panic("keys: hash trie too deep")
+		return n.collisionWith(len(n.kids), l), link{}, false
+	}
+	switch {
+	case n.leafmap&bit != 0:
+		e := n.leaf(rank(n.leafmap, bit))
+		if matches(e, typ, desc) {
+			return n.edit(n.nodemap, n.leafmap, bit, unsafe.Pointer(l)), *e, true
+		}
+		// Two entries at one position: they move into a sub-node.
+		var sub *hnode
+		if eh := rehash(e.key); eh == h {
+			sub = newNode(0, 0, 2)
+			sub.kids[0], sub.kids[1] = unsafe.Pointer(e), unsafe.Pointer(l)
+		} else {
+			if lv+1 >= hamtLevels {
+				// Hashes that differ do so at some level below hamtLevels.
+				panic("keys: hash trie too deep")
+			}
+			one := newNode(0, hbit(eh, lv+1), 1)
+			one.kids[0] = unsafe.Pointer(e)
+			sub, _, _ = hsetp(one, h, l, lv+1, rehash)
+		}
+		return n.edit(n.nodemap|bit, n.leafmap&^bit, bit, unsafe.Pointer(sub)), link{}, false
+	case n.nodemap&bit != 0:
+		sub, old, repl := hsetp(n.node(rank(n.nodemap, bit)), h, l, lv+1, rehash)
+		return n.edit(n.nodemap, n.leafmap, bit, unsafe.Pointer(sub)), old, repl
 	default:
-		// Split the bucket: push the existing one a level down.
-		sub := &hnode{}
-		obit := uint32(1) << ((k.hash >> ((lv + 1) * hamtBits)) & hamtMask)
-		sub.bitmap = obit
-		sub.kids = []hkid{k}
-		sub2, old, replaced := hset(sub, h, l, lv+1)
-		nn.kids[p] = hkid{node: sub2}
-		return nn, old, replaced
+		return n.edit(n.nodemap, n.leafmap|bit, bit, unsafe.Pointer(l)), link{}, false
 	}
 }
 
-// hdel returns a new trie without the entry for (typ, desc), and that
-// entry. It returns n itself when there is no such entry.
+// hdel returns a new trie without the entry for (typ, desc), whose hash
+// is h, and that entry. It returns n itself when there is no such entry,
+// and nil when the entry was the last.
 func hdel(n *hnode, h uint64, typ, desc string, lv int) (*hnode, link, bool) {
 	if n == nil {
 		return nil, link{}, false
 	}
-	bit := uint32(1) << ((h >> (lv * hamtBits)) & hamtMask)
-	if n.bitmap&bit == 0 {
-		return n, link{}, false
-	}
-	p := n.pos(bit)
-	k := n.kids[p]
-	var repl hkid
-	var old link
-	switch {
-	case k.node != nil:
-		sub, o, ok := hdel(k.node, h, typ, desc, lv+1)
-		if !ok {
-			return n, link{}, false
-		}
-		old = o
-		switch {
-		case sub == nil:
-			// fall through to removal below
-		case len(sub.kids) == 1 && sub.kids[0].node == nil:
-			repl = sub.kids[0] // collapse a lone bucket upward
-		default:
-			repl = hkid{node: sub}
-		}
-	case k.hash != h:
-		return n, link{}, false
-	default:
-		i := -1
-		for j, e := range k.ents {
-			if matches(e, typ, desc) {
-				i = j
-				break
+	if n.collision() {
+		for i, p := range n.kids {
+			if e := (*link)(p); matches(e, typ, desc) {
+				// A single survivor is inlined by the parent (below).
+				return n.collisionWith(i, nil), *e, true
 			}
 		}
-		if i < 0 {
+		return n, link{}, false
+	}
+	bit := hbit(h, lv)
+	if n.leafmap&bit != 0 {
+		e := n.leaf(rank(n.leafmap, bit))
+		if !matches(e, typ, desc) {
 			return n, link{}, false
 		}
-		old = k.ents[i]
-		if len(k.ents) > 1 {
-			ents := append(append([]link(nil), k.ents[:i]...), k.ents[i+1:]...)
-			repl = hkid{hash: h, ents: ents}
+		if n.nodemap|n.leafmap == bit {
+			return nil, *e, true
 		}
+		return n.edit(n.nodemap, n.leafmap&^bit, bit, nil), *e, true
 	}
-	if repl.node == nil && repl.ents == nil {
-		if n.bitmap == bit {
+	if n.nodemap&bit == 0 {
+		return n, link{}, false
+	}
+	sub, old, ok := hdel(n.node(rank(n.nodemap, bit)), h, typ, desc, lv+1)
+	switch {
+	case !ok:
+		return n, link{}, false
+	case sub == nil:
+		if n.nodemap|n.leafmap == bit {
 			return nil, old, true
 		}
-		nn := &hnode{bitmap: n.bitmap &^ bit, kids: make([]hkid, 0, len(n.kids)-1)}
-		nn.kids = append(append(nn.kids, n.kids[:p]...), n.kids[p+1:]...)
-		return nn, old, true
+		return n.edit(n.nodemap&^bit, n.leafmap, bit, nil), old, true
+	case sub.nodemap == 0 && len(sub.kids) == 1:
+		// A sub-node left with one leaf gives it back to this level.
+		return n.edit(n.nodemap&^bit, n.leafmap|bit, bit, sub.kids[0]), old, true
+	default:
+		return n.edit(n.nodemap, n.leafmap, bit, unsafe.Pointer(sub)), old, true
 	}
-	nn := &hnode{bitmap: n.bitmap, kids: append([]hkid(nil), n.kids...)}
-	nn.kids[p] = repl
-	return nn, old, true
 }
 
-// hwalk calls fn for every entry until fn returns false.
+// hwalk calls fn for every entry, in trie order, until fn returns false.
 func hwalk(n *hnode, fn func(link) bool) bool {
 	if n == nil {
 		return true
 	}
-	for i := range n.kids {
-		k := &n.kids[i]
-		if k.node != nil {
-			if !hwalk(k.node, fn) {
+	if n.collision() {
+		for _, p := range n.kids {
+			if !fn(*(*link)(p)) {
 				return false
 			}
+		}
+		return true
+	}
+	ni, li := 0, n.numNodes()
+	for m := n.nodemap | n.leafmap; m != 0; m &= m - 1 {
+		bit := m & -m
+		if n.leafmap&bit != 0 {
+			if !fn(*(*link)(n.kids[li])) {
+				return false
+			}
+			li++
 			continue
 		}
-		for _, l := range k.ents {
-			if !fn(l) {
-				return false
-			}
+		if !hwalk(n.node(ni), fn) {
+			return false
 		}
+		ni++
 	}
 	return true
 }

@@ -63,7 +63,9 @@ func (e *env) caller(uid, gid uint32, groups ...uint32) *Caller {
 // settle waits until every destruction queued so far has run.
 func (e *env) settle() {
 	e.t.Helper()
-	if err := e.s.Domain().Barrier(context.Background()); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.s.WaitGC(ctx); err != nil {
 		e.t.Fatal(err)
 	}
 }

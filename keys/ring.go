@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"cmp"
 	"math/bits"
 	"slices"
 )
@@ -19,26 +20,33 @@ type ringSnap struct {
 // Listing order follows the kernel's for keyrings of up to 16 links (its
 // associative array fits one node then): the first link into an empty
 // keyring takes slot 0, each later one the highest free slot, a replaced
-// link keeps its slot. Larger keyrings list further links in the order
-// they were added.
+// link keeps its slot. A link added to a keyring that already holds 16
+// or more lists after every earlier one, so larger keyrings list further
+// links in the order they were added.
 func (r *ringSnap) orderSlot() uint64 {
 	if r.n == 0 {
 		return 0
 	}
-	if free := ^r.used; free != 0 {
-		return uint64(15 - bits.LeadingZeros16(free))
+	if r.n < 16 {
+		// Fewer than 16 links leave one of the slots 0..15 free.
+		return uint64(15 - bits.LeadingZeros16(^r.used))
 	}
-	if r.next < 16 {
-		return 16
-	}
-	return r.next
+	return max(r.next, 16)
 }
 
 func (r *ringSnap) find(typ, desc string) (link, bool) {
-	if r == nil {
+	if r == nil || r.n == 0 {
 		return link{}, false
 	}
 	return hget(r.root, indexHash(typ, desc), typ, desc)
+}
+
+// findHash is find for a caller that has computed indexHash(typ, desc).
+func (r *ringSnap) findHash(h uint64, typ, desc string) (link, bool) {
+	if r == nil || r.n == 0 {
+		return link{}, false
+	}
+	return hget(r.root, h, typ, desc)
 }
 
 // links returns the links in listing order.
@@ -48,31 +56,24 @@ func (r *ringSnap) links() []link {
 	}
 	out := make([]link, 0, r.n)
 	hwalk(r.root, func(l link) bool { out = append(out, l); return true })
-	slices.SortFunc(out, func(a, b link) int {
-		switch {
-		case a.slot < b.slot:
-			return -1
-		case a.slot > b.slot:
-			return 1
-		}
-		return 0
-	})
+	slices.SortFunc(out, func(a, b link) int { return cmp.Compare(a.slot, b.slot) })
 	return out
 }
 
 // with returns the version with k linked (replacing any link of the same
-// type and description) and the link it replaced.
+// type and description) and the link it replaced. It walks the trie
+// once.
 func (r *ringSnap) with(k *Key) (*ringSnap, link, bool) {
 	if r == nil {
 		r = &ringSnap{}
 	}
-	typ, desc := k.typeName(), k.desc
-	h := indexHash(typ, desc)
-	old, replacing := hget(r.root, h, typ, desc)
-	l := link{key: k, slot: old.slot}
-	nr := &ringSnap{used: r.used, next: r.next, n: r.n, nested: r.nested}
-	if !replacing {
-		l.slot = r.orderSlot()
+	l := &link{key: k, slot: r.orderSlot()}
+	root, old, replacing := hsetp(r.root, keyHash(k), l, 0, keyHash)
+	nr := &ringSnap{root: root, used: r.used, next: r.next, n: r.n, nested: r.nested}
+	if replacing {
+		// A replaced link keeps its slot. l is not published yet.
+		l.slot = old.slot
+	} else {
 		if l.slot < 16 {
 			nr.used |= 1 << l.slot
 		} else {
@@ -80,12 +81,11 @@ func (r *ringSnap) with(k *Key) (*ringSnap, link, bool) {
 		}
 		nr.n++
 	}
-	nr.root, _, _ = hset(r.root, h, l, 0)
 	if k.isKeyring() || (replacing && old.key.isKeyring()) {
 		nr.nested = slices.DeleteFunc(slices.Clone(r.nested), func(e link) bool { return replacing && e.key == old.key })
 		if k.isKeyring() {
-			nr.nested = append(nr.nested, l)
-			slices.SortFunc(nr.nested, func(a, b link) int { return int(int64(a.slot) - int64(b.slot)) })
+			nr.nested = append(nr.nested, *l)
+			slices.SortFunc(nr.nested, func(a, b link) int { return cmp.Compare(a.slot, b.slot) })
 		}
 	}
 	return nr, old, replacing
@@ -144,8 +144,9 @@ func (s *Service) link(ring, k *Key, checkRestriction, excl bool) error {
 		ring.mu.Unlock()
 		return EKEYREVOKED
 	}
-	snap := ring.ring.Load()
-	_, replacing := snap.find(k.typeName(), k.desc)
+	// Build the next version first (one walk of the trie tells whether a
+	// link is replaced); it is published only if every check passes.
+	next, old, replacing := ring.ring.Load().with(k)
 	if replacing && excl {
 		ring.mu.Unlock()
 		return EEXIST
@@ -173,8 +174,11 @@ func (s *Service) link(ring, k *Key, checkRestriction, excl bool) error {
 			return undo(err)
 		}
 	}
-	next, old, _ := snap.with(k)
 	ring.ring.Store(next)
+	k.addParent(ring)
+	if replacing {
+		old.key.removeParent(ring)
+	}
 	ring.mu.Unlock()
 	notify(ring, NotifyLinked, k.serial)
 	if replacing {
@@ -210,6 +214,7 @@ func (s *Service) unlinkFrom(ring, k *Key) error {
 		return ENOENT
 	}
 	ring.ring.Store(next)
+	old.key.removeParent(ring)
 	s.chargeLink(ring, -linkCost)
 	ring.mu.Unlock()
 	notify(ring, NotifyUnlinked, old.key.serial)
@@ -224,8 +229,12 @@ func (s *Service) clearRing(ring *Key) {
 	if old != nil {
 		s.chargeLink(ring, -linkCost*old.n)
 	}
+	links := old.links()
+	for _, l := range links {
+		l.key.removeParent(ring)
+	}
 	ring.mu.Unlock()
-	for _, l := range old.links() {
+	for _, l := range links {
 		l.key.put()
 	}
 }

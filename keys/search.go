@@ -17,9 +17,34 @@ type search struct {
 	skipExpired bool // …without recording expiry (request_key)
 	checkPerm   bool // candidates and nested keyrings need Search
 	recurse     bool
-	now         int64
+	// now is the time for the state checks; possession tests, which make
+	// none, leave it 0 (see clock).
+	now int64
 	// result is the last recorded reason for skipping a candidate.
 	result error
+	// hash is indexHash(typ, desc), computed once per search.
+	hash   uint64
+	hashed bool
+}
+
+// find looks the sought type and description up in one keyring version.
+func (sc *search) find(snap *ringSnap) (link, bool) {
+	if snap == nil || snap.n == 0 {
+		return link{}, false
+	}
+	if !sc.hashed {
+		sc.hash, sc.hashed = indexHash(sc.typ, sc.desc), true
+	}
+	return snap.findHash(sc.hash, sc.typ, sc.desc)
+}
+
+// clock returns sc.now, reading the service's clock if the search was
+// started without it.
+func (sc *search) clock(s *Service) int64 {
+	if sc.now == 0 {
+		sc.now = s.now()
+	}
+	return sc.now
 }
 
 // candidate applies the kernel's filter to a key whose type and
@@ -94,7 +119,7 @@ func (sc *search) walk(ring *Key, possessed bool, depth int) *Key {
 	if snap == nil {
 		return nil
 	}
-	if l, ok := snap.find(sc.typ, sc.desc); ok && sc.candidate(l.key, possessed) {
+	if l, ok := sc.find(snap); ok && sc.candidate(l.key, possessed) {
 		return l.key
 	}
 	if !sc.recurse || depth >= MaxDepth {
@@ -157,9 +182,14 @@ func (c *Caller) searchProcess(sc *search) (*Key, error) {
 		return k, nil
 	}
 	ret := error(EACCES)
-	if auth := c.assumed(); auth != nil && sc.typ != authType.Name && auth.validate(sc.now) == nil && auth.auth != nil {
+	if auth := c.assumed(); auth != nil && sc.typ != authType.Name && auth.validate(sc.clock(c.s)) == nil && auth.auth != nil {
+		// The requestor's keyrings are searched with the requestor's
+		// credentials, as the kernel switches ctx->cred to rka->cred.
 		req := auth.auth.requestor
+		own := sc.cred
+		sc.cred = &req.cred
 		k, r := req.searchCred(sc)
+		sc.cred = own
 		if r == nil {
 			return k, nil
 		}
@@ -176,7 +206,8 @@ func (c *Caller) searchProcess(sc *search) (*Key, error) {
 
 // possesses reports whether k is reachable from the caller's keyrings
 // (or, for a request-key helper, its requestor's): the kernel's test for
-// the possessor permission bits.
+// the possessor permission bits. It makes no state checks, so it reads
+// the clock only to validate an assumed authorisation.
 func (c *Caller) possesses(k *Key) bool {
 	sc := &search{
 		cred:      &c.cred,
@@ -185,7 +216,6 @@ func (c *Caller) possesses(k *Key) bool {
 		target:    k,
 		checkPerm: true,
 		recurse:   true,
-		now:       c.s.now(),
 	}
 	sec := c.s.dom.Read()
 	found, _ := c.searchProcess(sc)

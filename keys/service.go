@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/rcu"
+	"github.com/ukeys/ukeys/workqueue"
 )
 
 // Tunables are the kernel's /proc/sys/kernel/keys settings.
@@ -49,7 +50,8 @@ type Option func(*Service)
 // WithTunables sets the initial tunables.
 func WithTunables(t Tunables) Option { return func(s *Service) { s.tun.Store(&t) } }
 
-// WithClock replaces time.Now, for tests of expiry.
+// WithClock replaces the service's clock, for tests of expiry. Without
+// it the service keeps a coarse clock (see coarseClock).
 func WithClock(now func() time.Time) Option { return func(s *Service) { s.clock = now } }
 
 // WithDomain makes the service use d for its grace periods instead of a
@@ -61,11 +63,15 @@ func WithDomain(d *rcu.Domain) Option { return func(s *Service) { s.dom, s.ownDo
 type Service struct {
 	dom    *rcu.Domain
 	ownDom bool
-	clock  func() time.Time
+	clock  func() time.Time // set by WithClock; else coarse is used
+	coarse coarseClock
 	tun    atomic.Pointer[Tunables]
 
-	index sync.Map // Serial -> *Key
+	index serialIndex
 	count atomic.Int64
+	// drawSerial, if set (by tests, before the first key), proposes
+	// serials instead of the global generator, so that a run replays.
+	drawSerial func() Serial
 
 	typesMu sync.RWMutex
 	types   map[string]*Type
@@ -84,6 +90,11 @@ type Service struct {
 
 	destroyed atomic.Int64
 	closed    atomic.Bool
+	// closeMu guards calls, the destructions between their check of
+	// closed and the end of their dom.Call; Close waits for them.
+	closeMu   sync.Mutex
+	calls     int
+	callsDone sync.Cond
 
 	// gc, if set, is told about every key that gains a reason to be
 	// reaped (revoked, invalidated, given an expiry).
@@ -93,7 +104,20 @@ type Service struct {
 	upcallWait  time.Duration
 	constructMu sync.Mutex
 	upcalls     sync.WaitGroup
+
+	gcol     *collector
+	chunk    int
+	chunkSet bool
+	gcQueue  *workqueue.Queue
 }
+
+// WithChunkSize bounds how many keys one collector work item scans or
+// destroys (default DefaultChunkSize); 0 means unbounded, the kernel's
+// behaviour before it learnt to process in chunks.
+func WithChunkSize(n int) Option { return func(s *Service) { s.chunk, s.chunkSet = max(n, 0), true } }
+
+// WithGCQueue runs the collector on q instead of a queue of its own.
+func WithGCQueue(q *workqueue.Queue) Option { return func(s *Service) { s.gcQueue = q } }
 
 // WithUpcall sets what runs when request_key must construct a key: the
 // daemon runs the request-key helper program. Without one, construction
@@ -108,12 +132,12 @@ func WithUpcallTimeout(d time.Duration) Option { return func(s *Service) { s.upc
 // New creates a service with the built-in key types.
 func New(opts ...Option) *Service {
 	s := &Service{
-		clock:      time.Now,
 		upcallWait: 60 * time.Second,
 		types:      make(map[string]*Type),
 		users:      make(map[uint32]*quotaUser),
 		ownDom:     true,
 	}
+	s.callsDone.L = &s.closeMu
 	def := DefaultTunables()
 	s.tun.Store(&def)
 	for _, o := range opts {
@@ -125,6 +149,10 @@ func New(opts ...Option) *Service {
 	for _, t := range []*Type{userType, logonType, keyringType, bigKeyType, authType} {
 		s.types[t.Name] = t
 	}
+	if !s.chunkSet {
+		s.chunk = DefaultChunkSize
+	}
+	s.gcol = newCollector(s, s.gcQueue, s.chunk)
 	return s
 }
 
@@ -134,7 +162,21 @@ func (s *Service) Close() error {
 	if !s.closed.CompareAndSwap(false, true) {
 		return nil
 	}
+	// Upcalls are counted under constructMu once closed is checked (see
+	// request.go): after this handshake no new one starts.
+	s.constructMu.Lock()
+	s.constructMu.Unlock()
 	s.upcalls.Wait()
+	s.gcol.close()
+	// Destructions that saw the service open are queueing their
+	// callbacks: let them, before the domain closes (a Call on a closed
+	// domain panics). Later ones destroy at once.
+	s.closeMu.Lock()
+	for s.calls > 0 {
+		s.callsDone.Wait()
+	}
+	s.closeMu.Unlock()
+	s.coarse.close()
 	if s.ownDom {
 		return s.dom.Close()
 	}
@@ -157,36 +199,32 @@ func (s *Service) SetTunables(t Tunables) error {
 	return nil
 }
 
-func (s *Service) now() int64 { return s.clock().UnixNano() }
+// now is the service's time in unix nanoseconds, for expiry.
+func (s *Service) now() int64 {
+	if s.clock != nil {
+		return s.clock().UnixNano()
+	}
+	return s.coarse.read()
+}
 
 // Keys returns the number of keys in the serial index.
 func (s *Service) Keys() int { return int(s.count.Load()) }
 
-// lookup finds a live key by serial.
-func (s *Service) lookup(id Serial) *Key {
-	v, ok := s.index.Load(id)
-	if !ok {
-		return nil
-	}
-	return v.(*Key)
-}
+// lookup finds a live key by serial. It takes no lock.
+func (s *Service) lookup(id Serial) *Key { return s.index.load(id) }
 
 // allocSerial installs k under a fresh serial: random in [3, 2^30), the
 // next free one upward on a collision, as the kernel draws them.
 func (s *Service) allocSerial(k *Key) {
-	id := Serial(rand.Int32N(1<<30-3) + 3)
-	for {
-		k.serial = id
-		if _, loaded := s.index.LoadOrStore(id, k); !loaded {
-			s.count.Add(1)
-			return
-		}
-		if id == 1<<31-1 {
-			id = 3
-		} else {
-			id++
-		}
+	var id Serial
+	if s.drawSerial != nil {
+		id = s.drawSerial()
+	} else {
+		id = Serial(rand.Int32N(1<<30-3) + 3)
 	}
+	s.index.insert(k, id)
+	s.gcol.order.insert(k)
+	s.count.Add(1)
 }
 
 // keySpec describes a key to allocate.
@@ -242,13 +280,24 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 // unused takes a key whose last reference is gone out of the index and
 // destroys it after a grace period, when no reader can hold it.
 func (s *Service) unused(k *Key) {
-	s.index.CompareAndDelete(k.serial, k)
-	s.count.Add(-1)
+	if s.index.remove(k) {
+		s.count.Add(-1)
+	}
+	s.gcol.order.remove(k)
+	s.closeMu.Lock()
 	if s.closed.Load() {
+		s.closeMu.Unlock()
 		s.destroy(k) // no reader is left once the service is closed
 		return
 	}
-	s.dom.Call(func() { s.destroy(k) })
+	s.calls++
+	s.closeMu.Unlock()
+	s.gcol.buried(k)
+	s.closeMu.Lock()
+	if s.calls--; s.calls == 0 {
+		s.callsDone.Broadcast()
+	}
+	s.closeMu.Unlock()
 }
 
 // destroy wipes and releases an unused key and returns its quota.
@@ -286,6 +335,310 @@ func (s *Service) destroy(k *Key) {
 	s.destroyed.Add(1)
 	// A destroyed keyring drops its links.
 	for _, l := range links {
+		l.key.removeParent(k)
 		l.key.put()
+	}
+}
+
+// serialIndex maps serials to keys, the kernel's key_serial_tree. Readers
+// take no lock: the index is split into 256 shards by a hash of the
+// serial, each an open-addressed table of atomic pointers probed
+// linearly. Writers (allocation, removal) hold their shard's mutex and
+// store into the current table; a table that fills up (or empties) is
+// rebuilt at its new size and published with one atomic store, which
+// stalls only that shard's writers, for a 256th of the index. A reader
+// still probing a table that was replaced sees the keys it held then;
+// callers vet what they find with tryGet, as they would a key whose last
+// reference is dropped after the lookup.
+//
+// Compared with a sync.Map it allocates nothing per key (a slot costs 8
+// to 16 bytes) and a lookup boxes nothing.
+type serialIndex struct {
+	shards [indexShards]indexShard
+}
+
+const (
+	indexShardBits = 8
+	indexShards    = 1 << indexShardBits
+	indexMinSlots  = 16
+)
+
+type indexShard struct {
+	mu  sync.Mutex
+	tab atomic.Pointer[indexTable]
+	_   [64 - 16]byte // one cache line per shard
+}
+
+// indexTable is one version of a shard's table: a power-of-two number of
+// slots, each nil (free, ends a probe), tombstone (removed, probes go on)
+// or a key.
+type indexTable struct {
+	slots []atomic.Pointer[Key]
+	bits  uint
+	// Guarded by the shard's mu.
+	used int // slots not nil
+	live int // slots holding keys
+}
+
+// tombstone marks a removed entry.
+var tombstone = new(Key)
+
+func serialHash(id Serial) uint64 { return uint64(uint32(id)) * 0x9e3779b97f4a7c15 }
+
+func (x *serialIndex) shard(h uint64) *indexShard { return &x.shards[h>>(64-indexShardBits)] }
+
+// home is the first slot a probe for hash h looks at.
+func (t *indexTable) home(h uint64) uint64 { return (h << indexShardBits) >> (64 - t.bits) }
+
+func (x *serialIndex) load(id Serial) *Key {
+	h := serialHash(id)
+	t := x.shard(h).tab.Load()
+	if t == nil {
+		return nil
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(h); ; i = (i + 1) & mask {
+		k := t.slots[i].Load()
+		if k == nil {
+			return nil
+		}
+		if k.serial == id && k != tombstone {
+			return k
+		}
+	}
+}
+
+// insert gives k the first serial from id upward that is free (wrapping
+// from 2^31-1 to 3) and stores it.
+func (x *serialIndex) insert(k *Key, id Serial) {
+	for {
+		h := x.shard(serialHash(id))
+		h.mu.Lock()
+		if h.insertLocked(k, id) {
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		if id == 1<<31-1 {
+			id = 3
+		} else {
+			id++
+		}
+	}
+}
+
+// insertLocked stores k under id unless id is taken.
+func (sh *indexShard) insertLocked(k *Key, id Serial) bool {
+	h := serialHash(id)
+	t := sh.tab.Load()
+	if t == nil || 4*(t.used+1) > 3*len(t.slots) {
+		live := 0
+		if t != nil {
+			live = t.live
+		}
+		t = sh.rebuild(t, 2*(live+1))
+	}
+	mask := uint64(len(t.slots) - 1)
+	free := -1
+	for i := t.home(h); ; i = (i + 1) & mask {
+		e := t.slots[i].Load()
+		if e == nil {
+			if free < 0 {
+				free = int(i)
+				t.used++
+			}
+			break
+		}
+		if e == tombstone {
+			if free < 0 {
+				free = int(i)
+			}
+			continue
+		}
+		if e.serial == id {
+			return false
+		}
+	}
+	k.serial = id // before the store that publishes k
+	t.slots[free].Store(k)
+	t.live++
+	return true
+}
+
+// remove takes k out of the index if it is there, and reports whether it
+// was.
+func (x *serialIndex) remove(k *Key) bool {
+	h := serialHash(k.serial)
+	sh := x.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.tab.Load()
+	if t == nil {
+		return false
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(h); ; i = (i + 1) & mask {
+		e := t.slots[i].Load()
+		if e == nil {
+			return false
+		}
+		if e == k {
+			t.slots[i].Store(tombstone)
+			t.live--
+			break
+		}
+	}
+	if len(t.slots) > indexMinSlots && 8*t.live < len(t.slots) {
+		sh.rebuild(t, 2*t.live)
+	}
+	return true
+}
+
+// rebuild publishes a table of at least want slots (at least twice the
+// live keys) holding old's keys. Called with the shard's mu held.
+func (sh *indexShard) rebuild(old *indexTable, want int) *indexTable {
+	b := uint(4)
+	for 1<<b < want || 1<<b < indexMinSlots {
+		b++
+	}
+	t := &indexTable{slots: make([]atomic.Pointer[Key], 1<<b), bits: b}
+	if old != nil {
+		mask := uint64(len(t.slots) - 1)
+		for i := range old.slots {
+			k := old.slots[i].Load()
+			if k == nil || k == tombstone {
+				continue
+			}
+			j := t.home(serialHash(k.serial))
+			for t.slots[j].Load() != nil {
+				j = (j + 1) & mask
+			}
+			t.slots[j].Store(k)
+			t.used++
+			t.live++
+		}
+	}
+	sh.tab.Store(t)
+	return t
+}
+
+// Range calls f with each indexed key's serial and the key, in no
+// particular order, until f returns false: the shape of sync.Map.Range.
+// Keys added or removed meanwhile may or may not be seen.
+func (x *serialIndex) Range(f func(key, value any) bool) {
+	for i := range x.shards {
+		t := x.shards[i].tab.Load()
+		if t == nil {
+			continue
+		}
+		for j := range t.slots {
+			k := t.slots[j].Load()
+			if k == nil || k == tombstone {
+				continue
+			}
+			if !f(k.serial, k) {
+				return
+			}
+		}
+	}
+}
+
+// coarseClock is the service's clock unless WithClock replaces it: like
+// the kernel's ktime_get_real_seconds, which key expiry uses, it is read
+// from a cached value that a ticker refreshes, because a real clock read
+// costs tens of nanoseconds on virtual machines and a key lookup needs
+// several. The value lags real time by at most about two ticks. It
+// follows the monotonic clock from the wall time at the first read, so a
+// step of the wall clock does not shorten or lengthen timeouts. The
+// ticker runs only while the clock is being read: after a tick with no
+// reader it stops, and the next read restarts it.
+type coarseClock struct {
+	now     atomic.Int64 // unix nanoseconds, valid while running
+	wanted  atomic.Bool  // read since the last tick
+	running atomic.Bool
+
+	mu      sync.Mutex
+	base    time.Time // wall and monotonic reading of the first start
+	closed  bool
+	stop    chan struct{}
+	stopped chan struct{}
+}
+
+// coarseTick is how often a running coarse clock is refreshed.
+const coarseTick = time.Millisecond
+
+func (c *coarseClock) read() int64 {
+	if c.running.Load() {
+		if !c.wanted.Load() {
+			c.wanted.Store(true)
+		}
+		return c.now.Load()
+	}
+	return c.start()
+}
+
+// precise reads the underlying clock. Called with mu held.
+func (c *coarseClock) precise() int64 {
+	if c.base.IsZero() {
+		c.base = time.Now()
+	}
+	return c.base.UnixNano() + int64(time.Since(c.base))
+}
+
+func (c *coarseClock) start() int64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.precise()
+	if c.closed {
+		return now
+	}
+	if now > c.now.Load() {
+		c.now.Store(now)
+	}
+	c.wanted.Store(true)
+	if !c.running.Load() {
+		if c.stopped != nil {
+			<-c.stopped // the previous ticker has decided to exit
+		}
+		c.stop, c.stopped = make(chan struct{}), make(chan struct{})
+		c.running.Store(true)
+		go c.tick(c.stop, c.stopped)
+	}
+	return c.now.Load()
+}
+
+func (c *coarseClock) tick(stop <-chan struct{}, stopped chan<- struct{}) {
+	defer close(stopped)
+	t := time.NewTicker(coarseTick)
+	defer t.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-t.C:
+		}
+		c.mu.Lock()
+		if !c.wanted.Swap(false) || c.closed {
+			c.running.Store(false)
+			c.mu.Unlock()
+			return
+		}
+		c.now.Store(c.precise())
+		c.mu.Unlock()
+	}
+}
+
+// close stops the ticker for good; later reads use the clock directly.
+func (c *coarseClock) close() {
+	c.mu.Lock()
+	c.closed = true
+	running, stop, stopped := c.running.Load(), c.stop, c.stopped
+	c.running.Store(false)
+	c.mu.Unlock()
+	if running {
+		close(stop)
+	}
+	if stopped != nil {
+		<-stopped
 	}
 }

@@ -1,0 +1,263 @@
+package keys
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"runtime"
+	"strconv"
+	"testing"
+	"time"
+)
+
+// benchEnv is newEnv for benchmarks: a service on the real clock (so that
+// what time.Now costs is measured too) with tunables that let root hold
+// what the benchmark creates.
+func benchEnv(b *testing.B, tun Tunables) *Service {
+	b.Helper()
+	s := New(WithTunables(tun))
+	b.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			b.Error(err)
+		}
+	})
+	return s
+}
+
+func benchCaller(b *testing.B, s *Service, uid uint32) *Caller {
+	b.Helper()
+	c := s.NewCaller(Cred{UID: uid, GID: uid, PID: int(1000 + uid)})
+	if _, err := c.JoinSessionKeyring(nil); err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(c.Release)
+	return c
+}
+
+// BenchmarkLookupRead looks a key up by serial and reads its payload: the
+// KEYCTL_READ path, with its possession search of the caller's keyrings.
+func BenchmarkLookupRead(b *testing.B) {
+	s := benchEnv(b, DefaultTunables())
+	c := benchCaller(b, s, 1000)
+	// A few neighbours, so that the session keyring is not trivially small.
+	for i := range 8 {
+		must(c.AddKey("user", fmt.Sprint("n", i), []byte("neighbour"), SessionKeyring))
+	}
+	id := must(c.AddKey("user", "secret", []byte("0123456789abcdef"), SessionKeyring))
+	b.Run("serial", func(b *testing.B) {
+		b.ReportAllocs()
+		for b.Loop() {
+			p, err := c.Read(id)
+			if err != nil || len(p) != 16 {
+				b.Fatal(p, err)
+			}
+		}
+	})
+	b.Run("parallel", func(b *testing.B) {
+		b.ReportAllocs()
+		b.RunParallel(func(pb *testing.PB) {
+			// One caller per goroutine, as the daemon has one per client,
+			// all sharing the session keyring.
+			cc := c.Fork(2000)
+			defer cc.Release()
+			for pb.Next() {
+				p, err := cc.Read(id)
+				if err != nil || len(p) != 16 {
+					b.Error(p, err)
+					return
+				}
+			}
+		})
+	})
+	b.Run("lookup", func(b *testing.B) {
+		// The serial index alone.
+		b.ReportAllocs()
+		for b.Loop() {
+			if s.lookup(id) == nil {
+				b.Fatal("lost")
+			}
+		}
+	})
+	b.Run("possesses", func(b *testing.B) {
+		k := s.lookup(id)
+		b.ReportAllocs()
+		for b.Loop() {
+			if !c.possesses(k) {
+				b.Fatal("not possessed")
+			}
+		}
+	})
+}
+
+// BenchmarkSearch10k searches a keyring of 10,000 keys by type and
+// description (KEYCTL_SEARCH).
+func BenchmarkSearch10k(b *testing.B) {
+	tun := DefaultTunables()
+	s := benchEnv(b, tun)
+	c := benchCaller(b, s, 0)
+	ring := must(c.AddKey("keyring", "big", nil, SessionKeyring))
+	for i := range 10000 {
+		must(c.AddKey("user", "k"+strconv.Itoa(i), []byte("v"), ring))
+	}
+	descs := make([]string, 1024)
+	for i := range descs {
+		descs[i] = "k" + strconv.Itoa(i*9)
+	}
+	b.Run("ring", func(b *testing.B) {
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := c.Search(ring, "user", descs[i&1023], 0); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("session", func(b *testing.B) {
+		// From the session keyring, one level down.
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := c.Search(SessionKeyring, "user", descs[i&1023], 0); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("tree", func(b *testing.B) {
+		// The search itself, without the lookup of the keyring.
+		k := s.lookup(ring)
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			sc := search{cred: &c.cred, typ: "user", desc: descs[i&1023], stateCheck: true, checkPerm: true, recurse: true, now: s.now()}
+			sec := s.dom.Read()
+			_, err := sc.tree(k, true)
+			sec.End()
+			if err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkAddKey adds keys to a keyring (add_key), as root.
+//
+// growing: every key goes into one keyring, which ends up holding b.N
+// keys; the heap grows by what each key costs, and on a virtual machine
+// the page faults that growth takes are a large part of the time.
+//
+// steady: the keyring is cleared (outside the timer) every 1024 keys and
+// its keys destroyed, so the heap stays the same size and the keyring
+// small: the cost of the operation itself.
+func BenchmarkAddKey(b *testing.B) {
+	tun := DefaultTunables()
+	tun.RootMaxKeys, tun.RootMaxBytes = 1<<31-1, 1<<31-1
+	payload := []byte("payload!")
+	b.Run("growing", func(b *testing.B) {
+		s := benchEnv(b, tun)
+		c := benchCaller(b, s, 0)
+		ring := must(c.AddKey("keyring", "dest", nil, SessionKeyring))
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if _, err := c.AddKey("user", "k"+strconv.Itoa(i), payload, ring); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+	b.Run("steady", func(b *testing.B) {
+		s := benchEnv(b, tun)
+		c := benchCaller(b, s, 0)
+		ring := must(c.AddKey("keyring", "dest", nil, SessionKeyring))
+		descs := make([]string, 1024)
+		for i := range descs {
+			descs[i] = "k" + strconv.Itoa(i)
+		}
+		b.ReportAllocs()
+		i := 0
+		for b.Loop() {
+			if i == len(descs) {
+				b.StopTimer()
+				if err := c.Clear(ring); err != nil {
+					b.Fatal(err)
+				}
+				if err := s.Domain().Barrier(context.Background()); err != nil {
+					b.Fatal(err)
+				}
+				i = 0
+				b.StartTimer()
+			}
+			if _, err := c.AddKey("user", descs[i], payload, ring); err != nil {
+				b.Fatal(err)
+			}
+			i++
+		}
+	})
+}
+
+// BenchmarkMillionKeys creates 1,000,000 user keys held by root, within
+// root's default quota (root_maxkeys 1,000,000, root_maxbytes 25,000,000),
+// and reports the heap each key costs. It runs once per invocation and
+// only when asked: -bench MillionKeys, or UKEYS_MILLION=1 in a test run
+// (TestMillionKeys).
+func BenchmarkMillionKeys(b *testing.B) {
+	for b.Loop() {
+		perKey, elapsed := millionKeys(b)
+		b.ReportMetric(perKey, "bytes/key")
+		b.ReportMetric(float64(elapsed.Nanoseconds()), "ns/add")
+	}
+}
+
+func TestMillionKeys(t *testing.T) {
+	if testing.Short() || os.Getenv("UKEYS_MILLION") != "1" {
+		t.Skip("set UKEYS_MILLION=1 (without -short) to create a million keys")
+	}
+	perKey, elapsed := millionKeys(t)
+	t.Logf("%.1f bytes/key, %v per add_key", perKey, elapsed)
+}
+
+func millionKeys(tb testing.TB) (bytesPerKey float64, elapsed time.Duration) {
+	const n = 1_000_000
+	s := New()
+	defer s.Close()
+	// The holder is not charged to root (like the kernel's own keyrings),
+	// so the million keys use root_maxkeys exactly; the caller has no
+	// session keyring for the same reason.
+	ring, err := s.newKeyring("million", 0, 0, PossAll|UserAll, false, false, 0)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	defer ring.put()
+	c := s.NewCaller(Cred{UID: 0, GID: 0})
+	defer c.Release()
+	payload := []byte("12345678")
+	const descLen = len("k0000000")
+	var before, after runtime.MemStats
+	runtime.GC()
+	runtime.ReadMemStats(&before)
+	start := time.Now()
+	buf := []byte("k0000000")
+	for i := range n {
+		// Each key's description is its own string, as one that arrives
+		// over the wire would be, and is counted with the key.
+		for j, v := len(buf)-1, i; j > 0; j, v = j-1, v/10 {
+			buf[j] = byte('0' + v%10)
+		}
+		if _, err := c.AddKey("user", string(buf), payload, ring.serial); err != nil {
+			tb.Fatalf("key %d: %v", i, err)
+		}
+	}
+	elapsed = time.Since(start)
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	if got := s.Keys(); got != n+1 {
+		tb.Fatalf("%d keys in the index, want %d", got, n+1)
+	}
+	if k, by := s.QuotaUsage(0); k != n || by != n*(descLen+1+len(payload)) {
+		tb.Fatalf("root quota %d keys, %d bytes", k, by)
+	}
+	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n, elapsed / n
+}
