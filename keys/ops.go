@@ -21,7 +21,7 @@ func wrap(op string, id Serial, err error) error {
 // defaultPerm is the mask the kernel gives keys that callers create.
 func defaultPerm(t *Type) Perm {
 	pos := View | Search | Link | SetAttr
-	if t.Read != nil {
+	if t.Read != nil || t == keyringType { // a keyring reads as its links
 		pos |= Read
 	}
 	if t == keyringType || t.Updatable {
@@ -282,6 +282,9 @@ func (s *Service) revoke(k *Key) {
 		if snap := k.ring.Swap(&ringSnap{}); snap != nil {
 			links = snap.links()
 			s.chargeLink(k, -linkCost*snap.n)
+			for _, l := range links {
+				l.key.removeParent(k)
+			}
 		}
 	}
 	k.mu.Unlock()
@@ -295,8 +298,12 @@ func (s *Service) revoke(k *Key) {
 
 // keyDied tells the collector that k has a reason to be reaped.
 func (s *Service) keyDied(k *Key) {
-	if g := s.gc.Load(); g != nil {
-		(*g)(k)
+	if k.has(flagInvalidated) {
+		s.gcol.requestPass(true) // invalidated keys are reaped at once
+		return
+	}
+	if e := k.expiry.Load(); e != 0 {
+		s.gcol.scheduleAt(e + int64(s.Tunables().GCDelay))
 	}
 }
 

@@ -1,0 +1,547 @@
+package keys
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/google/btree"
+
+	"github.com/ukeys/ukeys/rcu"
+	"github.com/ukeys/ukeys/workqueue"
+)
+
+// DefaultChunkSize is how many keys one collector work item scans or
+// destroys at most (the kernel's KEY_GC_CHUNK_SIZE).
+const DefaultChunkSize = 1024
+
+// Reasons a key is reaped, for statistics.
+const (
+	ReapUnused = iota
+	ReapExpired
+	ReapRevoked
+	ReapInvalidated
+	ReapDead
+	reapReasons
+)
+
+// GCStats are the collector's counters.
+type GCStats struct {
+	// Passes counts complete scans of the serial index; Items the work
+	// items run; Scanned the keys examined.
+	Passes, Items, Scanned uint64
+	// Pruned counts links to dead keys removed, by reason (ReapExpired,
+	// ReapRevoked, ReapInvalidated, ReapDead); Destroyed the keys destroyed.
+	Pruned    [reapReasons]uint64
+	Destroyed uint64
+	// MaxScannedPerItem and MaxDestroyedPerItem are the most keys one work
+	// item scanned or destroyed: never more than the chunk size.
+	MaxScannedPerItem, MaxDestroyedPerItem int
+	// ItemTime summarises how long work items ran; DeathToDestruction how
+	// long keys waited between losing their last reference and being
+	// destroyed.
+	ItemTime, DeathToDestruction rcu.Latency
+	// ChunkSize is the bound in force (0: unbounded).
+	ChunkSize int
+}
+
+// collector is the key garbage collector: a work item that scans the
+// serial index a chunk at a time from a saved cursor, prunes links to dead
+// keys, and destroys unused keys a chunk at a time after a grace period.
+// It never holds a lock across chunks.
+type collector struct {
+	s     *Service
+	wq    *workqueue.Queue
+	ownWQ bool
+	work  *workqueue.Work
+	timer *workqueue.Work
+	chunk int
+	order *serialOrder
+
+	mu            sync.Mutex
+	graveyard     []graveEntry
+	reapRequested bool // the kernel's KEY_GC_REAP_REQUESTED: a full pass is owed
+	linksPending  bool // the kernel's KEY_GC_KEY_EXPIRED: links need pruning
+	nextRun       int64
+	deadType      *Type
+	deadStage     int
+	deadDone      chan struct{}
+
+	// Owned by the work item, which never runs concurrently with itself.
+	scanning   bool
+	cursor     Serial
+	start, end int64
+	reapLinks  bool
+	destroying bool
+	cookie     rcu.Cookie
+	batch      []graveEntry
+	foundDead  bool
+
+	// outstanding counts keys buried and not yet destroyed; inPass is set
+	// while a scan is under way. WaitGC watches both.
+	outstanding atomic.Int64
+	inPass      atomic.Bool
+
+	statsMu sync.Mutex
+	stats   GCStats
+	itemH   *hdrhistogram.Histogram
+	deathH  *hdrhistogram.Histogram
+	items   atomic.Uint64
+}
+
+type graveEntry struct {
+	k    *Key
+	died int64
+}
+
+func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
+	g := &collector{s: s, wq: wq, chunk: chunk, nextRun: math.MaxInt64, order: newSerialOrder(),
+		itemH: hdrhistogram.New(1, int64(time.Hour), 3), deathH: hdrhistogram.New(1, int64(24*time.Hour), 3)}
+	if g.wq == nil {
+		g.wq = workqueue.New(s.dom, workqueue.WithName("keys-gc"), workqueue.WithWorkers(1))
+		g.ownWQ = true
+	}
+	g.work = workqueue.NewTaskWork("keys-gc", g.run)
+	g.timer = workqueue.NewWork("keys-gc-timer", func() {
+		g.mu.Lock()
+		g.nextRun = math.MaxInt64
+		g.linksPending = true
+		g.reapRequested = true
+		g.mu.Unlock()
+		g.wq.Schedule(g.work)
+	})
+	g.stats.ChunkSize = chunk
+	return g
+}
+
+// close stops the collector: the timer is cancelled, the queue drained,
+// and keys still in the graveyard are destroyed now, after one last grace
+// period, so that no payload outlives the service unwiped.
+func (g *collector) close() {
+	g.wq.Cancel(g.timer)
+	if g.ownWQ {
+		g.wq.Close()
+	} else {
+		g.wq.Cancel(g.work)
+	}
+	g.mu.Lock()
+	rest := append(g.batch, g.graveyard...)
+	g.batch, g.graveyard = nil, nil
+	g.mu.Unlock()
+	if len(rest) == 0 {
+		return
+	}
+	_ = g.s.dom.Synchronize(context.Background())
+	for _, e := range rest {
+		g.s.destroy(e.k)
+		g.outstanding.Add(-1)
+	}
+}
+
+// WaitGC waits until every payload retired so far has been wiped and the
+// collector has destroyed every key that has lost its last reference (and
+// those their destruction released), or ctx ends. Tests and benchmarks use it to observe quota returned.
+func (s *Service) WaitGC(ctx context.Context) error {
+	g := s.gcol
+	if err := s.dom.Barrier(ctx); err != nil { // payloads retired so far
+		return err
+	}
+	// Flush at least once, so that an item already running (but not yet
+	// inside a pass) has finished, then until nothing is left in flight.
+	for {
+		if _, err := g.wq.FlushWork(ctx, g.work); err != nil {
+			return err
+		}
+		if err := s.dom.Barrier(ctx); err != nil {
+			return err
+		}
+		if g.outstanding.Load() == 0 && !g.inPass.Load() && !g.work.Pending() {
+			break
+		}
+		if g.outstanding.Load() > 0 && !g.work.Pending() {
+			time.Sleep(100 * time.Microsecond) // a continuation may be queued behind a grace period
+		}
+	}
+	return nil
+}
+
+// requestPass asks for a full pass (with link pruning if links is set).
+func (g *collector) requestPass(links bool) {
+	g.mu.Lock()
+	g.reapRequested = true
+	if links {
+		g.linksPending = true
+	}
+	g.mu.Unlock()
+	g.wq.Schedule(g.work)
+}
+
+// scheduleAt arms the collector for a pass at unix-nanosecond time at,
+// keeping the earliest of the times asked for (key_schedule_gc).
+func (g *collector) scheduleAt(at int64) {
+	now := g.s.now()
+	if at <= now {
+		g.requestPass(true)
+		return
+	}
+	g.mu.Lock()
+	if at >= g.nextRun {
+		g.mu.Unlock()
+		return
+	}
+	g.nextRun = at
+	g.mu.Unlock()
+	if g.s.clock != nil {
+		// A clock given by WithClock need not move with real time, so a real
+		// timer would fire at a meaningless moment: whoever drives that
+		// clock requests passes (RequestGC).
+		return
+	}
+	g.wq.Reschedule(g.timer, time.Duration(at-now))
+}
+
+// buried takes a key whose last reference went.
+func (g *collector) buried(k *Key) {
+	g.mu.Lock()
+	g.graveyard = append(g.graveyard, graveEntry{k: k, died: g.s.now()})
+	g.outstanding.Add(1)
+	g.reapRequested = true
+	g.mu.Unlock()
+	g.wq.Schedule(g.work)
+}
+
+// dead reports whether k's links are due for pruning at limit, and why.
+func (g *collector) dead(k *Key, limit int64, delay int64) (int, bool) {
+	f := k.flags.Load()
+	switch {
+	case f&flagInvalidated != 0:
+		return ReapInvalidated, true
+	case f&flagDead != 0:
+		return ReapDead, true
+	}
+	if e := k.expiry.Load(); e != 0 && e+delay <= limit {
+		if f&flagRevoked != 0 {
+			return ReapRevoked, true
+		}
+		return ReapExpired, true
+	}
+	return 0, false
+}
+
+func (g *collector) run(t *rcu.Task) {
+	began := time.Now()
+	scanned, destroyed := 0, 0
+	defer func() {
+		d := time.Since(began)
+		g.statsMu.Lock()
+		g.stats.Items++
+		_ = g.itemH.RecordValue(d.Nanoseconds())
+		g.stats.MaxScannedPerItem = max(g.stats.MaxScannedPerItem, scanned)
+		g.stats.MaxDestroyedPerItem = max(g.stats.MaxDestroyedPerItem, destroyed)
+		g.statsMu.Unlock()
+	}()
+	budget := g.chunk
+	if budget <= 0 {
+		budget = math.MaxInt
+	}
+	if !g.destroying {
+		if !g.scanning {
+			g.beginPass()
+		}
+		var more bool
+		scanned, more = g.scanChunk(t, budget)
+		if more {
+			g.wq.Schedule(g.work)
+			return
+		}
+		g.endPass()
+	}
+	var more bool
+	destroyed, more = g.destroyChunk(t, budget)
+	if more {
+		return // rescheduled by destroyChunk
+	}
+	g.mu.Lock()
+	again := g.reapRequested || len(g.graveyard) > 0 || g.deadStage > 0
+	g.mu.Unlock()
+	if again {
+		g.wq.Schedule(g.work)
+	}
+}
+
+func (g *collector) beginPass() {
+	g.mu.Lock()
+	g.reapRequested = false
+	g.reapLinks = g.linksPending
+	g.linksPending = false
+	if g.deadStage > 0 {
+		g.reapLinks = true
+	}
+	g.mu.Unlock()
+	g.scanning = true
+	g.inPass.Store(true)
+	g.cursor = 0
+	g.start = g.s.now()
+	g.end = math.MaxInt64
+	g.foundDead = false
+}
+
+// scanChunk examines up to budget keys after the cursor. It holds the
+// index lock only while it copies the chunk's keys.
+func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
+	ks := g.s.keysAfter(g.cursor, budget)
+	delay := int64(g.s.Tunables().GCDelay)
+	g.mu.Lock()
+	deadType, stage := g.deadType, g.deadStage
+	g.mu.Unlock()
+	var pruned [reapReasons]uint64
+	for _, k := range ks {
+		t.Checkpoint()
+		g.cursor = k.serial
+		if deadType != nil && k.typ.Load() == deadType {
+			g.foundDead = true
+			switch stage {
+			case 1:
+				k.setFlag(flagDead)
+				k.perm.Store(0)
+			case 3:
+				g.s.killPayload(k)
+			}
+		}
+		if why, isDead := g.dead(k, g.start, delay); isDead {
+			if g.reapLinks || why == ReapInvalidated || why == ReapDead {
+				if n := g.s.pruneLinks(k); n > 0 {
+					pruned[why] += uint64(n)
+				}
+			}
+			continue
+		}
+		if e := k.expiry.Load(); e != 0 {
+			if at := e + delay; at > g.start && at < g.end {
+				g.end = at
+			}
+		}
+	}
+	g.statsMu.Lock()
+	g.stats.Scanned += uint64(len(ks))
+	for i, n := range pruned {
+		g.stats.Pruned[i] += n
+	}
+	g.statsMu.Unlock()
+	return len(ks), len(ks) == budget && budget != math.MaxInt
+}
+
+func (g *collector) endPass() {
+	g.scanning = false
+	defer g.inPass.Store(false)
+	g.statsMu.Lock()
+	g.stats.Passes++
+	g.statsMu.Unlock()
+	if g.end != math.MaxInt64 {
+		g.scheduleAt(g.end)
+	}
+	g.mu.Lock()
+	switch {
+	case g.deadStage == 1 || g.deadStage == 2:
+		if !g.foundDead {
+			g.deadStage = 3 // nothing left of the type: short-circuit
+		} else {
+			g.deadStage++
+		}
+	case g.deadStage == 3:
+		g.deadStage = 0
+		g.deadType = nil
+		close(g.deadDone)
+	}
+	g.batch = append(g.batch, g.graveyard...)
+	g.graveyard = nil
+	g.mu.Unlock()
+	if len(g.batch) > 0 {
+		g.cookie = g.s.dom.Start()
+		g.destroying = true
+	}
+}
+
+// destroyChunk destroys up to budget keys of the batch once a grace period
+// has passed since they were taken out of the index. It never blocks the
+// worker for that grace period: if it has not passed, a callback
+// reschedules the item when it has (the kernel's KEY_GC_DESTROYING).
+func (g *collector) destroyChunk(t *rcu.Task, budget int) (int, bool) {
+	if !g.destroying {
+		return 0, false
+	}
+	if !g.s.dom.Done(g.cookie) {
+		g.s.dom.Call(func() { g.wq.Schedule(g.work) })
+		return 0, true
+	}
+	n := min(budget, len(g.batch))
+	now := g.s.now()
+	g.statsMu.Lock()
+	for _, e := range g.batch[:n] {
+		_ = g.deathH.RecordValue(max(now-e.died, 1))
+	}
+	g.statsMu.Unlock()
+	for i := range n {
+		t.Checkpoint()
+		g.s.destroy(g.batch[i].k)
+		g.batch[i] = graveEntry{}
+		g.outstanding.Add(-1)
+	}
+	g.batch = g.batch[n:]
+	g.statsMu.Lock()
+	g.stats.Destroyed += uint64(n)
+	g.statsMu.Unlock()
+	if len(g.batch) > 0 {
+		g.wq.Schedule(g.work)
+		return n, true
+	}
+	g.batch = nil
+	g.destroying = false
+	return n, false
+}
+
+// GCStats returns the collector's statistics.
+func (s *Service) GCStats() GCStats {
+	g := s.gcol
+	g.statsMu.Lock()
+	defer g.statsMu.Unlock()
+	st := g.stats
+	st.ItemTime = summarizeHist(g.itemH)
+	st.DeathToDestruction = summarizeHist(g.deathH)
+	return st
+}
+
+func summarizeHist(h *hdrhistogram.Histogram) rcu.Latency {
+	if h.TotalCount() == 0 {
+		return rcu.Latency{}
+	}
+	return rcu.Latency{
+		Count: h.TotalCount(), Min: time.Duration(h.Min()), Mean: time.Duration(h.Mean()),
+		P50: time.Duration(h.ValueAtQuantile(50)), P99: time.Duration(h.ValueAtQuantile(99)),
+		P999: time.Duration(h.ValueAtQuantile(99.9)), Max: time.Duration(h.Max()),
+	}
+}
+
+// UnregisterType removes a key type. Its keys are marked dead (no
+// permissions), links to them are pruned from every keyring, and keys
+// still referenced lose their payloads, in the kernel's three stages; it
+// returns once the collector has finished all three.
+func (s *Service) UnregisterType(name string) error {
+	s.typesMu.Lock()
+	t := s.types[name]
+	if t == nil || t == keyringType || t == authType {
+		s.typesMu.Unlock()
+		if t == nil {
+			return ENOKEY
+		}
+		return EPERM
+	}
+	delete(s.types, name)
+	s.typesMu.Unlock()
+	g := s.gcol
+	done := make(chan struct{})
+	g.mu.Lock()
+	for g.deadType != nil { // one type at a time, as the kernel
+		wait := g.deadDone
+		g.mu.Unlock()
+		<-wait
+		g.mu.Lock()
+	}
+	g.deadType, g.deadStage, g.deadDone = t, 1, done
+	g.reapRequested = true
+	g.mu.Unlock()
+	g.wq.Schedule(g.work)
+	<-done
+	return nil
+}
+
+// serialOrder keeps every key in serial order for the collector's scans
+// (and /proc views), the role of the kernel's rb-tree walk. Lookups do not
+// use it; only allocation and removal write it, under its own mutex, and
+// a scan holds that mutex only while it copies one chunk.
+type serialOrder struct {
+	mu sync.Mutex
+	t  *btree.BTreeG[*Key]
+}
+
+func newSerialOrder() *serialOrder {
+	return &serialOrder{t: btree.NewG(32, func(a, b *Key) bool { return a.serial < b.serial })}
+}
+
+func (o *serialOrder) insert(k *Key) {
+	o.mu.Lock()
+	o.t.ReplaceOrInsert(k)
+	o.mu.Unlock()
+}
+
+func (o *serialOrder) remove(k *Key) {
+	o.mu.Lock()
+	if cur, ok := o.t.Get(k); ok && cur == k {
+		o.t.Delete(k)
+	}
+	o.mu.Unlock()
+}
+
+// after returns up to n keys with serials above cursor, in order.
+func (o *serialOrder) after(cursor Serial, n int) []*Key {
+	probe := &Key{serial: cursor + 1}
+	out := make([]*Key, 0, min(n, 1024))
+	o.mu.Lock()
+	o.t.AscendGreaterOrEqual(probe, func(k *Key) bool {
+		out = append(out, k)
+		return len(out) < n
+	})
+	o.mu.Unlock()
+	return out
+}
+
+func (s *Service) keysAfter(cursor Serial, n int) []*Key { return s.gcol.order.after(cursor, n) }
+
+// pruneLinks removes every link to k, returning how many it removed. The
+// key's last link going sends it to the graveyard.
+func (s *Service) pruneLinks(k *Key) int {
+	n := 0
+	for _, ring := range k.parentList() {
+		ring.mu.Lock()
+		snap := ring.ring.Load()
+		l, ok := snap.find(k.typeName(), k.desc)
+		if !ok || l.key != k {
+			ring.mu.Unlock()
+			k.removeParent(ring)
+			continue
+		}
+		next, _, _ := snap.without(k.typeName(), k.desc)
+		ring.ring.Store(next)
+		s.chargeLink(ring, -linkCost)
+		ring.mu.Unlock()
+		k.removeParent(ring)
+		k.put()
+		n++
+	}
+	return n
+}
+
+// killPayload finishes off a key of an unregistered type that is still
+// referenced: it becomes a .dead key without a payload.
+func (s *Service) killPayload(k *Key) {
+	k.mu.Lock()
+	old := k.typ.Swap(deadType)
+	p := k.payload.Swap(nil)
+	k.mu.Unlock()
+	if p != nil {
+		destroy := old.Destroy
+		s.dom.Call(func() {
+			p.wipe()
+			if destroy != nil {
+				destroy(p)
+			}
+		})
+	}
+}
+
+// RequestGC asks the collector for a full pass now, pruning links to dead
+// keys (what the kernel's timer does when an expiry is due).
+func (s *Service) RequestGC() { s.gcol.requestPass(true) }

@@ -1,0 +1,222 @@
+package keys
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func (e *env) gcNow() {
+	e.t.Helper()
+	e.s.RequestGC()
+	e.settle()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	// The pass requested runs after any pass in flight: flush the item
+	// until it is idle.
+	for range 3 {
+		if _, err := e.s.gcol.wq.FlushWork(ctx, e.s.gcol.work); err != nil {
+			e.t.Fatal(err)
+		}
+		e.settle()
+	}
+	e.settle()
+}
+
+func TestGCRevokedKey(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	must(c.GetKeyringID(UserKeyring, false))
+	k0, b0 := e.s.QuotaUsage(1000)
+	id := must(c.AddKey("user", "secret", []byte("payload"), SessionKeyring))
+
+	// A reader holds the payload across the revocation until it lets go.
+	k := e.s.lookup(id)
+	loaded := make(chan *Payload)
+	release := make(chan struct{})
+	sawIntact := make(chan bool)
+	go func() {
+		sec := e.s.Domain().Read()
+		p := k.payload.Load()
+		loaded <- p
+		<-release
+		sawIntact <- string(p.Data) == "payload"
+		sec.End()
+	}()
+	held := <-loaded
+	noErr(c.Revoke(id))
+	_, err := c.Read(id)
+	wantErr(t, "read after revoke", err, EKEYREVOKED)
+	close(release)
+	if !<-sawIntact {
+		t.Fatal("the reader's payload was wiped while it held it")
+	}
+	e.settle()
+	if string(held.Data) == "payload" {
+		t.Fatal("revoked payload not wiped after the reader let go and a grace period passed")
+	}
+	// Before gc_delay the link stays.
+	e.gcNow()
+	if got := serials(must(c.Read(SessionKeyring))); len(got) != 1 || got[0] != id {
+		t.Fatalf("session holds %v before gc_delay, want the revoked key", got)
+	}
+	// After gc_delay the link is pruned and the key destroyed.
+	e.clock.advance(e.s.Tunables().GCDelay + time.Second)
+	e.gcNow()
+	if got := serials(must(c.Read(SessionKeyring))); len(got) != 0 {
+		t.Fatalf("session still holds %v after gc_delay", got)
+	}
+	if k1, b1 := e.s.QuotaUsage(1000); k1 != k0 || b1 != b0 {
+		t.Fatalf("quota %d/%d after destruction, want %d/%d", k1, b1, k0, b0)
+	}
+	st := e.s.GCStats()
+	if st.Pruned[ReapRevoked] != 1 || st.Destroyed < 1 {
+		t.Fatalf("gc stats %+v", st)
+	}
+}
+
+func TestGCExpiredAndInvalidated(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	ex := must(c.AddKey("user", "ex", []byte("x"), SessionKeyring))
+	iv := must(c.AddKey("user", "iv", []byte("x"), SessionKeyring))
+	keep := must(c.AddKey("user", "keep", []byte("x"), SessionKeyring))
+	noErr(c.SetTimeout(ex, 5))
+	noErr(c.Invalidate(iv))
+	e.gcNow()
+	got := serials(must(c.Read(SessionKeyring)))
+	if len(got) != 2 || !containsSerial(got, ex) || !containsSerial(got, keep) {
+		t.Fatalf("after invalidation the session holds %v, want %d and %d", got, ex, keep)
+	}
+	e.clock.advance(5*time.Second + e.s.Tunables().GCDelay)
+	e.gcNow()
+	if got := serials(must(c.Read(SessionKeyring))); len(got) != 1 || got[0] != keep {
+		t.Fatalf("after expiry + gc_delay the session holds %v, want only %d", got, keep)
+	}
+	st := e.s.GCStats()
+	if st.Pruned[ReapExpired] != 1 || st.Pruned[ReapInvalidated] != 1 {
+		t.Fatalf("pruned %v", st.Pruned)
+	}
+}
+
+func containsSerial(ids []Serial, id Serial) bool {
+	for _, x := range ids {
+		if x == id {
+			return true
+		}
+	}
+	return false
+}
+
+// A key linked from several keyrings is pruned from all of them.
+func TestGCPrunesEveryLink(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	var rings []Serial
+	for i := range 5 {
+		rings = append(rings, must(c.AddKey("keyring", fmt.Sprint("r", i), nil, SessionKeyring)))
+	}
+	id := must(c.AddKey("user", "shared", []byte("x"), rings[0]))
+	for _, r := range rings[1:] {
+		noErr(c.Link(id, r))
+	}
+	noErr(c.Invalidate(id))
+	e.gcNow()
+	for _, r := range rings {
+		if got := serials(must(c.Read(r))); len(got) != 0 {
+			t.Fatalf("keyring %d still holds %v", r, got)
+		}
+	}
+	if e.s.lookup(id) != nil {
+		t.Fatal("invalidated key still indexed after its links were pruned")
+	}
+}
+
+// Unregistering a type kills its keys wherever they are linked and returns
+// only when they are gone.
+func TestGCUnregisterType(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	custom := &Type{Name: "custom", Preparse: userPreparse, Read: func(p *Payload) ([]byte, error) { return p.Data, nil }}
+	noErr(e.s.RegisterType(custom))
+	var ids []Serial
+	var rings []Serial
+	for i := range 4 {
+		r := must(c.AddKey("keyring", fmt.Sprint("r", i), nil, SessionKeyring))
+		rings = append(rings, r)
+		for j := range 3 {
+			id := must(c.AddKey("custom", fmt.Sprint("k", i, j), []byte("x"), r))
+			ids = append(ids, id)
+			noErr(c.Link(id, rings[0]))
+		}
+	}
+	if err := e.s.UnregisterType("custom"); err != nil {
+		t.Fatal(err)
+	}
+	e.settle()
+	for _, r := range rings {
+		if got := serials(must(c.Read(r))); len(got) != 0 && !(r == rings[0] && allKeyrings(e, got)) {
+			t.Fatalf("keyring %d still holds %v", r, got)
+		}
+	}
+	for _, id := range ids {
+		if e.s.lookup(id) != nil {
+			t.Fatalf("key %d of the unregistered type still indexed", id)
+		}
+	}
+	_, err := c.AddKey("custom", "new", []byte("x"), SessionKeyring)
+	wantErr(t, "add after unregister", err, ENODEV)
+	wantErr(t, "unregister twice", e.s.UnregisterType("custom"), ENOKEY)
+}
+
+func allKeyrings(e *env, ids []Serial) bool {
+	for _, id := range ids {
+		if k := e.s.lookup(id); k == nil || !k.isKeyring() {
+			return false
+		}
+	}
+	return true
+}
+
+// Passes requested while a pass runs are not lost, and work items never
+// exceed the chunk bound, with many keys reaped under concurrent load.
+func TestGCChunksAndRequestsDuringPass(t *testing.T) {
+	const n = 5000
+	e := newEnv(t, WithChunkSize(64))
+	c := e.caller(0, 0)
+	ring := must(c.AddKey("keyring", "bulk", nil, SessionKeyring))
+	for i := range n {
+		must(c.AddKey("user", fmt.Sprint("k", i), []byte("payload"), ring))
+	}
+	before := e.s.Keys()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // keep requesting passes while the collector works
+		defer wg.Done()
+		for range 200 {
+			e.s.RequestGC()
+			time.Sleep(50 * time.Microsecond)
+		}
+	}()
+	noErr(c.Clear(ring))
+	wg.Wait()
+	e.settle()
+	if got := e.s.Keys(); got != before-n {
+		t.Fatalf("%d keys indexed after reaping %d of %d", got, n, before)
+	}
+	st := e.s.GCStats()
+	if st.MaxScannedPerItem > 64 || st.MaxDestroyedPerItem > 64 {
+		t.Fatalf("a work item scanned %d and destroyed %d keys; the chunk is 64", st.MaxScannedPerItem, st.MaxDestroyedPerItem)
+	}
+	if st.Destroyed < n || st.Items < n/64 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A pass requested now, after everything settled, still runs.
+	passes := st.Passes
+	e.gcNow()
+	if e.s.GCStats().Passes <= passes {
+		t.Fatal("a pass requested after the others was lost")
+	}
+}
