@@ -1,0 +1,65 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// With no daemon on the socket, ukeyctl starts ukeyd (here the test
+// binary acting as one, found in $PATH), says so once, and uses it.
+func TestAutostart(t *testing.T) {
+	bin := binDir(t, "ukeyd")
+	sock := filepath.Join(t.TempDir(), "run", "ukeyd.sock")
+	t.Setenv("UKEYS_SOCKET", sock)
+	t.Setenv("UKEYS_NO_AUTOSTART", "")
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	r := run("keyctl", "", "id", "@u")
+	if r.code != 0 || r.stderr != "ukeyctl: started ukeyd on "+sock+"\n" {
+		t.Fatalf("first command: %+v", r)
+	}
+	pidText, err := os.ReadFile(sock + ".pid")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pid, _ := strconv.Atoi(string(pidText))
+	t.Cleanup(func() {
+		syscall.Kill(pid, syscall.SIGTERM)
+		// Wait for it to go, so that its reaper goroutine here ends.
+		for i := 0; i < 500 && syscall.Kill(pid, 0) == nil; i++ {
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
+	r2 := run("keyctl", "", "id", "@u")
+	if r2.code != 0 || r2.stderr != "" || r2.stdout != r.stdout {
+		t.Fatalf("second command: %+v (first printed %q)", r2, r.stdout)
+	}
+	if _, err := os.Stat(filepath.Join(filepath.Dir(sock), "ukeyd.log")); err != nil {
+		t.Errorf("no daemon log beside the socket: %v", err)
+	}
+}
+
+func TestNoAutostart(t *testing.T) {
+	sock := filepath.Join(t.TempDir(), "ukeyd.sock")
+	t.Setenv("UKEYS_SOCKET", sock)
+	t.Setenv("UKEYS_NO_AUTOSTART", "1")
+	r := run("keyctl", "", "id", "@s")
+	if r.code != 1 || !strings.Contains(r.stderr, "UKEYS_NO_AUTOSTART") {
+		t.Fatalf("%+v", r)
+	}
+	// Usage errors need no daemon.
+	if r := run("keyctl", "", "id"); r.code != 2 {
+		t.Fatalf("usage without a daemon: %+v", r)
+	}
+	t.Setenv("UKEYS_NO_AUTOSTART", "")
+	t.Setenv("PATH", t.TempDir())
+	r = run("keyctl", "", "id", "@s")
+	if r.code != 1 || !strings.Contains(r.stderr, "no ukeyd found") {
+		t.Fatalf("without a ukeyd to start: %+v", r)
+	}
+}
