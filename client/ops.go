@@ -1,6 +1,7 @@
 package client
 
 import (
+	"errors"
 	"strconv"
 
 	"github.com/ukeys/ukeys/keys"
@@ -151,6 +152,9 @@ func (c *Client) WatchKey(id keys.Serial, watchID int) error {
 // NextNotification waits for the next event on the connection's watches.
 func (c *Client) NextNotification() (keys.Notification, error) {
 	r, err := c.do(wire.OpWatchNext, nil)
+	for errors.Is(err, keys.EAGAIN) { // the daemon bounds each wait
+		r, err = c.do(wire.OpWatchNext, nil)
+	}
 	if err != nil {
 		return keys.Notification{}, err
 	}

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"sync"
+	"time"
 )
 
 // NotifyKind is a key notification subtype, numbered as the kernel's
@@ -97,6 +98,29 @@ func (q *WatchQueue) Next() (n Notification, ok bool) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	for len(q.buf) == 0 && !q.closed {
+		q.cond.Wait()
+	}
+	if len(q.buf) == 0 {
+		return Notification{}, false
+	}
+	n = q.buf[0]
+	q.buf = q.buf[1:]
+	return n, true
+}
+
+// NextTimeout is Next with a bound on the wait: ok is false if nothing
+// arrived within d or the queue is closed and drained.
+func (q *WatchQueue) NextTimeout(d time.Duration) (n Notification, ok bool) {
+	t := time.AfterFunc(d, func() {
+		q.mu.Lock()
+		q.cond.Broadcast()
+		q.mu.Unlock()
+	})
+	defer t.Stop()
+	deadline := time.Now().Add(d)
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	for len(q.buf) == 0 && !q.closed && time.Now().Before(deadline) {
 		q.cond.Wait()
 	}
 	if len(q.buf) == 0 {

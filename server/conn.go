@@ -35,14 +35,20 @@ func (c *conn) closeIdle() {
 	if !c.busy {
 		c.uc.Close()
 	}
+	if c.watch != nil {
+		c.watch.Close() // wakes an OpWatchNext in flight
+	}
 }
 
 func (c *conn) serve() {
 	defer c.s.release(c)
 	defer c.uc.Close()
 	defer func() {
-		if c.watch != nil {
-			c.watch.Close()
+		c.mu.Lock()
+		q := c.watch
+		c.mu.Unlock()
+		if q != nil {
+			q.Close()
 		}
 	}()
 	timeout := c.s.cfg.ReadTimeout

@@ -11,6 +11,9 @@ import (
 	"github.com/ukeys/ukeys/wire"
 )
 
+// watchWait bounds one OpWatchNext.
+var watchWait = 2 * time.Second
+
 func errnoOf(err error) uint16 {
 	e, _ := keys.ErrnoOf(err)
 	return uint16(e)
@@ -123,17 +126,25 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 	case wire.OpCapabilities:
 		return okBuf(cl.Capabilities())
 	case wire.OpWatchKey:
+		c.mu.Lock() // closeIdle reads c.watch
 		if c.watch == nil {
 			c.watch = keys.NewWatchQueue(256)
 		}
-		return done(cl.WatchKey(id, c.watch, int(r.Int(1))))
+		q := c.watch
+		c.mu.Unlock()
+		return done(cl.WatchKey(id, q, int(r.Int(1))))
 	case wire.OpWatchNext:
-		if c.watch == nil {
+		c.mu.Lock()
+		q := c.watch
+		c.mu.Unlock()
+		if q == nil {
 			return fail(keys.ENOENT)
 		}
-		n, okN := c.watch.Next()
+		// Bounded, so that a client that goes away while waiting does not
+		// pin its connection: it asks again on EAGAIN.
+		n, okN := q.NextTimeout(watchWait)
 		if !okN {
-			return fail(keys.ENOENT)
+			return fail(keys.EAGAIN)
 		}
 		return ok(int64(n.Key), int64(n.Kind), int64(n.Aux), int64(n.WatchID))
 	case wire.OpAddKey:
