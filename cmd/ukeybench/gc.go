@@ -1,0 +1,210 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ukeys/ukeys/keys"
+)
+
+// gcParams are the parameters of the gc scenario.
+type gcParams struct {
+	Keys       int `json:"keys"`
+	Chunk      int `json:"chunk"`
+	Foreground int `json:"foreground"`
+}
+
+// runGC reproduces keygcbench: N keys become garbage (unused: unlinked;
+// expired: their timeout passes; combined: half each) while foreground
+// goroutines add, read and search other keys and record each operation's
+// latency. Each case runs chunked, unchunked, and a baseline with the
+// same foreground load and nothing to reap.
+func runGC(p gcParams, progress func(string)) ([]row, error) {
+	var rows []row
+	for _, cs := range []string{"unused", "expired", "combined"} {
+		var chunkedReap time.Duration
+		for _, variant := range []string{"chunked", "unchunked", "baseline"} {
+			progress(fmt.Sprintf("gc %s/%s: %d keys", cs, variant, p.Keys))
+			chunk := p.Chunk
+			if variant == "unchunked" {
+				chunk = 0
+			}
+			r, reap, err := gcOnce(p, cs, variant, chunk, chunkedReap)
+			if err != nil {
+				return nil, err
+			}
+			if variant == "chunked" {
+				chunkedReap = reap
+			}
+			rows = append(rows, r)
+		}
+	}
+	return rows, nil
+}
+
+func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration) (row, time.Duration, error) {
+	clock := newBenchClock()
+	tun := keys.DefaultTunables()
+	tun.GCDelay = 0
+	s := keys.New(keys.WithTunables(tun), keys.WithChunkSize(chunk), keys.WithClock(clock.now))
+	defer s.Close()
+	root := s.NewCaller(keys.Cred{UID: 0, GID: 0, PID: 1})
+	defer root.Release()
+	if _, err := root.JoinSessionKeyring(nil); err != nil {
+		return row{}, 0, err
+	}
+	garbage, err := root.AddKey("keyring", "garbage", nil, keys.SessionKeyring)
+	if err != nil {
+		return row{}, 0, err
+	}
+	work, err := root.AddKey("keyring", "work", nil, keys.SessionKeyring)
+	if err != nil {
+		return row{}, 0, err
+	}
+	n := p.Keys
+	if variant == "baseline" {
+		n = 0
+	}
+	payload := []byte("0123456789abcdef")
+	for i := range n {
+		id, err := root.AddKey("user", fmt.Sprintf("g%d", i), payload, garbage)
+		if err != nil {
+			return row{}, 0, fmt.Errorf("adding key %d: %w", i, err)
+		}
+		expire := cs == "expired" || (cs == "combined" && i%2 == 1)
+		if expire {
+			if err := root.SetTimeout(id, 1); err != nil {
+				return row{}, 0, err
+			}
+		}
+	}
+	for i := range 64 {
+		if _, err := root.AddKey("user", fmt.Sprintf("w%d", i), payload, work); err != nil {
+			return row{}, 0, err
+		}
+	}
+	before := s.GCStats()
+
+	// Foreground load.
+	h := hdrhistogram.New(1, int64(10*time.Second), 3)
+	var hmu sync.Mutex
+	var stop atomic.Bool
+	var wg sync.WaitGroup
+	lastDone := atomic.Int64{}
+	maxGap := atomic.Int64{}
+	lastDone.Store(time.Now().UnixNano())
+	for g := range p.Foreground {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c := s.NewCaller(keys.Cred{UID: 0, GID: 0, PID: 100 + g})
+			defer c.Release()
+			local := hdrhistogram.New(1, int64(10*time.Second), 3)
+			for i := 0; !stop.Load(); i++ {
+				t0 := time.Now()
+				var err error
+				switch i % 3 {
+				case 0:
+					_, err = c.Read(mustSearch(root, work, fmt.Sprintf("w%d", i%64)))
+				case 1:
+					_, err = root.Search(work, "user", fmt.Sprintf("w%d", i%64), 0)
+				case 2:
+					_, err = root.AddKey("user", fmt.Sprintf("w%d", i%64), payload, work)
+				}
+				_ = err
+				t1 := time.Now()
+				_ = local.RecordValue(max(t1.Sub(t0).Nanoseconds(), 1))
+				prev := lastDone.Swap(t1.UnixNano())
+				if gap := t1.UnixNano() - prev; gap > maxGap.Load() {
+					maxGap.Store(gap)
+				}
+			}
+			hmu.Lock()
+			h.Merge(local)
+			hmu.Unlock()
+		}()
+	}
+	time.Sleep(20 * time.Millisecond)
+
+	// Make the garbage.
+	start := time.Now()
+	switch cs {
+	case "unused", "combined":
+		if cs == "unused" {
+			_ = root.Clear(garbage)
+		} else {
+			// Unlink the non-expiring half; the other half expires.
+			for i := 0; i < n; i += 2 {
+				if id, err := root.Search(garbage, "user", fmt.Sprintf("g%d", i), 0); err == nil {
+					_ = root.Unlink(id, garbage)
+				}
+			}
+		}
+	}
+	if cs == "expired" || cs == "combined" {
+		clock.advance(2 * time.Second)
+		s.RequestGC()
+	}
+	var reap time.Duration
+	if variant == "baseline" {
+		time.Sleep(max(baselineFor, 100*time.Millisecond))
+		reap = 0
+	} else {
+		want := before.Destroyed + uint64(n)
+		for s.GCStats().Destroyed < want {
+			time.Sleep(time.Millisecond)
+			if time.Since(start) > 5*time.Minute {
+				return row{}, 0, fmt.Errorf("gc %s/%s: reaping did not finish", cs, variant)
+			}
+		}
+		reap = time.Since(start)
+	}
+	stop.Store(true)
+	wg.Wait()
+	st := s.GCStats()
+	r := histRow(cs, variant, "us", h, 1e3)
+	r.Extra = map[string]any{
+		"max_work_item_ms":     float64(st.ItemTime.Max) / 1e6,
+		"p999_work_item_ms":    float64(st.ItemTime.P999) / 1e6,
+		"reap_all_s":           reap.Seconds(),
+		"stall_ms":             float64(maxGap.Load()) / 1e6,
+		"items":                st.Items - before.Items,
+		"max_scanned_per_item": st.MaxScannedPerItem,
+	}
+	return r, reap, nil
+}
+
+func mustSearch(c *keys.Caller, ring keys.Serial, desc string) keys.Serial {
+	id, err := c.Search(ring, "user", desc, 0)
+	if err != nil {
+		return ring
+	}
+	return id
+}
+
+type benchClock struct {
+	off atomic.Int64
+}
+
+func newBenchClock() *benchClock { return &benchClock{} }
+
+func (c *benchClock) now() time.Time { return time.Now().Add(time.Duration(c.off.Load())) }
+
+func (c *benchClock) advance(d time.Duration) { c.off.Add(int64(d)) }
+
+// histRow summarises h (nanoseconds) in unit (div: nanoseconds per unit).
+func histRow(cs, variant, unit string, h *hdrhistogram.Histogram, div float64) row {
+	mean := h.Mean() / div
+	sd := h.StdDev() / div
+	return row{Case: cs, Variant: variant, Unit: unit, N: h.TotalCount(),
+		Min: float64(h.Min()) / div, Avg: mean, Max: float64(h.Max()) / div, Var: sd * sd,
+		P50: float64(h.ValueAtQuantile(50)) / div, P99: float64(h.ValueAtQuantile(99)) / div,
+		P999: float64(h.ValueAtQuantile(99.9)) / div}
+}
+
+var _ = math.Inf
