@@ -51,6 +51,10 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 	clock := newBenchClock()
 	tun := keys.DefaultTunables()
 	tun.GCDelay = 0
+	// Root's default quota (1,000,000 keys, 25,000,000 bytes) is the
+	// kernel's; leave room for the foreground's keys beside the garbage.
+	tun.RootMaxKeys = max(tun.RootMaxKeys, p.Keys+10_000)
+	tun.RootMaxBytes = max(tun.RootMaxBytes, 64*(p.Keys+10_000))
 	s := keys.New(keys.WithTunables(tun), keys.WithChunkSize(chunk), keys.WithClock(clock.now))
 	defer s.Close()
 	root := s.NewCaller(keys.Cred{UID: 0, GID: 0, PID: 1})
