@@ -91,7 +91,7 @@ func (c *conn) serve() {
 
 		start := time.Now()
 		resp := c.dispatch(req)
-		c.s.cfg.Metrics.observe(req.Op, resp.Errno, time.Since(start))
+		c.s.cfg.Metrics.Observe(req.Op, resp.Errno, time.Since(start))
 		resp.Tag = req.Tag
 		out, err = wire.AppendResponse(out[:0], resp)
 		for _, b := range resp.Bufs {

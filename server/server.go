@@ -25,8 +25,8 @@ type Config struct {
 	// MaxConnsPerUID bounds simultaneous connections of one uid (default
 	// 256); more are refused.
 	MaxConnsPerUID int
-	// Metrics, if set, records operation counts and latencies.
-	Metrics *Metrics
+	// Metrics, if set, observes operation counts and latencies.
+	Metrics Observer
 }
 
 // Server serves a keys.Service to clients on Unix sockets.
@@ -60,6 +60,9 @@ func New(svc *keys.Service, cfg Config) *Server {
 	}
 	if cfg.ReadTimeout <= 0 {
 		cfg.ReadTimeout = 5 * time.Minute
+	}
+	if cfg.Metrics == nil {
+		cfg.Metrics = nopObserver{}
 	}
 	if cfg.MaxConnsPerUID <= 0 {
 		cfg.MaxConnsPerUID = 256
@@ -121,7 +124,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 		s.mu.Unlock()
 		if refused {
 			s.log.Warn("ukeyd: too many connections for uid; refusing", "uid", cred.UID, "limit", s.cfg.MaxConnsPerUID)
-			s.cfg.Metrics.refused()
+			s.cfg.Metrics.Refused()
 		}
 		uc.Close()
 		return
@@ -137,7 +140,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
-	s.cfg.Metrics.connOpened()
+	s.cfg.Metrics.ConnOpened()
 	go c.serve()
 }
 
@@ -159,7 +162,7 @@ func (s *Server) release(c *conn) {
 	if gone != nil {
 		gone.Release() // the process's thread and process keyrings go with it
 	}
-	s.cfg.Metrics.connClosed()
+	s.cfg.Metrics.ConnClosed()
 	s.wg.Done()
 }
 

@@ -35,6 +35,7 @@ import (
 
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/server/metrics"
 )
 
 func main() {
@@ -52,7 +53,7 @@ func run(args []string) int {
 	fs := flag.NewFlagSet("ukeyd", flag.ContinueOnError)
 	def := keys.DefaultTunables()
 	socket := fs.String("socket", server.DefaultSocket(), "Unix socket to listen on (env UKEYS_SOCKET)")
-	metrics := fs.String("metrics", envOr("UKEYD_METRICS", ""), "address for a Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (env UKEYD_METRICS)")
+	metricsAddr := fs.String("metrics", envOr("UKEYD_METRICS", ""), "address for a Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (env UKEYD_METRICS)")
 	logLevel := fs.String("log-level", envOr("UKEYD_LOG_LEVEL", "info"), "debug, info, warn or error (env UKEYD_LOG_LEVEL)")
 	gcDelay := fs.Duration("gc-delay", envDuration("UKEYD_GC_DELAY", def.GCDelay), "how long expired and revoked keys stay linked (gc_delay; env UKEYD_GC_DELAY)")
 	maxKeys := fs.Int("maxkeys", envInt("UKEYD_MAXKEYS", def.MaxKeys), "keys per non-root user (env UKEYD_MAXKEYS)")
@@ -83,7 +84,7 @@ func run(args []string) int {
 		RootMaxKeys: *rootKeys, RootMaxBytes: *rootBytes, PersistentExpiry: *persist}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	m := server.NewMetrics(reg)
+	m := metrics.New(reg)
 
 	var srv *server.Server
 	var upcaller keys.Upcaller
@@ -108,10 +109,10 @@ func run(args []string) int {
 		return 1
 	}
 	var hs *http.Server
-	if *metrics != "" {
-		mln, err := net.Listen("tcp", *metrics)
+	if *metricsAddr != "" {
+		mln, err := net.Listen("tcp", *metricsAddr)
 		if err != nil {
-			log.Error("ukeyd: cannot listen for metrics", "addr", *metrics, "err", err)
+			log.Error("ukeyd: cannot listen for metrics", "addr", *metricsAddr, "err", err)
 			ln.Close()
 			return 1
 		}

@@ -1,4 +1,8 @@
-package server
+// Package metrics exports the daemon's operation counts and latencies,
+// connections, keys and rcu statistics to Prometheus. It is apart from
+// package server so that clients, which link server for in-process use,
+// do not pay for the Prometheus client's initialisation.
+package metrics
 
 import (
 	"strconv"
@@ -10,8 +14,8 @@ import (
 	"github.com/ukeys/ukeys/wire"
 )
 
-// Metrics are the server's Prometheus collectors. A nil *Metrics records
-// nothing. No label or value ever carries a description or payload.
+// Metrics are ukeyd's Prometheus collectors; they implement
+// server.Observer. A nil *Metrics records nothing. No label or value ever carries a description or payload.
 type Metrics struct {
 	ops     *prometheus.CounterVec
 	latency *prometheus.HistogramVec
@@ -19,8 +23,8 @@ type Metrics struct {
 	refuse  prometheus.Counter
 }
 
-// NewMetrics creates the collectors and registers them with reg.
-func NewMetrics(reg prometheus.Registerer) *Metrics {
+// New creates the collectors and registers them with reg.
+func New(reg prometheus.Registerer) *Metrics {
 	m := &Metrics{
 		ops: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Namespace: "ukeyd", Name: "operations_total",
@@ -44,7 +48,7 @@ func NewMetrics(reg prometheus.Registerer) *Metrics {
 	return m
 }
 
-func (m *Metrics) observe(op wire.Op, errno uint16, d time.Duration) {
+func (m *Metrics) Observe(op wire.Op, errno uint16, d time.Duration) {
 	if m == nil {
 		return
 	}
@@ -52,19 +56,19 @@ func (m *Metrics) observe(op wire.Op, errno uint16, d time.Duration) {
 	m.latency.WithLabelValues(op.String()).Observe(d.Seconds())
 }
 
-func (m *Metrics) connOpened() {
+func (m *Metrics) ConnOpened() {
 	if m != nil {
 		m.conns.Inc()
 	}
 }
 
-func (m *Metrics) connClosed() {
+func (m *Metrics) ConnClosed() {
 	if m != nil {
 		m.conns.Dec()
 	}
 }
 
-func (m *Metrics) refused() {
+func (m *Metrics) Refused() {
 	if m != nil {
 		m.refuse.Inc()
 	}
