@@ -765,7 +765,8 @@ func TestCycleThroughInvalidatedKeyring(t *testing.T) {
 	wantErr(t, "search", err, ENOKEY)
 	// Breaking the cycle by hand (as the collector would) frees them all
 	// once the session lets go.
-	must(0, c.Unlink(cc, b))
+	// The collector may have pruned the invalidated c from b already.
+	_ = c.Unlink(cc, b)
 	for _, id := range []Serial{a, b, cc} {
 		_ = c.Unlink(id, SessionKeyring)
 	}

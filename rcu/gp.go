@@ -39,10 +39,11 @@ type gpEngine struct {
 	hist              *hdrhistogram.Histogram
 	stallReports      int // reports issued for the running grace period
 
-	seqA    atomic.Uint64 // mirror of seq for lock-free Done and politeness
-	phase   atomic.Uint32
-	bgKick  chan struct{} // hands the driving token to the background driver
-	stallTm *time.Timer
+	seqA        atomic.Uint64 // mirror of seq for lock-free Done and politeness
+	startedNano atomic.Int64  // when the running grace period began, for politeness
+	phase       atomic.Uint32
+	bgKick      chan struct{} // hands the driving token to the background driver
+	stallTm     *time.Timer
 }
 
 func (g *gpEngine) init() {
@@ -269,6 +270,7 @@ func (d *Domain) beginGP() {
 	g.seq++
 	g.seqA.Store(g.seq)
 	g.started = time.Now()
+	g.startedNano.Store(g.started.UnixNano())
 	g.stallReports = 0
 	if d.cfg.stallTimeout > 0 {
 		g.stallTm.Reset(d.cfg.stallTimeout)

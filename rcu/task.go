@@ -3,9 +3,15 @@ package rcu
 import (
 	"runtime"
 	"sync/atomic"
+	"time"
 
 	"github.com/ukeys/ukeys/internal/goroutine"
 )
+
+// politeAfter is how old a grace period must be before tasks that have
+// already reported yield at their checkpoints, so that the holdouts it
+// still waits for get a processor.
+const politeAfter = 200 * time.Microsecond
 
 // Task states. A task's state word is zero exactly when it is online and no
 // grace period wants anything from it, which is what makes Checkpoint one
@@ -85,7 +91,14 @@ func (t *Task) slow(yield bool) {
 			t.d.report()
 		case s&statePolite != 0:
 			if t.d.gpInProgress() {
-				break // keep yielding while a grace period runs
+				// Yield only for a grace period that is struggling: one
+				// that has waited politeAfter for its holdouts. Yielding at
+				// every checkpoint of every short grace period would make a
+				// busy domain's long loops crawl.
+				if yield && time.Now().UnixNano()-t.d.gp.startedNano.Load() > int64(politeAfter) {
+					runtime.Gosched()
+				}
+				return
 			}
 			if !t.state.CompareAndSwap(s, 0) {
 				continue

@@ -23,6 +23,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"strings"
 )
 
@@ -58,6 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fg := fs.Int("foreground", 2, "foreground goroutines adding, reading and searching keys")
 	quick := fs.Bool("quick", false, "small preset that finishes in well under a minute")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	fs.Usage = func() {
 		fmt.Fprintln(stderr, "usage: ukeybench [flags] gc")
 		fs.PrintDefaults()
@@ -68,6 +70,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
+	}
+	if *cpuProfile != "" {
+		f, err := os.Create(*cpuProfile)
+		if err != nil {
+			fmt.Fprintln(stderr, "ukeybench:", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintln(stderr, "ukeybench:", err)
+			return 1
+		}
+		defer pprof.StopCPUProfile()
 	}
 	progress := func(s string) { fmt.Fprintf(stderr, "ukeybench: %s\n", s) }
 	var rep report
