@@ -145,7 +145,7 @@ func (c *Caller) searchCred(sc *search) (*Key, error) {
 	var soft error // EAGAIN or ENOKEY
 	hard := errAgain
 	thread, process, session := c.keyrings()
-	roots := []*Key{thread, process, session}
+	roots := [3]*Key{thread, process, session} // an array: no allocation
 	if session == nil {
 		roots[2] = c.s.existingUserKeyring(c.cred.UID, true)
 	}
