@@ -67,6 +67,12 @@ type daemon struct {
 
 func startDaemon(t *testing.T, opts ...keys.Option) *daemon {
 	t.Helper()
+	return startDaemonTB(t, opts...)
+}
+
+func startDaemonB(b *testing.B, opts ...keys.Option) *daemon { return startDaemonTB(b, opts...) }
+
+func startDaemonTB(t testing.TB, opts ...keys.Option) *daemon {
 	dir := t.TempDir()
 	d := &daemon{path: filepath.Join(dir, "ukeyd.sock"), done: make(chan error, 1)}
 	d.svc = keys.New(opts...)
