@@ -6,6 +6,7 @@
 package client
 
 import (
+	"bufio"
 	"errors"
 	"fmt"
 	"net"
@@ -26,6 +27,7 @@ const SessionEnv = "UKEYS_SESSION"
 type Client struct {
 	mu    sync.Mutex
 	conn  net.Conn
+	br    *bufio.Reader
 	local *server.Local
 	tag   uint32
 	buf   []byte
@@ -52,7 +54,7 @@ func Dial(path string) (*Client, error) {
 		conn.Close()
 		return nil, err
 	}
-	c := &Client{conn: conn}
+	c := &Client{conn: conn, br: bufio.NewReaderSize(conn, 16<<10)}
 	if tok := os.Getenv(server.HelperEnv); tok != "" {
 		if _, err := c.attach(tok); err != nil {
 			c.Close()
@@ -113,7 +115,7 @@ func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, e
 		if err != nil {
 			return nil, err
 		}
-		rb, err := wire.ReadFrame(c.conn, nil)
+		rb, err := wire.ReadFrame(c.br, nil)
 		if err != nil {
 			return nil, err
 		}

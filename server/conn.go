@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bufio"
 	"errors"
 	"io"
 	"net"
@@ -53,7 +54,10 @@ func (c *conn) serve() {
 	}()
 	timeout := c.s.cfg.ReadTimeout
 	c.uc.SetReadDeadline(time.Now().Add(timeout))
-	hello, err := wire.ReadFrame(c.uc, nil)
+	// One buffered reader per connection: a frame's header and body then
+	// usually arrive in one read system call.
+	br := bufio.NewReaderSize(c.uc, 16<<10)
+	hello, err := wire.ReadFrame(br, nil)
 	if err != nil {
 		return
 	}
@@ -68,7 +72,7 @@ func (c *conn) serve() {
 	var buf, out []byte
 	for {
 		c.uc.SetReadDeadline(time.Now().Add(timeout))
-		body, err := wire.ReadFrame(c.uc, buf)
+		body, err := wire.ReadFrame(br, buf)
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				c.s.log.Debug("ukeyd: connection ended", "uid", c.cred.UID, "err", err)
