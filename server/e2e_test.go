@@ -22,8 +22,12 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("UKEYS_TEST_CHILD") == "search" {
+	switch os.Getenv("UKEYS_TEST_CHILD") {
+	case "search":
 		childSearch()
+		return
+	case "read":
+		childRead()
 		return
 	}
 	goleak.VerifyTestMain(m)
