@@ -10,6 +10,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 	"github.com/google/btree"
 
+	"github.com/ukeys/ukeys/internal/latency"
 	"github.com/ukeys/ukeys/rcu"
 	"github.com/ukeys/ukeys/workqueue"
 )
@@ -409,20 +410,9 @@ func (s *Service) GCStats() GCStats {
 	g.statsMu.Lock()
 	defer g.statsMu.Unlock()
 	st := g.stats
-	st.ItemTime = summarizeHist(g.itemH)
-	st.DeathToDestruction = summarizeHist(g.deathH)
+	st.ItemTime = latency.Of(g.itemH)
+	st.DeathToDestruction = latency.Of(g.deathH)
 	return st
-}
-
-func summarizeHist(h *hdrhistogram.Histogram) rcu.Latency {
-	if h.TotalCount() == 0 {
-		return rcu.Latency{}
-	}
-	return rcu.Latency{
-		Count: h.TotalCount(), Min: time.Duration(h.Min()), Mean: time.Duration(h.Mean()),
-		P50: time.Duration(h.ValueAtQuantile(50)), P99: time.Duration(h.ValueAtQuantile(99)),
-		P999: time.Duration(h.ValueAtQuantile(99.9)), Max: time.Duration(h.Max()),
-	}
 }
 
 // UnregisterType removes a key type. Its keys are marked dead (no

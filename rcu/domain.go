@@ -6,9 +6,8 @@ import (
 	"log/slog"
 	"sync"
 	"sync/atomic"
-	"time"
 
-	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/ukeys/ukeys/internal/latency"
 )
 
 // ErrClosed is returned by blocking operations on a domain that has been
@@ -101,31 +100,9 @@ func (d *Domain) Close() error {
 	return nil
 }
 
-// Latency summarises a distribution of durations.
-type Latency struct {
-	Count int64
-	Min   time.Duration
-	Mean  time.Duration
-	P50   time.Duration
-	P99   time.Duration
-	P999  time.Duration
-	Max   time.Duration
-}
-
-func summarize(h *hdrhistogram.Histogram) Latency {
-	if h.TotalCount() == 0 {
-		return Latency{}
-	}
-	return Latency{
-		Count: h.TotalCount(),
-		Min:   time.Duration(h.Min()),
-		Mean:  time.Duration(h.Mean()),
-		P50:   time.Duration(h.ValueAtQuantile(50)),
-		P99:   time.Duration(h.ValueAtQuantile(99)),
-		P999:  time.Duration(h.ValueAtQuantile(99.9)),
-		Max:   time.Duration(h.Max()),
-	}
-}
+// Latency summarises a distribution of durations: count, min, mean,
+// p50, p99, p99.9 and max.
+type Latency = latency.Summary
 
 // Stats is a snapshot of a domain's counters.
 type Stats struct {
@@ -159,7 +136,7 @@ func (d *Domain) Stats() Stats {
 	var s Stats
 	d.gp.mu.Lock()
 	s.GracePeriods = d.gp.completed
-	s.GracePeriodLatency = summarize(d.gp.hist)
+	s.GracePeriodLatency = latency.Of(d.gp.hist)
 	d.gp.mu.Unlock()
 	d.cb.mu.Lock()
 	s.CallbacksQueued = d.cb.queued + d.cb.inline

@@ -5,18 +5,13 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ukeys/ukeys/internal/latency"
 )
 
-// Latency summarises a distribution of durations.
-type Latency struct {
-	Count int64
-	Min   time.Duration
-	Mean  time.Duration
-	P50   time.Duration
-	P99   time.Duration
-	P999  time.Duration
-	Max   time.Duration
-}
+// Latency summarises a distribution of durations: count, min, mean,
+// p50, p99, p99.9 and max.
+type Latency = latency.Summary
 
 // Stats is a snapshot of a queue's counters.
 type Stats struct {
@@ -64,7 +59,7 @@ func (q *Queue) Stats() Stats {
 	for _, wk := range q.workers {
 		wk.hist.mergeInto(run, wait)
 	}
-	s.RunTime, s.Wait = summarize(run), summarize(wait)
+	s.RunTime, s.Wait = latency.Of(run), latency.Of(wait)
 	return s
 }
 
@@ -105,18 +100,3 @@ func (h *histograms) mergeInto(run, wait *hdrhistogram.Histogram) {
 // clamp keeps a value inside the histogram's range: a run longer than an
 // hour is recorded as an hour rather than dropped.
 func clamp(d time.Duration) int64 { return min(max(int64(d), 1), histMax) }
-
-func summarize(h *hdrhistogram.Histogram) Latency {
-	if h.TotalCount() == 0 {
-		return Latency{}
-	}
-	return Latency{
-		Count: h.TotalCount(),
-		Min:   time.Duration(h.Min()),
-		Mean:  time.Duration(h.Mean()),
-		P50:   time.Duration(h.ValueAtQuantile(50)),
-		P99:   time.Duration(h.ValueAtQuantile(99)),
-		P999:  time.Duration(h.ValueAtQuantile(99.9)),
-		Max:   time.Duration(h.Max()),
-	}
-}

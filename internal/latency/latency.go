@@ -1,0 +1,38 @@
+// Package latency summarises HdrHistogram distributions of durations in
+// one shape, shared by every package that reports latencies (rcu grace
+// periods, workqueue items, the key collector).
+package latency
+
+import (
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+)
+
+// Summary summarises a distribution of durations.
+type Summary struct {
+	Count int64
+	Min   time.Duration
+	Mean  time.Duration
+	P50   time.Duration
+	P99   time.Duration
+	P999  time.Duration
+	Max   time.Duration
+}
+
+// Of summarises h, whose values are nanoseconds. An empty histogram gives
+// the zero Summary.
+func Of(h *hdrhistogram.Histogram) Summary {
+	if h.TotalCount() == 0 {
+		return Summary{}
+	}
+	return Summary{
+		Count: h.TotalCount(),
+		Min:   time.Duration(h.Min()),
+		Mean:  time.Duration(h.Mean()),
+		P50:   time.Duration(h.ValueAtQuantile(50)),
+		P99:   time.Duration(h.ValueAtQuantile(99)),
+		P999:  time.Duration(h.ValueAtQuantile(99.9)),
+		Max:   time.Duration(h.Max()),
+	}
+}
