@@ -2,6 +2,7 @@ package workqueue
 
 import (
 	"bytes"
+	"github.com/ukeys/ukeys/internal/testutil"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,29 +14,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// eventually waits for cond to hold, failing the test after a generous
-// limit. It checks liveness, never speed: the limit only bounds a hang.
 func eventually(t testing.TB, what string, cond func() bool) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(100 * time.Microsecond)
-	}
+	testutil.Eventually(t, what, cond)
 }
 
-// stillBlocked asserts that ch has not fired after giving the system a
-// moment to misbehave: a safety check (something must not happen), so a
-// slow machine can only hide a bug, never invent one.
 func stillBlocked[T any](t testing.TB, what string, ch <-chan T) {
 	t.Helper()
-	select {
-	case <-ch:
-		t.Fatalf("%s completed, but it must still be blocked", what)
-	case <-time.After(30 * time.Millisecond):
-	}
+	testutil.StillBlocked(t, what, ch)
 }
 
 // receive waits for a value on ch, failing the test after a generous limit.

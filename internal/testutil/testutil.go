@@ -1,0 +1,34 @@
+// Package testutil holds the waiting helpers that the concurrency tests
+// of several packages share. They check liveness and safety, never speed:
+// no test in this project asserts an upper bound on wall-clock time.
+package testutil
+
+import (
+	"testing"
+	"time"
+)
+
+// Eventually waits for cond to hold, failing the test after a generous
+// limit. It checks liveness, never speed: the limit only bounds a hang.
+func Eventually(t testing.TB, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(20 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(100 * time.Microsecond)
+	}
+}
+
+// StillBlocked asserts that ch has not fired after giving the system a
+// moment to misbehave: a safety check (something must not happen), so a
+// slow machine can only hide a bug, never invent one.
+func StillBlocked[T any](t testing.TB, what string, ch <-chan T) {
+	t.Helper()
+	select {
+	case <-ch:
+		t.Fatalf("%s completed, but it must still be blocked", what)
+	case <-time.After(30 * time.Millisecond):
+	}
+}
