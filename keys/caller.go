@@ -478,6 +478,10 @@ func (c *Caller) checkRef(r ref, flags int, need Perm) error {
 	if need != needDefer && need != 0 && !permitted(k, &c.cred, r.possessed, need) {
 		return EACCES
 	}
-	k.lastUsed.Store(now)
+	// Only write when the (coarse) time moved: concurrent readers of one
+	// key would otherwise bounce its cache line on every lookup.
+	if k.lastUsed.Load() != now {
+		k.lastUsed.Store(now)
+	}
 	return nil
 }

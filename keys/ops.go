@@ -625,16 +625,18 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 		return nil, err
 	}
 	sec := c.s.dom.Read()
-	defer sec.End()
 	p := k.payload.Load()
 	if p == nil {
+		sec.End()
 		return nil, EKEYREVOKED
 	}
 	data, err := t.Read(p)
-	if err != nil {
-		return nil, err
+	var out []byte
+	if err == nil {
+		out = append([]byte(nil), data...) // copied before the section ends
 	}
-	return append([]byte(nil), data...), nil
+	sec.End()
+	return out, err
 }
 
 // SetTimeout sets a key to expire secs seconds from now, or never with 0
