@@ -446,9 +446,24 @@ func (m *machine) move(rt *rapid.T) {
 	err := c.Move(id, from, to, flags)
 	m.logf("%s Move(%d, %d, %d, %d) = %v", m.names[i], id, from, to, flags, err)
 	m.check("Move", err, append(lookupErrs, ENOTDIR, ENOENT, EEXIST, EDQUOT, EPERM, EDEADLK, ELOOP)...)
-	if err == nil {
+	if err == nil && !sameKey(c, from, to) { // a move within one keyring links nothing
 		m.linkedKeyring(c, id)
 	}
+}
+
+// sameKey reports whether two ids (special or not) name the same key.
+func sameKey(c *Caller, a, b Serial) bool {
+	ra, err := c.resolve(a, 0)
+	if err != nil {
+		return false
+	}
+	defer ra.put()
+	rb, err := c.resolve(b, 0)
+	if err != nil {
+		return false
+	}
+	defer rb.put()
+	return ra.key == rb.key
 }
 
 func (m *machine) search(rt *rapid.T) {
