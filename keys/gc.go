@@ -522,13 +522,7 @@ func (s *Service) killPayload(k *Key) {
 	p := k.payload.Swap(nil)
 	k.mu.Unlock()
 	if p != nil {
-		destroy := old.Destroy
-		s.dom.Call(func() {
-			p.wipe()
-			if destroy != nil {
-				destroy(p)
-			}
-		})
+		s.retirePayload(p, old.Destroy)
 	}
 }
 

@@ -211,13 +211,19 @@ func (s *Service) retire(k *Key, p *Payload) {
 	if p == nil {
 		return
 	}
-	destroy := k.typ.Load().Destroy
-	s.dom.Call(func() {
+	s.retirePayload(p, k.typ.Load().Destroy)
+}
+
+// retirePayload wipes p and releases it with destroy (if any) after a grace
+// period, or at once if the service is closing.
+func (s *Service) retirePayload(p *Payload, destroy func(*Payload)) {
+	release := func() {
 		p.wipe()
 		if destroy != nil {
 			destroy(p)
 		}
-	})
+	}
+	s.deferUnlessClosed(func() { s.dom.Call(release) }, release)
 }
 
 // Update replaces a key's payload (KEYCTL_UPDATE).
@@ -608,7 +614,7 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 		}
 		return out, nil
 	}
-	if k.typ.Load() == authType {
+	if t == authType {
 		// A used or revoked authorisation reads as the kernel's does.
 		if err := k.validate(c.s.now()); err != nil {
 			return nil, err

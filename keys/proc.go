@@ -29,15 +29,9 @@ func (c *Caller) ProcKeys() string {
 	return b.String()
 }
 
-func (s *Service) sortedKeys() []*Key {
-	var ks []*Key
-	s.index.Range(func(_, v any) bool {
-		ks = append(ks, v.(*Key))
-		return true
-	})
-	slices.SortFunc(ks, func(a, b *Key) int { return int(a.serial) - int(b.serial) })
-	return ks
-}
+// sortedKeys returns every key in serial order, from the order the
+// collector keeps for its scans.
+func (s *Service) sortedKeys() []*Key { return s.gcol.order.after(0, int(^uint(0)>>1)) }
 
 // procTimeout renders the expiry column.
 func procTimeout(expiry, now int64) string {

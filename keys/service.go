@@ -90,15 +90,12 @@ type Service struct {
 
 	destroyed atomic.Int64
 	closed    atomic.Bool
-	// closeMu guards calls, the destructions between their check of
-	// closed and the end of their dom.Call; Close waits for them.
+	// closeMu guards calls: the deferrals (burials, payload retirements)
+	// between their check of closed and their hand-off to the collector
+	// or the rcu domain. Close waits for them before shutting either down.
 	closeMu   sync.Mutex
 	calls     int
 	callsDone sync.Cond
-
-	// gc, if set, is told about every key that gains a reason to be
-	// reaped (revoked, invalidated, given an expiry).
-	gc atomic.Pointer[func(*Key)]
 
 	upcall      Upcaller
 	upcallWait  time.Duration
@@ -167,15 +164,16 @@ func (s *Service) Close() error {
 	s.constructMu.Lock()
 	s.constructMu.Unlock()
 	s.upcalls.Wait()
-	s.gcol.close()
-	// Destructions that saw the service open are queueing their
-	// callbacks: let them, before the domain closes (a Call on a closed
-	// domain panics). Later ones destroy at once.
+	// Deferrals that saw the service open are handing their work to the
+	// collector or the domain: let them finish before either shuts down
+	// (a burial after the collector's last sweep would never be destroyed,
+	// a Call on a closed domain panics). Later ones run at once.
 	s.closeMu.Lock()
 	for s.calls > 0 {
 		s.callsDone.Wait()
 	}
 	s.closeMu.Unlock()
+	s.gcol.close()
 	s.coarse.close()
 	if s.ownDom {
 		return s.dom.Close()
@@ -277,6 +275,26 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 	return k, nil
 }
 
+// deferUnlessClosed hands work to the collector or the rcu domain with
+// open, or, once the service is closing and no reader is left, does it at
+// once with closed. Close waits for every open that has begun.
+func (s *Service) deferUnlessClosed(open, closed func()) {
+	s.closeMu.Lock()
+	if s.closed.Load() {
+		s.closeMu.Unlock()
+		closed()
+		return
+	}
+	s.calls++
+	s.closeMu.Unlock()
+	open()
+	s.closeMu.Lock()
+	if s.calls--; s.calls == 0 {
+		s.callsDone.Broadcast()
+	}
+	s.closeMu.Unlock()
+}
+
 // unused takes a key whose last reference is gone out of the index and
 // destroys it after a grace period, when no reader can hold it.
 func (s *Service) unused(k *Key) {
@@ -284,20 +302,7 @@ func (s *Service) unused(k *Key) {
 		s.count.Add(-1)
 	}
 	s.gcol.order.remove(k)
-	s.closeMu.Lock()
-	if s.closed.Load() {
-		s.closeMu.Unlock()
-		s.destroy(k) // no reader is left once the service is closed
-		return
-	}
-	s.calls++
-	s.closeMu.Unlock()
-	s.gcol.buried(k)
-	s.closeMu.Lock()
-	if s.calls--; s.calls == 0 {
-		s.callsDone.Broadcast()
-	}
-	s.closeMu.Unlock()
+	s.deferUnlessClosed(func() { s.gcol.buried(k) }, func() { s.destroy(k) })
 }
 
 // destroy wipes and releases an unused key and returns its quota.

@@ -107,7 +107,7 @@ func (d *Domain) waitForRoom() bool {
 		q.overflow++
 		return true // a callback queueing more: waiting would deadlock the worker
 	}
-	if d.onlineTask(gid) {
+	if d.onlineTask(gid) != nil {
 		// An online task that waited for room would hold the very grace
 		// period the worker needs to make room: exceed the bound instead.
 		q.overflow++
@@ -130,16 +130,16 @@ func (d *Domain) waitForRoom() bool {
 	return true
 }
 
-// onlineTask reports whether goroutine gid is an online task of d.
-func (d *Domain) onlineTask(gid int64) bool {
+// onlineTask returns the online task of d that goroutine gid runs, or nil.
+func (d *Domain) onlineTask(gid int64) *Task {
 	d.tasksMu.Lock()
 	defer d.tasksMu.Unlock()
 	for t := range d.tasks {
 		if t.gid == gid && t.state.Load()&(stateOffline|stateDead) == 0 {
-			return true
+			return t
 		}
 	}
-	return false
+	return nil
 }
 
 // Barrier waits until every callback queued by Call before Barrier was

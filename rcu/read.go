@@ -153,11 +153,7 @@ func (d *Domain) checkBlockingAllowed(op string) {
 	if held > 0 {
 		panic("rcu: " + op + " called inside a read section of the same domain (" + d.cfg.name + "): it would wait for itself")
 	}
-	d.tasksMu.Lock()
-	defer d.tasksMu.Unlock()
-	for t := range d.tasks {
-		if t.gid == gid && t.state.Load()&(stateOffline|stateDead) == 0 {
-			panic("rcu: " + op + " called by online task " + t.name + " of domain " + d.cfg.name + ": call Offline first, or it waits for itself")
-		}
+	if t := d.onlineTask(gid); t != nil {
+		panic("rcu: " + op + " called by online task " + t.name + " of domain " + d.cfg.name + ": call Offline first, or it waits for itself")
 	}
 }
