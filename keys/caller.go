@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 )
 
 // Cred is who a caller is: the daemon learns it from the socket, never
@@ -43,12 +44,16 @@ type Caller struct {
 	s    *Service
 	cred Cred
 
+	// mu serialises changes of the keyring slots below. The slots are
+	// atomic so that searches, which run in rcu read sections, read them
+	// without the lock: a key replaced in a slot is put only after the
+	// store, and it is destroyed only after a grace period.
 	mu       sync.Mutex
-	thread   *Key
-	process  *Key
-	session  *Key
+	thread   atomic.Pointer[Key]
+	process  atomic.Pointer[Key]
+	session  atomic.Pointer[Key]
+	auth     atomic.Pointer[Key] // assumed request-key authority
 	jit      int
-	auth     *Key // assumed request-key authority
 	released bool
 }
 
@@ -71,8 +76,7 @@ func (c *Caller) Release() {
 		return
 	}
 	c.released = true
-	t, p, s, a := c.thread, c.process, c.session, c.auth
-	c.thread, c.process, c.session, c.auth = nil, nil, nil, nil
+	t, p, s, a := c.thread.Swap(nil), c.process.Swap(nil), c.session.Swap(nil), c.auth.Swap(nil)
 	c.mu.Unlock()
 	for _, k := range []*Key{t, p, s, a} {
 		k.put()
@@ -87,30 +91,25 @@ func (c *Caller) Fork(pid int) *Caller {
 	child := &Caller{s: c.s, cred: c.cred, jit: c.jit}
 	child.cred.PID = pid
 	child.cred.Groups = slices.Clone(c.cred.Groups)
-	if c.session != nil {
-		child.session = c.session.get()
+	if k := c.session.Load(); k != nil {
+		child.session.Store(k.get())
 	}
 	return child
 }
 
+// keyrings returns the caller's own keyrings without references: the
+// caller of keyrings must be in an rcu read section (or hold the keys
+// otherwise) for as long as it uses them.
 func (c *Caller) keyrings() (thread, process, session *Key) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.thread, c.process, c.session
+	return c.thread.Load(), c.process.Load(), c.session.Load()
 }
 
-func (c *Caller) assumed() *Key {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.auth
-}
+// assumed returns the assumed authorisation key, without a reference (as
+// keyrings).
+func (c *Caller) assumed() *Key { return c.auth.Load() }
 
 // Session returns the caller's session keyring, or nil.
-func (c *Caller) Session() *Key {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.session
-}
+func (c *Caller) Session() *Key { return c.session.Load() }
 
 // SetSession installs k (which must be a keyring) as the caller's session
 // keyring, taking a reference; the daemon uses it when a process proves it
@@ -123,8 +122,7 @@ func (c *Caller) SetSession(k *Key) error {
 		return ENOKEY
 	}
 	c.mu.Lock()
-	old := c.session
-	c.session = k
+	old := c.session.Swap(k)
 	c.mu.Unlock()
 	old.put()
 	return nil
@@ -157,17 +155,17 @@ func (c *Caller) installProcess() (*Key, error) {
 	return c.installSlot(&c.process, "_pid")
 }
 
-func (c *Caller) installSlot(slot **Key, name string) (*Key, error) {
+func (c *Caller) installSlot(slot *atomic.Pointer[Key], name string) (*Key, error) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if *slot != nil {
-		return *slot, nil
+	if k := slot.Load(); k != nil {
+		return k, nil
 	}
 	k, err := c.s.newKeyring(name, c.cred.UID, c.cred.GID, PermThreadProcess, false, true, 0)
 	if err != nil {
 		return nil, err
 	}
-	*slot = k
+	slot.Store(k)
 	return k, nil
 }
 
@@ -262,7 +260,7 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 	s := c.s
 	if name == nil {
 		c.mu.Lock()
-		had := c.session != nil
+		had := c.session.Load() != nil
 		c.mu.Unlock()
 		k, err := s.newKeyring("_ses", c.cred.UID, c.cred.GID, PermSessionAnon, had, !had, 0)
 		if err != nil {
@@ -281,7 +279,7 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 			continue
 		}
 		c.mu.Lock()
-		same := c.session == k
+		same := c.session.Load() == k
 		c.mu.Unlock()
 		if same {
 			k.put()
@@ -304,8 +302,7 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 // keyring.
 func (c *Caller) replaceSession(k *Key) {
 	c.mu.Lock()
-	old := c.session
-	c.session = k
+	old := c.session.Swap(k)
 	c.mu.Unlock()
 	old.put()
 }
@@ -332,13 +329,15 @@ type ref struct {
 func (r ref) put() { r.key.put() }
 
 // special returns one of the caller's keyrings with a reference taken.
-func (c *Caller) special(slot **Key) *Key {
+func (c *Caller) special(slot *atomic.Pointer[Key]) *Key {
+	// Under mu: a slot's key is put only after it left the slot, and
+	// slots change under mu, so the key in it still holds a reference.
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if *slot == nil {
-		return nil
+	if k := slot.Load(); k != nil {
+		return k.get()
 	}
-	return (*slot).get()
+	return nil
 }
 
 // lookupUserKey resolves an id as the kernel's lookup_user_key does:
@@ -386,7 +385,7 @@ func (c *Caller) resolve(id Serial, flags int) (ref, error) {
 		}
 		_ = u
 		c.mu.Lock()
-		sess := c.session
+		sess := c.session.Load()
 		c.mu.Unlock()
 		switch {
 		case flags&lookupCreate != 0 && (sess == nil || sess.has(flagUIDKeyring)):
@@ -396,8 +395,9 @@ func (c *Caller) resolve(id Serial, flags int) (ref, error) {
 		case sess == nil:
 			if us.tryGet() {
 				c.mu.Lock()
-				if c.session == nil {
-					c.session, us = us, nil
+				if c.session.Load() == nil {
+					c.session.Store(us)
+					us = nil
 				}
 				c.mu.Unlock()
 				us.put()

@@ -45,6 +45,10 @@ type Key struct {
 	desc   string
 	s      *Service
 	typ    atomic.Pointer[Type]
+	// hash is indexHash of the type the key was created with and its
+	// description, kept so that possession tests need not hash again. It
+	// is stale once the type is unregistered (typ is then the dead type).
+	hash uint64
 
 	// mu serialises writers of this key: payload changes, state changes,
 	// attribute changes and, for keyrings, link changes. Readers never

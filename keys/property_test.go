@@ -336,7 +336,7 @@ func (m *machine) linkedKeyring(c *Caller, id Serial) {
 // anything: after an operation, the key it acted on.
 func (m *machine) resolveQuietly(c *Caller, id Serial) *Key {
 	c.mu.Lock()
-	thread, process, session := c.thread, c.process, c.session
+	thread, process, session := c.keyrings()
 	c.mu.Unlock()
 	switch id {
 	case ThreadKeyring:
@@ -696,7 +696,7 @@ func (m *machine) checkUsage(idx map[Serial]*Key) {
 	}
 	for _, c := range m.callers {
 		c.mu.Lock()
-		for _, k := range []*Key{c.thread, c.process, c.session, c.auth} {
+		for _, k := range []*Key{c.thread.Load(), c.process.Load(), c.session.Load(), c.auth.Load()} {
 			if k != nil {
 				want[k]++
 			}
@@ -825,7 +825,7 @@ func TestRequestorSearchUsesRequestorCred(t *testing.T) {
 	e.s.markInstantiated(auth)
 	auth.auth = &authRecord{requestor: req}
 	helper.mu.Lock()
-	helper.auth = auth // the helper's reference
+	helper.auth.Store(auth) // the helper's reference
 	helper.mu.Unlock()
 	if !helper.possesses(k) {
 		t.Fatal("helper does not possess its requestor's key: the requestor's keyrings were searched with the helper's credentials")

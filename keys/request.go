@@ -221,7 +221,7 @@ func (c *Caller) findOrConstruct(t *Type, desc string, callout []byte, dest ref)
 func (c *Caller) constructDest() (*Key, error) {
 	c.mu.Lock()
 	jit := c.jit
-	auth := c.auth
+	auth := c.auth.Load()
 	c.mu.Unlock()
 	try := func(id Serial, create bool) *Key {
 		flags := 0
@@ -253,8 +253,8 @@ func (c *Caller) constructDest() (*Key, error) {
 		fallthrough
 	case ReqKeySession:
 		c.mu.Lock()
-		if c.session != nil {
-			k = c.session.get()
+		if s := c.session.Load(); s != nil {
+			k = s.get()
 		}
 		c.mu.Unlock()
 		if k != nil {
@@ -715,8 +715,8 @@ func (c *Caller) reject(id Serial, timeout uint32, errno Errno, ringID Serial) e
 // with NULL).
 func (c *Caller) dropAuthority(auth *Key) {
 	c.mu.Lock()
-	if c.auth == auth {
-		c.auth = nil
+	if c.auth.Load() == auth {
+		c.auth.Store(nil)
 		c.mu.Unlock()
 		auth.put()
 		return
@@ -738,8 +738,7 @@ func (c *Caller) assumeAuthority(id Serial) (Serial, error) {
 	}
 	if id == 0 {
 		c.mu.Lock()
-		old := c.auth
-		c.auth = nil
+		old := c.auth.Swap(nil)
 		c.mu.Unlock()
 		old.put()
 		return 0, nil
@@ -749,8 +748,7 @@ func (c *Caller) assumeAuthority(id Serial) (Serial, error) {
 		return 0, err
 	}
 	c.mu.Lock()
-	old := c.auth
-	c.auth = k
+	old := c.auth.Swap(k)
 	c.mu.Unlock()
 	old.put()
 	return k.serial, nil

@@ -209,16 +209,26 @@ func (c *Caller) searchProcess(sc *search) (*Key, error) {
 // the possessor permission bits. It makes no state checks, so it reads
 // the clock only to validate an assumed authorisation.
 func (c *Caller) possesses(k *Key) bool {
-	sc := &search{
+	sec := c.s.dom.Read()
+	p := c.possessesIn(k)
+	sec.End()
+	return p
+}
+
+// possessesIn is possesses for a caller already in an rcu read section.
+func (c *Caller) possessesIn(k *Key) bool {
+	t := k.typ.Load()
+	sc := search{
 		cred:      &c.cred,
-		typ:       k.typeName(),
+		typ:       t.Name,
 		desc:      k.desc,
 		target:    k,
 		checkPerm: true,
 		recurse:   true,
 	}
-	sec := c.s.dom.Read()
-	found, _ := c.searchProcess(sc)
-	sec.End()
+	if t != deadType {
+		sc.hash, sc.hashed = k.hash, true
+	}
+	found, _ := c.searchProcess(&sc)
 	return found == k
 }
