@@ -69,6 +69,17 @@ func BenchmarkLookupRead(b *testing.B) {
 			}
 		})
 	})
+	b.Run("into", func(b *testing.B) {
+		// keyctl_read's shape: the caller's buffer, no allocation.
+		b.ReportAllocs()
+		buf := make([]byte, 64)
+		for b.Loop() {
+			n, err := c.ReadInto(id, buf)
+			if err != nil || n != 16 {
+				b.Fatal(n, err)
+			}
+		}
+	})
 	b.Run("lookup", func(b *testing.B) {
 		// The serial index alone.
 		b.ReportAllocs()

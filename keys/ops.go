@@ -586,9 +586,28 @@ func (c *Caller) Read(id Serial) ([]byte, error) {
 	return b, wrap("keyctl_read", id, err)
 }
 
+// ReadInto reads a key's payload into buf as keyctl_read(3) does on a
+// current kernel: it returns the payload's length, and copies the payload
+// only when buf can hold all of it (so a short or nil buf asks for the
+// size). It allocates nothing on the common path.
+func (c *Caller) ReadInto(id Serial, buf []byte) (int, error) {
+	n, ok, err := c.readFast(id, buf, nil)
+	if !ok {
+		var out []byte
+		if out, err = c.read(id); err == nil {
+			n = len(out)
+			if n <= len(buf) {
+				copy(buf, out)
+			}
+		}
+	}
+	return n, wrap("keyctl_read", id, err)
+}
+
 func (c *Caller) read(id Serial) ([]byte, error) {
-	if out, ok, err := c.readFast(id); ok {
-		return out, err
+	var fast []byte
+	if _, ok, err := c.readFast(id, nil, &fast); ok {
+		return fast, err
 	}
 	r, err := c.lookupUserKey(id, 0, needDefer)
 	if err != nil {
@@ -655,20 +674,24 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 // for everything else (special ids, keyrings, authorisations, keys being
 // constructed), which read serves the general way. The checks and their
 // order are read's: lookup, negative state, permission, validity.
-func (c *Caller) readFast(id Serial) (out []byte, ok bool, err error) {
+//
+// The payload is copied before the section ends: into a new slice stored
+// in *out when out is not nil, otherwise into dst if it fits. n is the
+// payload's length.
+func (c *Caller) readFast(id Serial, dst []byte, out *[]byte) (n int, ok bool, err error) {
 	if id <= 0 {
-		return nil, false, nil
+		return 0, false, nil
 	}
 	s := c.s
 	sec := s.dom.Read()
 	defer sec.End()
 	k := s.lookup(id)
 	if k == nil || k.usage.Load() <= 0 {
-		return nil, true, ENOKEY
+		return 0, true, ENOKEY
 	}
 	t := k.typ.Load()
 	if t == keyringType || t == authType || t.Read == nil || k.underConstruction() {
-		return nil, false, nil
+		return 0, false, nil
 	}
 	possessed := c.possessesIn(k)
 	now := s.now()
@@ -676,25 +699,30 @@ func (c *Caller) readFast(id Serial) (out []byte, ok bool, err error) {
 		k.lastUsed.Store(now)
 	}
 	if err := k.negativeErr(); err != nil {
-		return nil, true, err
+		return 0, true, err
 	}
 	if !possessed && !permitted(k, &c.cred, false, Read) {
-		return nil, true, EACCES
+		return 0, true, EACCES
 	}
 	if err := k.validate(now); err != nil {
-		return nil, true, err
+		return 0, true, err
 	}
 	p := k.payload.Load()
 	if p == nil {
-		return nil, true, EKEYREVOKED
+		return 0, true, EKEYREVOKED
 	}
 	data, err := t.Read(p)
 	if err != nil {
-		return nil, true, err
+		return 0, true, err
 	}
-	out = make([]byte, len(data)) // copied before the section ends
-	copy(out, data)
-	return out, true, nil
+	switch {
+	case out != nil:
+		*out = make([]byte, len(data))
+		copy(*out, data)
+	case len(data) <= len(dst):
+		copy(dst, data)
+	}
+	return len(data), true, nil
 }
 
 // SetTimeout sets a key to expire secs seconds from now, or never with 0
