@@ -80,6 +80,8 @@ type collector struct {
 	cookie     rcu.Cookie
 	batch      []graveEntry
 	foundDead  bool
+	prune      map[*Key][]deadKey // scanChunk's scratch
+	fresh      freshNodes         // pruneFrom's scratch
 
 	// outstanding counts keys buried and not yet destroyed; inPass is set
 	// while a scan is under way. WaitGC watches both.
@@ -100,6 +102,7 @@ type graveEntry struct {
 
 func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
 	g := &collector{s: s, wq: wq, chunk: chunk, nextRun: math.MaxInt64, order: newSerialOrder(),
+		prune: map[*Key][]deadKey{}, fresh: freshNodes{},
 		itemH: hdrhistogram.New(1, int64(time.Hour), 3), deathH: hdrhistogram.New(1, int64(24*time.Hour), 3)}
 	if g.wq == nil {
 		g.wq = workqueue.New(s.dom, workqueue.WithName("keys-gc"), workqueue.WithWorkers(1))
@@ -299,6 +302,9 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 	deadType, stage := g.deadType, g.deadStage
 	g.mu.Unlock()
 	var pruned [reapReasons]uint64
+	// Links to this chunk's dead keys, by keyring: each keyring is then
+	// locked once and gets one new version for all of them.
+	prune := g.prune
 	for _, k := range ks {
 		t.Checkpoint()
 		g.cursor = k.serial
@@ -312,11 +318,13 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 				g.s.killPayload(k)
 			}
 		}
-		if why, isDead := g.dead(k, g.start, delay); isDead {
-			if g.reapLinks || why == ReapInvalidated || why == ReapDead {
-				if n := g.s.pruneLinks(k); n > 0 {
-					pruned[why] += uint64(n)
+		if reason, isDead := g.dead(k, g.start, delay); isDead {
+			if g.reapLinks || reason == ReapInvalidated || reason == ReapDead {
+				k.parentsMu.Lock()
+				for _, ring := range k.parents {
+					prune[ring] = append(prune[ring], deadKey{k: k, why: reason})
 				}
+				k.parentsMu.Unlock()
 			}
 			continue
 		}
@@ -325,6 +333,12 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 				g.end = at
 			}
 		}
+	}
+	for ring, dead := range prune {
+		t.Checkpoint()
+		g.s.pruneFrom(ring, dead, &pruned, g.fresh)
+		clear(g.fresh)
+		delete(prune, ring)
 	}
 	g.statsMu.Lock()
 	g.stats.Scanned += uint64(len(ks))
@@ -498,28 +512,42 @@ func (o *serialOrder) after(cursor Serial, n int) []*Key {
 
 func (s *Service) keysAfter(cursor Serial, n int) []*Key { return s.gcol.order.after(cursor, n) }
 
-// pruneLinks removes every link to k, returning how many it removed. The
-// key's last link going sends it to the graveyard.
-func (s *Service) pruneLinks(k *Key) int {
-	n := 0
-	for _, ring := range k.parentList() {
-		ring.mu.Lock()
-		snap := ring.ring.Load()
-		l, ok := snap.find(k.typeName(), k.desc)
-		if !ok || l.key != k {
-			ring.mu.Unlock()
-			k.removeParent(ring)
+// deadKey is a key whose links the collector prunes, and why.
+type deadKey struct {
+	k        *Key
+	why      int
+	unlinked bool // set by ringSnap.withoutKeys
+}
+
+// pruneFrom removes ring's links to the keys dead, counting them by
+// reason in pruned. Each removed link's reference to its key is dropped;
+// a last one sends the key to the graveyard. fresh is scratch space for
+// the batch (see freshNodes), empty on entry.
+func (s *Service) pruneFrom(ring *Key, dead []deadKey, pruned *[reapReasons]uint64, fresh freshNodes) {
+	ring.mu.Lock()
+	var removed int
+	if snap := ring.ring.Load(); snap != nil {
+		next, n := snap.withoutKeys(dead, fresh)
+		if n > 0 {
+			ring.ring.Store(next)
+			s.chargeLink(ring, -linkCost*n)
+			removed = n
+		}
+	}
+	ring.mu.Unlock()
+	for _, d := range dead {
+		d.k.removeParent(ring)
+	}
+	if removed == 0 {
+		return
+	}
+	for _, d := range dead {
+		if !d.unlinked {
 			continue
 		}
-		next, _, _ := snap.without(k.typeName(), k.desc)
-		ring.ring.Store(next)
-		s.chargeLink(ring, -linkCost)
-		ring.mu.Unlock()
-		k.removeParent(ring)
-		k.put()
-		n++
+		pruned[d.why]++
+		d.k.put()
 	}
-	return n
 }
 
 // killPayload finishes off a key of an unregistered type that is still

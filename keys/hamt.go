@@ -337,3 +337,74 @@ func hwalk(n *hnode, fn func(link) bool) bool {
 	}
 	return true
 }
+
+// A batch of deletions (the collector pruning a chunk of dead keys from
+// one keyring) builds one new version instead of one per deletion. The
+// first deletion to pass through a node copies it, as hdel does; the copy
+// is recorded in fresh, and later deletions of the batch edit it in
+// place: no reader can see it before the version is published.
+type freshNodes map[*hnode]struct{}
+
+// editFresh is edit for a batch: in place when the batch made n.
+func (n *hnode) editFresh(nodemap, leafmap, bit uint32, p unsafe.Pointer, fresh freshNodes) *hnode {
+	if _, ok := fresh[n]; !ok {
+		nn := n.edit(nodemap, leafmap, bit, p)
+		fresh[nn] = struct{}{}
+		return nn
+	}
+	// Deletions never grow a node, so the kids fit in its array.
+	var tmp [hamtWidth]unsafe.Pointer
+	on := n.numNodes()
+	dn := splice(tmp[:], n.kids[:on], n.nodemap, nodemap, bit, p)
+	k := dn + splice(tmp[dn:], n.kids[on:], n.leafmap, leafmap, bit, p)
+	copy(n.kids, tmp[:k])
+	clear(n.kids[k:]) // let the garbage collector have what left
+	n.kids = n.kids[:k]
+	n.nodemap, n.leafmap = nodemap, leafmap
+	return n
+}
+
+// hdelKey is hdel for a batch: it removes the entry that links key k
+// itself (hash h), and only that, copying each node at most once per
+// batch.
+func hdelKey(n *hnode, h uint64, k *Key, lv int, fresh freshNodes) (*hnode, link, bool) {
+	if n == nil {
+		return nil, link{}, false
+	}
+	if n.collision() {
+		for i, p := range n.kids {
+			if e := (*link)(p); e.key == k {
+				return n.collisionWith(i, nil), *e, true
+			}
+		}
+		return n, link{}, false
+	}
+	bit := hbit(h, lv)
+	if n.leafmap&bit != 0 {
+		e := n.leaf(rank(n.leafmap, bit))
+		if e.key != k {
+			return n, link{}, false
+		}
+		if n.nodemap|n.leafmap == bit {
+			return nil, *e, true
+		}
+		return n.editFresh(n.nodemap, n.leafmap&^bit, bit, nil, fresh), *e, true
+	}
+	if n.nodemap&bit == 0 {
+		return n, link{}, false
+	}
+	sub, old, ok := hdelKey(n.node(rank(n.nodemap, bit)), h, k, lv+1, fresh)
+	switch {
+	case !ok:
+		return n, link{}, false
+	case sub == nil:
+		if n.nodemap|n.leafmap == bit {
+			return nil, old, true
+		}
+		return n.editFresh(n.nodemap&^bit, n.leafmap, bit, nil, fresh), old, true
+	case sub.nodemap == 0 && len(sub.kids) == 1:
+		return n.editFresh(n.nodemap&^bit, n.leafmap|bit, bit, sub.kids[0], fresh), old, true
+	default:
+		return n.editFresh(n.nodemap, n.leafmap, bit, unsafe.Pointer(sub), fresh), old, true
+	}
+}

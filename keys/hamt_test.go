@@ -12,7 +12,7 @@ import (
 // testKey makes a detached key for trie and ring tests: no service, no
 // serial index, just a type and a description.
 func testKey(t *Type, desc string, serial Serial) *Key {
-	k := &Key{desc: desc, serial: serial}
+	k := &Key{desc: desc, serial: serial, hash: indexHash(t.Name, desc)}
 	k.typ.Store(t)
 	return k
 }
@@ -522,6 +522,77 @@ func TestRingSnapProperty(t *testing.T) {
 			if got := listing(prev); !slices.Equal(got, prevListing) {
 				rt.Fatalf("previous version changed: %v, was %v", got, prevListing)
 			}
+		}
+	})
+}
+
+// TestRingSnapBatchDelete checks the collector's batch removal against
+// one removal at a time: same links, same listing, same nested keyrings,
+// a sound trie, a link to another key of the same name left alone, and
+// the published version untouched by the in-place edits of the batch.
+func TestRingSnapBatchDelete(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		var r *ringSnap
+		var linked []*Key
+		n := rapid.IntRange(0, 300).Draw(rt, "links")
+		for i := range n {
+			typ := []*Type{userType, keyringType}[rapid.IntRange(0, 4).Draw(rt, "keyring")/4]
+			k := testKey(typ, fmt.Sprint("d", i), Serial(10+i))
+			r, _, _ = r.with(k)
+			linked = append(linked, k)
+		}
+		before := listing(r)
+		var dead []deadKey
+		want := r
+		for _, k := range linked {
+			switch rapid.IntRange(0, 3).Draw(rt, "fate") {
+			case 0:
+				dead = append(dead, deadKey{k: k})
+				want, _, _ = want.without(k.typeName(), k.desc)
+			case 1:
+				// A key of the same type and description that is not the
+				// linked one: its "link" must stay.
+				dead = append(dead, deadKey{k: testKey(k.typ.Load(), k.desc, 1<<20+k.serial)})
+			}
+		}
+		for i := len(dead) - 1; i > 0; i-- {
+			j := rapid.IntRange(0, i).Draw(rt, "swap")
+			dead[i], dead[j] = dead[j], dead[i]
+		}
+		got, removed := r.withoutKeys(dead, freshNodes{})
+		if wantN := len(before) - len(listing(want)); removed != wantN {
+			rt.Fatalf("removed %d links, want %d", removed, wantN)
+		}
+		for _, d := range dead {
+			if d.unlinked != (d.k.serial < 1<<20) {
+				rt.Fatalf("key %d: unlinked %v", d.k.serial, d.unlinked)
+			}
+		}
+		if g, w := listing(got), listing(want); !slices.Equal(g, w) {
+			rt.Fatalf("listing %v, want %v", g, w)
+		}
+		if got != nil && want != nil && got.n != want.n {
+			rt.Fatalf("n = %d, want %d", got.n, want.n)
+		}
+		var gn, wn []Serial
+		if got != nil {
+			for _, l := range got.nested {
+				gn = append(gn, l.key.serial)
+			}
+		}
+		if want != nil {
+			for _, l := range want.nested {
+				wn = append(wn, l.key.serial)
+			}
+		}
+		if !slices.Equal(gn, wn) {
+			rt.Fatalf("nested %v, want %v", gn, wn)
+		}
+		if got != nil {
+			checkTrie(rt, got.root, indexHash)
+		}
+		if l := listing(r); !slices.Equal(l, before) {
+			rt.Fatalf("published version changed: %v, was %v", l, before)
 		}
 	})
 }

@@ -113,6 +113,47 @@ func (r *ringSnap) without(typ, desc string) (*ringSnap, link, bool) {
 	return nr, old, true
 }
 
+// withoutKeys returns the version without the links to the keys of dead
+// (a link goes only if it is to that very key), built as one batch with
+// fresh as its scratch space, and how many links it removed. It sets
+// unlinked on the entries whose link it removed.
+func (r *ringSnap) withoutKeys(dead []deadKey, fresh freshNodes) (*ringSnap, int) {
+	if r == nil || r.n == 0 {
+		return r, 0
+	}
+	root, used, n := r.root, r.used, 0
+	rings := false
+	for i := range dead {
+		k := dead[i].k
+		// k.hash is where k was linked: only unregistering a type changes
+		// a key's type, and a key of a dead type is never linked.
+		nr, old, ok := hdelKey(root, k.hash, k, 0, fresh)
+		if !ok {
+			continue
+		}
+		root = nr
+		dead[i].unlinked = true
+		n++
+		if old.slot < 16 {
+			used &^= 1 << old.slot
+		}
+		rings = rings || k.isKeyring()
+	}
+	if n == 0 {
+		return r, 0
+	}
+	if n == r.n {
+		return &ringSnap{}, n
+	}
+	nr := &ringSnap{root: root, n: r.n - n, used: used, next: r.next, nested: r.nested}
+	if rings {
+		nr.nested = slices.DeleteFunc(slices.Clone(r.nested), func(e link) bool {
+			return slices.ContainsFunc(dead, func(d deadKey) bool { return d.unlinked && d.k == e.key })
+		})
+	}
+	return nr, n
+}
+
 // linkCost is what a link charges to the keyring owner's byte quota.
 const linkCost = 4
 

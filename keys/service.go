@@ -90,11 +90,13 @@ type Service struct {
 
 	destroyed atomic.Int64
 	closed    atomic.Bool
-	// closeMu guards calls: the deferrals (burials, payload retirements)
-	// between their check of closed and their hand-off to the collector
-	// or the rcu domain. Close waits for them before shutting either down.
+	// calls counts the deferrals (burials, payload retirements) between
+	// their check of closed and their hand-off to the collector or the
+	// domain; Close waits, on callsDone under closeMu, until none is left.
+	// Deferrals touch only the atomic: they are on every writer's path and
+	// the collector's, which must not contend on one mutex.
+	calls     atomic.Int64
 	closeMu   sync.Mutex
-	calls     int
 	callsDone sync.Cond
 
 	upcall      Upcaller
@@ -169,7 +171,7 @@ func (s *Service) Close() error {
 	// (a burial after the collector's last sweep would never be destroyed,
 	// a Call on a closed domain panics). Later ones run at once.
 	s.closeMu.Lock()
-	for s.calls > 0 {
+	for s.calls.Load() > 0 {
 		s.callsDone.Wait()
 	}
 	s.closeMu.Unlock()
@@ -207,6 +209,11 @@ func (s *Service) now() int64 {
 
 // Keys returns the number of keys in the serial index.
 func (s *Service) Keys() int { return int(s.count.Load()) }
+
+// DestroyedKeys is how many keys the service has destroyed (payload
+// wiped, quota returned) since it started: one atomic load, cheap enough
+// to poll, unlike GCStats, which summarises histograms.
+func (s *Service) DestroyedKeys() int64 { return s.destroyed.Load() }
 
 // lookup finds a live key by serial. It takes no lock.
 func (s *Service) lookup(id Serial) *Key { return s.index.load(id) }
@@ -279,20 +286,26 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 // open, or, once the service is closing and no reader is left, does it at
 // once with closed. Close waits for every open that has begun.
 func (s *Service) deferUnlessClosed(open, closed func()) {
-	s.closeMu.Lock()
+	// Count first, then check: Close sets closed first, then waits for the
+	// count to drain, so one of the two always sees the other.
+	s.calls.Add(1)
 	if s.closed.Load() {
-		s.closeMu.Unlock()
+		s.callDone()
 		closed()
 		return
 	}
-	s.calls++
-	s.closeMu.Unlock()
 	open()
-	s.closeMu.Lock()
-	if s.calls--; s.calls == 0 {
+	s.callDone()
+}
+
+func (s *Service) callDone() {
+	if s.calls.Add(-1) == 0 && s.closed.Load() {
+		// Under closeMu, so that the wake-up cannot fall between Close's
+		// check of the count and its wait.
+		s.closeMu.Lock()
 		s.callsDone.Broadcast()
+		s.closeMu.Unlock()
 	}
-	s.closeMu.Unlock()
 }
 
 // unused takes a key whose last reference is gone out of the index and

@@ -26,13 +26,16 @@ func Of(h *hdrhistogram.Histogram) Summary {
 	if h.TotalCount() == 0 {
 		return Summary{}
 	}
+	// Each accessor walks the whole histogram; the percentiles share one
+	// walk.
+	q := h.ValueAtPercentiles([]float64{50, 99, 99.9})
 	return Summary{
 		Count: h.TotalCount(),
 		Min:   time.Duration(h.Min()),
 		Mean:  time.Duration(h.Mean()),
-		P50:   time.Duration(h.ValueAtQuantile(50)),
-		P99:   time.Duration(h.ValueAtQuantile(99)),
-		P999:  time.Duration(h.ValueAtQuantile(99.9)),
+		P50:   time.Duration(q[50]),
+		P99:   time.Duration(q[99]),
+		P999:  time.Duration(q[99.9]),
 		Max:   time.Duration(h.Max()),
 	}
 }
