@@ -3,12 +3,12 @@ package keys
 import (
 	"context"
 	"math"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
-	"github.com/google/btree"
 
 	"github.com/ukeys/ukeys/internal/latency"
 	"github.com/ukeys/ukeys/rcu"
@@ -41,10 +41,11 @@ type GCStats struct {
 	// MaxScannedPerItem and MaxDestroyedPerItem are the most keys one work
 	// item scanned or destroyed: never more than the chunk size.
 	MaxScannedPerItem, MaxDestroyedPerItem int
-	// ItemTime summarises how long work items ran; DeathToDestruction how
-	// long keys waited between losing their last reference and being
-	// destroyed.
-	ItemTime, DeathToDestruction rcu.Latency
+	// ItemTime summarises how long work items ran (wall time, including
+	// any time the worker was descheduled); ItemCPU the CPU time each
+	// spent (on Linux; empty elsewhere); DeathToDestruction how long keys
+	// waited between losing their last reference and being destroyed.
+	ItemTime, ItemCPU, DeathToDestruction rcu.Latency
 	// ChunkSize is the bound in force (0: unbounded).
 	ChunkSize int
 }
@@ -60,7 +61,6 @@ type collector struct {
 	work  *workqueue.Work
 	timer *workqueue.Work
 	chunk int
-	order *serialOrder
 
 	mu            sync.Mutex
 	graveyard     []graveEntry
@@ -73,13 +73,16 @@ type collector struct {
 
 	// Owned by the work item, which never runs concurrently with itself.
 	scanning   bool
-	cursor     Serial
+	cursor     indexCursor
 	start, end int64
 	reapLinks  bool
 	destroying bool
 	cookie     rcu.Cookie
 	batch      []graveEntry
 	foundDead  bool
+	scratch    []*Key             // scanChunk's keys
+	leftover   []*Key             // fetched, not yet examined
+	scanDone   bool               // the cursor has passed the last shard
 	prune      map[*Key][]deadKey // scanChunk's scratch
 	fresh      freshNodes         // pruneFrom's scratch
 
@@ -91,6 +94,7 @@ type collector struct {
 	statsMu sync.Mutex
 	stats   GCStats
 	itemH   *hdrhistogram.Histogram
+	cpuH    *hdrhistogram.Histogram
 	deathH  *hdrhistogram.Histogram
 	items   atomic.Uint64
 }
@@ -101,9 +105,9 @@ type graveEntry struct {
 }
 
 func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
-	g := &collector{s: s, wq: wq, chunk: chunk, nextRun: math.MaxInt64, order: newSerialOrder(),
+	g := &collector{s: s, wq: wq, chunk: chunk, nextRun: math.MaxInt64,
 		prune: map[*Key][]deadKey{}, fresh: freshNodes{},
-		itemH: hdrhistogram.New(1, int64(time.Hour), 3), deathH: hdrhistogram.New(1, int64(24*time.Hour), 3)}
+		itemH: hdrhistogram.New(1, int64(time.Hour), 3), cpuH: hdrhistogram.New(1, int64(time.Hour), 3), deathH: hdrhistogram.New(1, int64(24*time.Hour), 3)}
 	if g.wq == nil {
 		g.wq = workqueue.New(s.dom, workqueue.WithName("keys-gc"), workqueue.WithWorkers(1))
 		g.ownWQ = true
@@ -217,6 +221,19 @@ func (g *collector) buried(k *Key) {
 	g.wq.Schedule(g.work)
 }
 
+// buriedAll is buried for many keys, under one lock.
+func (g *collector) buriedAll(ks []*Key) {
+	now := g.s.now()
+	g.mu.Lock()
+	for _, k := range ks {
+		g.graveyard = append(g.graveyard, graveEntry{k: k, died: now})
+	}
+	g.outstanding.Add(int64(len(ks)))
+	g.reapRequested = true
+	g.mu.Unlock()
+	g.wq.Schedule(g.work)
+}
+
 // dead reports whether k's links are due for pruning at limit, and why.
 func (g *collector) dead(k *Key, limit int64, delay int64) (int, bool) {
 	f := k.flags.Load()
@@ -236,13 +253,22 @@ func (g *collector) dead(k *Key, limit int64, delay int64) (int, bool) {
 }
 
 func (g *collector) run(t *rcu.Task) {
+	// The item stays on one thread so that the thread's CPU clock
+	// measures its work alone.
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	began := time.Now()
+	cpu0, cpuOK := threadCPU()
 	scanned, destroyed := 0, 0
 	defer func() {
 		d := time.Since(began)
+		cpu1, ok := threadCPU()
 		g.statsMu.Lock()
 		g.stats.Items++
 		_ = g.itemH.RecordValue(d.Nanoseconds())
+		if cpuOK && ok {
+			_ = g.cpuH.RecordValue(max(int64(cpu1-cpu0), 1))
+		}
 		g.stats.MaxScannedPerItem = max(g.stats.MaxScannedPerItem, scanned)
 		g.stats.MaxDestroyedPerItem = max(g.stats.MaxDestroyedPerItem, destroyed)
 		g.statsMu.Unlock()
@@ -287,7 +313,8 @@ func (g *collector) beginPass() {
 	g.mu.Unlock()
 	g.scanning = true
 	g.inPass.Store(true)
-	g.cursor = 0
+	g.cursor = indexCursor{}
+	g.leftover, g.scanDone = nil, false
 	g.start = g.s.now()
 	g.end = math.MaxInt64
 	g.foundDead = false
@@ -296,7 +323,12 @@ func (g *collector) beginPass() {
 // scanChunk examines up to budget keys after the cursor. It holds the
 // index lock only while it copies the chunk's keys.
 func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
-	ks := g.s.keysAfter(g.cursor, budget)
+	// Keys fetched by an earlier item that ran out of budget come first.
+	ks := g.leftover
+	if len(ks) == 0 {
+		ks, g.scanDone = g.s.index.scan(&g.cursor, budget, g.scratch[:0])
+		g.scratch = ks
+	}
 	delay := int64(g.s.Tunables().GCDelay)
 	g.mu.Lock()
 	deadType, stage := g.deadType, g.deadStage
@@ -305,9 +337,15 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 	// Links to this chunk's dead keys, by keyring: each keyring is then
 	// locked once and gets one new version for all of them.
 	prune := g.prune
-	for _, k := range ks {
+	// The budget counts keys examined plus links to prune: a chunk whose
+	// keys are all dead would otherwise cost an item several times what a
+	// chunk of live keys does. What the budget leaves is kept for the next
+	// item.
+	units, n := 0, 0
+	for ; n < len(ks) && units < budget; n++ {
+		k := ks[n]
+		units++
 		t.Checkpoint()
-		g.cursor = k.serial
 		if deadType != nil && k.typ.Load() == deadType {
 			g.foundDead = true
 			switch stage {
@@ -324,6 +362,7 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 				for _, ring := range k.parents {
 					prune[ring] = append(prune[ring], deadKey{k: k, why: reason})
 				}
+				units += len(k.parents)
 				k.parentsMu.Unlock()
 			}
 			continue
@@ -341,12 +380,14 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 		delete(prune, ring)
 	}
 	g.statsMu.Lock()
-	g.stats.Scanned += uint64(len(ks))
-	for i, n := range pruned {
-		g.stats.Pruned[i] += n
+	g.stats.Scanned += uint64(n)
+	for i, c := range pruned {
+		g.stats.Pruned[i] += c
 	}
 	g.statsMu.Unlock()
-	return len(ks), len(ks) == budget && budget != math.MaxInt
+	clear(ks[:n]) // no stale pointers kept alive between items
+	g.leftover = ks[n:]
+	return n, len(g.leftover) > 0 || !g.scanDone
 }
 
 func (g *collector) endPass() {
@@ -425,6 +466,7 @@ func (s *Service) GCStats() GCStats {
 	defer g.statsMu.Unlock()
 	st := g.stats
 	st.ItemTime = latency.Of(g.itemH)
+	st.ItemCPU = latency.Of(g.cpuH)
 	st.DeathToDestruction = latency.Of(g.deathH)
 	return st
 }
@@ -462,56 +504,6 @@ func (s *Service) UnregisterType(name string) error {
 	return nil
 }
 
-// serialOrder keeps every key in serial order for the collector's scans
-// (and /proc views), the role of the kernel's rb-tree walk. Lookups do not
-// use it; only allocation and removal write it, under its own mutex, and
-// a scan holds that mutex only while it copies one chunk.
-//
-// The tree holds the serial beside the pointer so that its comparisons
-// read the node they are in: comparing through *Key cost a cache miss per
-// comparison, most of the collector's time in a million-key index.
-type serialOrder struct {
-	mu sync.Mutex
-	t  *btree.BTreeG[orderItem]
-}
-
-type orderItem struct {
-	serial Serial
-	k      *Key
-}
-
-func newSerialOrder() *serialOrder {
-	return &serialOrder{t: btree.NewG(32, func(a, b orderItem) bool { return a.serial < b.serial })}
-}
-
-func (o *serialOrder) insert(k *Key) {
-	o.mu.Lock()
-	o.t.ReplaceOrInsert(orderItem{k.serial, k})
-	o.mu.Unlock()
-}
-
-func (o *serialOrder) remove(k *Key) {
-	o.mu.Lock()
-	if cur, ok := o.t.Get(orderItem{serial: k.serial}); ok && cur.k == k {
-		o.t.Delete(cur)
-	}
-	o.mu.Unlock()
-}
-
-// after returns up to n keys with serials above cursor, in order.
-func (o *serialOrder) after(cursor Serial, n int) []*Key {
-	out := make([]*Key, 0, min(n, 1024))
-	o.mu.Lock()
-	o.t.AscendGreaterOrEqual(orderItem{serial: cursor + 1}, func(it orderItem) bool {
-		out = append(out, it.k)
-		return len(out) < n
-	})
-	o.mu.Unlock()
-	return out
-}
-
-func (s *Service) keysAfter(cursor Serial, n int) []*Key { return s.gcol.order.after(cursor, n) }
-
 // deadKey is a key whose links the collector prunes, and why.
 type deadKey struct {
 	k        *Key
@@ -541,13 +533,17 @@ func (s *Service) pruneFrom(ring *Key, dead []deadKey, pruned *[reapReasons]uint
 	if removed == 0 {
 		return
 	}
+	var dying []*Key
 	for _, d := range dead {
 		if !d.unlinked {
 			continue
 		}
 		pruned[d.why]++
-		d.k.put()
+		if d.k.putLast() {
+			dying = append(dying, d.k)
+		}
 	}
+	s.unusedBatch(dying)
 }
 
 // killPayload finishes off a key of an unregistered type that is still

@@ -186,6 +186,19 @@ func (k *Key) put() {
 	}
 }
 
+// putLast drops a reference and reports whether it was the last: the
+// caller then owes the key to Service.unusedBatch. Callers that drop many
+// at once (the collector, clearing a keyring) bury them together.
+func (k *Key) putLast() bool {
+	switch n := k.usage.Add(-1); {
+	case n == 0:
+		return true
+	case n < 0:
+		panic("keys: key reference count went negative")
+	}
+	return false
+}
+
 // addParent records that ring links k.
 func (k *Key) addParent(ring *Key) {
 	k.parentsMu.Lock()

@@ -1,7 +1,9 @@
 package keys
 
 import (
+	"cmp"
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"time"
@@ -29,9 +31,13 @@ func (c *Caller) ProcKeys() string {
 	return b.String()
 }
 
-// sortedKeys returns every key in serial order, from the order the
-// collector keeps for its scans.
-func (s *Service) sortedKeys() []*Key { return s.gcol.order.after(0, int(^uint(0)>>1)) }
+// sortedKeys returns every key in serial order. The index keeps no
+// order (nothing else needs one), so a view sorts what it collected.
+func (s *Service) sortedKeys() []*Key {
+	out, _ := s.index.scan(&indexCursor{}, math.MaxInt, make([]*Key, 0, s.Keys()))
+	slices.SortFunc(out, func(a, b *Key) int { return cmp.Compare(a.serial, b.serial) })
+	return slices.Compact(out) // a shard rebuilt meanwhile is scanned twice
+}
 
 // procTimeout renders the expiry column.
 func procTimeout(expiry, now int64) string {

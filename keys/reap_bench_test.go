@@ -31,7 +31,7 @@ func BenchmarkReap(b *testing.B) {
 		for _, chunk := range []int{DefaultChunkSize, 0} {
 			b.Run(fmt.Sprintf("%s/chunk=%d", cs, chunk), func(b *testing.B) {
 				var total, cpu time.Duration
-				var maxItem time.Duration
+				var maxItem, maxCPU time.Duration
 				for b.Loop() {
 					b.StopTimer()
 					clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
@@ -71,7 +71,9 @@ func BenchmarkReap(b *testing.B) {
 					total += time.Since(start)
 					cpu += cpuTime() - cpu0
 					b.StopTimer()
-					maxItem = max(maxItem, time.Duration(s.GCStats().ItemTime.Max))
+					st := s.GCStats()
+					maxItem = max(maxItem, st.ItemTime.Max)
+					maxCPU = max(maxCPU, st.ItemCPU.Max)
 					c.Release()
 					if err := s.Close(); err != nil {
 						b.Fatal(err)
@@ -81,6 +83,7 @@ func BenchmarkReap(b *testing.B) {
 				b.ReportMetric(float64(total.Nanoseconds())/float64(b.N*n), "ns/key")
 				b.ReportMetric(float64(cpu.Nanoseconds())/float64(b.N*n), "cpu-ns/key")
 				b.ReportMetric(float64(maxItem.Microseconds()), "max-item-us")
+				b.ReportMetric(float64(maxCPU.Microseconds()), "max-item-cpu-us")
 			})
 		}
 	}

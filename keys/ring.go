@@ -270,14 +270,34 @@ func (s *Service) clearRing(ring *Key) {
 	if old != nil {
 		s.chargeLink(ring, -linkCost*old.n)
 	}
-	links := old.links()
-	for _, l := range links {
-		l.key.removeParent(ring)
+	var keys []*Key
+	if old != nil && old.n > 0 {
+		keys = make([]*Key, 0, old.n)
+		hwalk(old.root, func(l link) bool { keys = append(keys, l.key); return true })
+	}
+	for _, k := range keys {
+		k.removeParent(ring)
 	}
 	ring.mu.Unlock()
-	for _, l := range links {
-		l.key.put()
+	s.putAll(keys)
+}
+
+// putAll drops one reference to each of keys, burying those that lose
+// their last in batches: a keyring of a million keys cleared at once
+// hands them to the collector a chunk at a time, not one by one.
+func (s *Service) putAll(keys []*Key) {
+	const batch = 1024
+	var dying []*Key
+	for _, k := range keys {
+		if k.putLast() {
+			dying = append(dying, k)
+			if len(dying) == batch {
+				s.unusedBatch(dying)
+				dying = nil
+			}
+		}
 	}
+	s.unusedBatch(dying)
 }
 
 // detectCycle fails with EDEADLK if ring is reachable from k (or is k),

@@ -228,7 +228,6 @@ func (s *Service) allocSerial(k *Key) {
 		id = Serial(rand.Int32N(1<<30-3) + 3)
 	}
 	s.index.insert(k, id)
-	s.gcol.order.insert(k)
 	s.count.Add(1)
 }
 
@@ -314,8 +313,25 @@ func (s *Service) unused(k *Key) {
 	if s.index.remove(k) {
 		s.count.Add(-1)
 	}
-	s.gcol.order.remove(k)
 	s.deferUnlessClosed(func() { s.gcol.buried(k) }, func() { s.destroy(k) })
+}
+
+// unusedBatch is unused for many keys at once: one hand-off to the
+// collector for all of them.
+func (s *Service) unusedBatch(ks []*Key) {
+	if len(ks) == 0 {
+		return
+	}
+	for _, k := range ks {
+		if s.index.remove(k) {
+			s.count.Add(-1)
+		}
+	}
+	s.deferUnlessClosed(func() { s.gcol.buriedAll(ks) }, func() {
+		for _, k := range ks {
+			s.destroy(k)
+		}
+	})
 }
 
 // destroy wipes and releases an unused key and returns its quota.
@@ -328,8 +344,9 @@ func (s *Service) destroy(k *Key) {
 		}
 	}
 	var links []link
-	if snap := k.ring.Swap(nil); snap != nil {
-		links = snap.links()
+	if snap := k.ring.Swap(nil); snap != nil && snap.n > 0 {
+		links = make([]link, 0, snap.n)
+		hwalk(snap.root, func(l link) bool { links = append(links, l); return true })
 	}
 	u, ql := k.quota, k.quotalen
 	inQuota := k.has(flagInQuota)
@@ -352,10 +369,12 @@ func (s *Service) destroy(k *Key) {
 	s.quotaPut(u)
 	s.destroyed.Add(1)
 	// A destroyed keyring drops its links.
-	for _, l := range links {
+	keys := make([]*Key, len(links))
+	for i, l := range links {
 		l.key.removeParent(k)
-		l.key.put()
+		keys[i] = l.key
 	}
+	s.putAll(keys)
 }
 
 // serialIndex maps serials to keys, the kernel's key_serial_tree. Readers
@@ -538,6 +557,48 @@ func (sh *indexShard) rebuild(old *indexTable, want int) *indexTable {
 	}
 	sh.tab.Store(t)
 	return t
+}
+
+// indexCursor is a place in a scan of the index: the collector's, which
+// resumes from it item after item while keys come and go.
+type indexCursor struct {
+	shard int
+	tab   *indexTable // the shard's table when the scan entered it
+	slot  int
+}
+
+// scan appends to out up to n keys from the cursor on, advancing it, and
+// reports whether the scan has passed the last shard. Every key indexed
+// for the whole of a scan is returned at least once: a shard whose table
+// was rebuilt since the cursor entered it is scanned again from its start
+// (returning some keys twice, which the collector tolerates). Keys added
+// or removed during the scan may or may not be returned, as with the
+// kernel's walk of its serial tree.
+func (x *serialIndex) scan(c *indexCursor, n int, out []*Key) ([]*Key, bool) {
+	for ; c.shard < indexShards; c.shard, c.tab, c.slot = c.shard+1, nil, 0 {
+		t := x.shards[c.shard].tab.Load()
+		if t != c.tab {
+			c.tab, c.slot = t, 0
+		}
+		if t == nil {
+			continue
+		}
+		for c.slot < len(t.slots) {
+			k := t.slots[c.slot].Load()
+			c.slot++
+			if k == nil || k == tombstone {
+				continue
+			}
+			out = append(out, k)
+			if len(out) == n {
+				if c.slot == len(t.slots) {
+					c.shard, c.tab, c.slot = c.shard+1, nil, 0
+				}
+				return out, c.shard == indexShards
+			}
+		}
+	}
+	return out, true
 }
 
 // Range calls f with each indexed key's serial and the key, in no
