@@ -39,7 +39,7 @@ func TestServiceStateMachine(t *testing.T) {
 // machine is the state of one run: the service, its callers, and what the
 // test knows about the keys.
 type machine struct {
-	rt      *rapid.T
+	rt      machineT
 	clock   *fakeClock
 	s       *Service
 	callers []*Caller
@@ -54,6 +54,16 @@ type machine struct {
 	// perm is the model of each seen key's permission mask.
 	perm map[Serial]Perm
 	log  []string
+}
+
+// machineT is what the machine's checks need: *rapid.T in the state
+// machine, *testing.T where other tests reuse the checks.
+type machineT interface {
+	Helper()
+	Fatal(args ...any)
+	Fatalf(format string, args ...any)
+	Error(args ...any)
+	Logf(format string, args ...any)
 }
 
 // The pool of descriptions keeps operations colliding.
