@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"sync"
@@ -19,6 +20,9 @@ func TestGCMassReap(t *testing.T) {
 	n := 8_000
 	if os.Getenv("UKEYS_MILLION") == "1" && !testing.Short() {
 		n = 1_000_000
+	}
+	if v := os.Getenv("UKEYS_MASS"); v != "" {
+		fmt.Sscan(v, &n)
 	}
 	tun := DefaultTunables()
 	tun.GCDelay = 0
@@ -60,6 +64,8 @@ func TestGCMassReap(t *testing.T) {
 
 	var wg sync.WaitGroup
 	stop := make(chan struct{})
+	halt := sync.OnceFunc(func() { close(stop); wg.Wait() })
+	defer halt() // before the caller is released, even on failure
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
@@ -85,13 +91,21 @@ func TestGCMassReap(t *testing.T) {
 			}
 		}
 	}()
+	// A million keys take longer than env.settle allows on a loaded
+	// machine.
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	defer cancel()
 	for range 3 {
 		e.s.RequestGC()
-		e.settle()
+		if err := e.s.WaitGC(ctx); err != nil {
+			t.Fatal(err)
+		}
 	}
-	close(stop)
-	wg.Wait()
-	e.gcNow()
+	halt()
+	e.s.RequestGC()
+	if err := e.s.WaitGC(ctx); err != nil {
+		t.Fatal(err)
+	}
 
 	for _, id := range doomed {
 		if e.s.lookup(id) != nil {
