@@ -25,7 +25,7 @@ type DHParams struct {
 // kernel's key derivation function, as struct keyctl_kdf_params does.
 type KDFParams struct {
 	// Hash names the digest as the kernel's crypto API does: "sha256",
-	// "sha512", "sha3-256"… (see dhHashes for the list ukeys knows).
+	// "sha512", "sha3-256"… (see dhHashNames for the list ukeys knows).
 	Hash string
 	// OtherInfo is SP800-56A's OtherInfo, hashed after the shared
 	// secret; at most MaxKDFOtherInfo bytes.
@@ -56,20 +56,38 @@ type dhHash struct {
 	keyed bool
 }
 
-// dhHashes are the kernel crypto API's names for the digests that Go's
+// dhHashNames are the kernel crypto API's names for the digests that Go's
 // standard library provides. A name the kernel would know but ukeys does
 // not (sm3, streebog, wp512, blake2b…) fails as an unknown one: ENOENT.
-var dhHashes = map[string]dhHash{
-	"md5":      {md5.Size, md5.New, false},
-	"sha1":     {sha1.Size, sha1.New, false},
-	"sha224":   {sha256.Size224, sha256.New224, false},
-	"sha256":   {sha256.Size, sha256.New, false},
-	"sha384":   {sha512.Size384, sha512.New384, false},
-	"sha512":   {sha512.Size, sha512.New, false},
-	"sha3-224": {28, func() hash.Hash { return sha3.New224() }, false},
-	"sha3-256": {32, func() hash.Hash { return sha3.New256() }, false},
-	"sha3-384": {48, func() hash.Hash { return sha3.New384() }, false},
-	"sha3-512": {64, func() hash.Hash { return sha3.New512() }, false},
+var dhHashNames = []string{"md5", "sha1", "sha224", "sha256", "sha384", "sha512", "sha3-224", "sha3-256", "sha3-384", "sha3-512"}
+
+// dhHashNamed returns one of dhHashNames's digests. A switch rather than a
+// map: every program that links keys (ukeyctl among them) would build
+// the map at start-up.
+func dhHashNamed(name string) (dhHash, bool) {
+	switch name {
+	case "md5":
+		return dhHash{md5.Size, md5.New, false}, true
+	case "sha1":
+		return dhHash{sha1.Size, sha1.New, false}, true
+	case "sha224":
+		return dhHash{sha256.Size224, sha256.New224, false}, true
+	case "sha256":
+		return dhHash{sha256.Size, sha256.New, false}, true
+	case "sha384":
+		return dhHash{sha512.Size384, sha512.New384, false}, true
+	case "sha512":
+		return dhHash{sha512.Size, sha512.New, false}, true
+	case "sha3-224":
+		return dhHash{28, func() hash.Hash { return sha3.New224() }, false}, true
+	case "sha3-256":
+		return dhHash{32, func() hash.Hash { return sha3.New256() }, false}, true
+	case "sha3-384":
+		return dhHash{48, func() hash.Hash { return sha3.New384() }, false}, true
+	case "sha3-512":
+		return dhHash{64, func() hash.Hash { return sha3.New512() }, false}, true
+	}
+	return dhHash{}, false
 }
 
 // lookupDHHash resolves a hash name as crypto_alloc_shash would.
@@ -78,14 +96,14 @@ func lookupDHHash(name string) (dhHash, error) {
 		return dhHash{}, EINVAL
 	}
 	if inner, ok := strings.CutPrefix(name, "hmac("); ok && strings.HasSuffix(inner, ")") {
-		h, ok := dhHashes[strings.TrimSuffix(inner, ")")]
+		h, ok := dhHashNamed(strings.TrimSuffix(inner, ")"))
 		if !ok {
 			return dhHash{}, ENOENT
 		}
 		h.keyed = true
 		return h, nil
 	}
-	h, ok := dhHashes[name]
+	h, ok := dhHashNamed(name)
 	if !ok {
 		return dhHash{}, ENOENT
 	}
