@@ -1,21 +1,20 @@
 // Package client is the Go API to ukeys, shaped like libkeyutils: one
 // method per keyctl operation, errors comparable with errors.Is against
 // the keys package's errno values. A Client talks to the ukeyd daemon over
-// its Unix socket, or serves itself in process (InProcess) with exactly
-// the daemon's behaviour. A Client may be shared by goroutines.
+// its Unix socket, or is served in process (New with a server.Local) with
+// exactly the daemon's behaviour. A Client may be shared by goroutines.
 package client
 
 import (
 	"bufio"
 	"errors"
 	"fmt"
-	"net"
+	"io"
 	"os"
 	"sync"
 	"time"
 
 	"github.com/ukeys/ukeys/keys"
-	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/wire"
 )
 
@@ -26,9 +25,9 @@ const SessionEnv = "UKEYS_SESSION"
 // Client is a connection to ukeys.
 type Client struct {
 	mu    sync.Mutex
-	conn  net.Conn
+	conn  io.ReadWriteCloser
 	br    *bufio.Reader
-	local *server.Local
+	local Handler
 	tag   uint32
 	buf   []byte
 }
@@ -37,7 +36,7 @@ type Client struct {
 // environment carries a session (SessionEnv) or a request-key helper
 // token, presents it.
 func Dial(path string) (*Client, error) {
-	conn, err := net.DialTimeout("unix", path, 5*time.Second)
+	conn, err := dialUnix(path, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
@@ -55,7 +54,7 @@ func Dial(path string) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{conn: conn, br: bufio.NewReaderSize(conn, 16<<10)}
-	if tok := os.Getenv(server.HelperEnv); tok != "" {
+	if tok := os.Getenv(HelperEnv); tok != "" {
 		if _, err := c.attach(tok); err != nil {
 			c.Close()
 			return nil, fmt.Errorf("client: helper token refused: %w", err)
@@ -75,12 +74,6 @@ func cut(s string) (string, string, bool) {
 		}
 	}
 	return "", "", false
-}
-
-// InProcess returns a client served by svc in this process, acting with
-// credentials cred.
-func InProcess(svc *keys.Service, cred keys.Cred) *Client {
-	return &Client{local: server.NewLocal(svc, cred)}
 }
 
 // Close closes the connection; the daemon releases the process's keyrings

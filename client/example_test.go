@@ -9,6 +9,7 @@ import (
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -18,7 +19,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func Example() {
 	svc := keys.New()
 	defer svc.Close()
-	c := client.InProcess(svc, keys.Cred{UID: 1000, GID: 1000, PID: 77})
+	c := client.New(server.NewLocal(svc, keys.Cred{UID: 1000, GID: 1000, PID: 77}))
 	defer c.Close()
 
 	if _, err := c.JoinSessionKeyring(nil); err != nil {
@@ -37,7 +38,7 @@ func Example() {
 func TestInProcessErrors(t *testing.T) {
 	svc := keys.New()
 	defer svc.Close()
-	c := client.InProcess(svc, keys.Cred{UID: 1000, GID: 1000, PID: 78})
+	c := client.New(server.NewLocal(svc, keys.Cred{UID: 1000, GID: 1000, PID: 78}))
 	defer c.Close()
 	_, err := c.AddKey("nosuch", "d", []byte("x"), keys.SessionKeyring)
 	var ce *client.Error

@@ -815,7 +815,7 @@ const (
 // Capabilities reports what the service supports (KEYCTL_CAPABILITIES).
 func (c *Caller) Capabilities() []byte {
 	return []byte{
-		CapCapabilities | CapPersistent | CapBigKey | CapInvalidate | CapRestrict | CapMove,
+		CapCapabilities | CapPersistent | CapDH | CapBigKey | CapInvalidate | CapRestrict | CapMove,
 		Cap2Notifications,
 	}
 }

@@ -119,6 +119,8 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 		return done(cl.Invalidate(id))
 	case wire.OpGetPersistent:
 		return result(cl.GetPersistent(r.Int(0), keys.Serial(r.Int(1))))
+	case wire.OpDHCompute:
+		return c.dhCompute(r)
 	case wire.OpRestrictKeyring:
 		return done(cl.RestrictKeyring(id, optString(r.Buf(0)), optString(r.Buf(1))))
 	case wire.OpMove:

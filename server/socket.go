@@ -6,26 +6,16 @@ import (
 	"net"
 	"os"
 	"path/filepath"
-	"strconv"
 	"time"
+
+	"github.com/ukeys/ukeys/internal/endpoint"
 )
 
 // DefaultSocket returns where the daemon listens for the calling user:
 // $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root; else
 // $XDG_RUNTIME_DIR/ukeys/ukeyd.sock, falling back to a per-user
 // directory under the temporary directory.
-func DefaultSocket() string {
-	if p := os.Getenv("UKEYS_SOCKET"); p != "" {
-		return p
-	}
-	if os.Geteuid() == 0 {
-		return "/run/ukeys/ukeyd.sock"
-	}
-	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
-		return filepath.Join(d, "ukeys", "ukeyd.sock")
-	}
-	return filepath.Join(os.TempDir(), "ukeys-"+strconv.Itoa(os.Geteuid()), "ukeyd.sock")
-}
+func DefaultSocket() string { return endpoint.Socket() }
 
 // ErrInUse reports a socket that a live daemon already serves.
 var ErrInUse = errors.New("server: socket in use by a live daemon")

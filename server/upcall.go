@@ -6,13 +6,14 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/keys"
 )
 
 // HelperEnv is the environment variable through which a request-key
 // helper started by the daemon receives the token that lets it act with
 // the authority to construct the key (and with nothing else).
-const HelperEnv = "UKEYS_HELPER_TOKEN"
+const HelperEnv = endpoint.HelperEnv
 
 // Helper runs request-key helper programs for a Server: the daemon's
 // equivalent of the kernel calling /sbin/request-key.

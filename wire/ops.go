@@ -27,7 +27,7 @@ const (
 	OpReject           Op = 19   // id, timeout, errno, ring → –
 	OpInvalidate       Op = 21   // id → –
 	OpGetPersistent    Op = 22   // uid, dest → id
-	OpDHCompute        Op = 23   // private, prime, base, buflen / hash, otherinfo → – / result
+	OpDHCompute        Op = 23   // private, prime, base, buflen / hash (absent: no KDF), otherinfo → length / result
 	OpRestrictKeyring  Op = 29   // id / type, restriction → –
 	OpMove             Op = 30   // id, from, to, flags → –
 	OpCapabilities     Op = 31   // – → – / capability bytes

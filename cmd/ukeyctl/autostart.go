@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/server"
 )
 
 // autostartWait bounds how long ukeyctl waits for a daemon it started to
@@ -21,7 +20,7 @@ var autostartWait = 10 * time.Second
 // there (no socket, or a stale one) and UKEYS_NO_AUTOSTART is not set, it
 // starts ukeyd in the background, waits for it to answer, and says so.
 func (a *app) connect() (*client.Client, error) {
-	path := server.DefaultSocket()
+	path := client.DefaultSocket()
 	cl, err := client.Dial(path)
 	if err == nil {
 		return cl, nil
@@ -115,7 +114,7 @@ func daemonEnv(env []string) []string {
 	var out []string
 	for _, kv := range env {
 		name, _, _ := cutEnv(kv)
-		if name == client.SessionEnv || name == server.HelperEnv {
+		if name == client.SessionEnv || name == client.HelperEnv {
 			continue
 		}
 		out = append(out, kv)

@@ -3,7 +3,7 @@ package main
 import (
 	"strings"
 
-	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/client"
 )
 
 // ukeyctl's own commands: views of the daemon that the kernel gives in
@@ -77,5 +77,5 @@ func (a *app) cmdStatus(args []string) {
 	if err != nil {
 		a.fail("status", err)
 	}
-	a.printf("socket: %s\n%s", server.DefaultSocket(), text)
+	a.printf("socket: %s\n%s", client.DefaultSocket(), text)
 }

@@ -7,58 +7,9 @@ import (
 	"github.com/ukeys/ukeys/keys"
 )
 
-// errNoDH is the answer to Diffie-Hellman and public-key operations: the
-// daemon does not implement them (yet), and the client has no call for
-// them, so ukeyctl answers as the kernel does without such support.
-var errNoDH = keys.EOPNOTSUPP
-
-func (a *app) cmdDHCompute(args []string) {
-	if len(args) != 4 {
-		a.format()
-	}
-	a.getKeyID(args[1])
-	a.getKeyID(args[2])
-	a.getKeyID(args[3])
-	a.fail("keyctl_dh_compute_alloc", errNoDH)
-}
-
-// dhLength parses dh_compute_kdf's output length as keyctl does
-// (strtoul base 10, junk ignored, ULONG_MAX refused).
-func (a *app) dhLength(s string) {
-	v, _, overflow := strtoul(s, 10)
-	if v == ^uint64(0) {
-		if overflow {
-			a.fail("dh_compute: cannot convert generated length value", keys.Errno(34))
-		}
-		a.eprintf("dh_compute: cannot convert generated length value: Success\n")
-		a.exit(1)
-	}
-}
-
-func (a *app) cmdDHComputeKDF(args []string) {
-	if len(args) != 6 {
-		a.format()
-	}
-	a.getKeyID(args[1])
-	a.getKeyID(args[2])
-	a.getKeyID(args[3])
-	a.dhLength(args[4])
-	a.fail("keyctl_dh_compute_kdf", errNoDH)
-}
-
-func (a *app) cmdDHComputeKDFOI(args []string) {
-	args, asHex := shiftX(args)
-	if len(args) != 6 {
-		a.format()
-	}
-	a.getKeyID(args[1])
-	a.getKeyID(args[2])
-	a.getKeyID(args[3])
-	a.dhLength(args[4])
-	oi := a.hex2bin(a.grabStdin(), asHex)
-	clear(oi)
-	a.fail("keyctl_dh_compute_kdf", errNoDH)
-}
+// errNoPkey is the answer to public-key operations: ukeys has no
+// asymmetric key type, so ukeyctl answers as a kernel without one does.
+var errNoPkey = keys.EOPNOTSUPP
 
 // pkeyInfo checks the trailing key=value options as pkey_parse_info does.
 func (a *app) pkeyInfo(opts []string) {
@@ -103,7 +54,7 @@ func (a *app) cmdPkeyQuery(args []string) {
 	}
 	a.pkeyInfo(args[3:])
 	a.pkeyKey(args)
-	a.fail("keyctl_pkey_query", errNoDH)
+	a.fail("keyctl_pkey_query", errNoPkey)
 }
 
 func (a *app) pkeyData(args []string) {
@@ -113,7 +64,7 @@ func (a *app) pkeyData(args []string) {
 	a.pkeyInfo(args[4:])
 	a.pkeyKey(args)
 	a.readFile(args[3])
-	a.fail("keyctl_pkey_query", errNoDH)
+	a.fail("keyctl_pkey_query", errNoPkey)
 }
 
 func (a *app) cmdPkeyEncrypt(args []string) { a.pkeyData(args) }
@@ -128,7 +79,7 @@ func (a *app) cmdPkeyVerify(args []string) {
 	a.pkeyKey(args)
 	a.readFile(args[3])
 	a.readFile(args[4])
-	a.fail("keyctl_pkey_verify", errNoDH)
+	a.fail("keyctl_pkey_verify", errNoPkey)
 }
 
 // testCommands are keyctl --test's subcommands.

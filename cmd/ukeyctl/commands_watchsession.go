@@ -24,7 +24,6 @@ import (
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/keys"
-	"github.com/ukeys/ukeys/server"
 )
 
 // Watch ids, as keyctl uses them: 1 for the session keyring watch_session
@@ -195,7 +194,7 @@ func (m *monitor) add(key keys.Serial, watchID int) keys.Errno {
 			return keys.EBUSY
 		}
 	}
-	cl, err := client.Dial(server.DefaultSocket())
+	cl, err := client.Dial(client.DefaultSocket())
 	if err != nil {
 		return keys.ENOMEM
 	}

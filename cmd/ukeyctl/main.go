@@ -16,7 +16,7 @@
 //	                               the request-key upcall helper (as
 //	                               request-key(8), see requestkey.go)
 //
-// ukeyctl connects to the daemon's socket (server.DefaultSocket, or
+// ukeyctl connects to the daemon's socket (client.DefaultSocket, or
 // $UKEYS_SOCKET). If nothing answers there it starts ukeyd (found next to
 // the ukeyctl binary or in $PATH) in the background and says so once on
 // stderr; UKEYS_NO_AUTOSTART=1 turns that off.

@@ -40,7 +40,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/syslog"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -153,27 +152,24 @@ func (a *app) cmdRequestKey(args []string) {
 }
 
 // log writes a message to stderr when verbose and to syslog unless -n.
-func (r *reqKey) log(prio syslog.Priority, toStderr bool, format string, v ...any) {
+func (r *reqKey) log(prio syslogPriority, toStderr bool, format string, v ...any) {
 	msg := fmt.Sprintf(format, v...)
 	if toStderr {
 		r.a.eprintf("%s", msg)
 	}
 	if !r.noLog {
-		if w, err := syslog.New(syslog.LOG_AUTHPRIV|prio, "request-key"); err == nil {
-			w.Write([]byte(msg))
-			w.Close()
-		}
+		syslogSend(logAuthpriv|prio, "request-key", msg)
 	}
 }
 
 func (r *reqKey) debug(format string, v ...any) {
 	if r.verbosity > 0 {
-		r.log(syslog.LOG_DEBUG, true, format, v...)
+		r.log(logDebug, true, format, v...)
 	}
 }
 
 func (r *reqKey) error(format string, v ...any) {
-	r.log(syslog.LOG_ERR, r.verbosity > 0, format, v...)
+	r.log(logErr, r.verbosity > 0, format, v...)
 	r.a.exit(1)
 }
 
@@ -480,11 +476,11 @@ func (w *childLog) Write(b []byte) (int, error) {
 		if i < 0 {
 			break
 		}
-		w.r.log(syslog.LOG_ERR, w.r.verbosity > 0, "Child: %s", w.buf[:i+1])
+		w.r.log(logErr, w.r.verbosity > 0, "Child: %s", w.buf[:i+1])
 		w.buf = w.buf[i+1:]
 	}
 	if len(w.buf) >= 512 {
-		w.r.log(syslog.LOG_ERR, w.r.verbosity > 0, "Child: %s", w.buf)
+		w.r.log(logErr, w.r.verbosity > 0, "Child: %s", w.buf)
 		w.buf = w.buf[:0]
 	}
 	return len(b), nil
