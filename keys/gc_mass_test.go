@@ -33,23 +33,23 @@ func TestGCMassReap(t *testing.T) {
 	for i := range rings {
 		rings[i] = must(c.AddKey("keyring", fmt.Sprint("r", i), nil, SessionKeyring))
 	}
-	var doomed, movers []Serial
+	var doomed []*Key // keys, not serials: a reaped key's serial may be reused
+	var movers []Serial
 	for i := range n {
 		ring := rings[i%3]
 		id := must(c.AddKey("user", fmt.Sprint("k", i), []byte("payload"), ring))
+		if i%8 <= 5 {
+			doomed = append(doomed, e.s.lookup(id)) // before a revocation lets it go
+		}
 		switch i % 8 {
 		case 0, 1, 2: // expires
 			noErr(c.SetTimeout(id, 1))
-			doomed = append(doomed, id)
 		case 3: // linked twice, then expires
 			noErr(c.Link(id, rings[3]))
 			noErr(c.SetTimeout(id, 1))
-			doomed = append(doomed, id)
-		case 4: // unlinked
-			doomed = append(doomed, id)
+		case 4: // unlinked (below)
 		case 5: // revoked
 			noErr(c.Revoke(id))
-			doomed = append(doomed, id)
 		case 6: // moved between keyrings during the passes
 			movers = append(movers, id)
 		}
@@ -107,9 +107,17 @@ func TestGCMassReap(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	for _, id := range doomed {
-		if e.s.lookup(id) != nil {
-			t.Fatalf("key %d should have been reaped", id)
+	for _, k := range doomed {
+		if k.usage.Load() != 0 || e.s.lookup(k.serial) == k {
+			var in []Serial
+			for _, r := range rings {
+				rk := e.s.lookup(r)
+				if l, ok := rk.ring.Load().find(k.typeName(), k.desc); ok && l.key == k {
+					in = append(in, r)
+				}
+			}
+			t.Fatalf("key %d (%q) should have been reaped: usage %d, flags %#x, expiry %d (now %d), linked from %v; stats %+v",
+				k.serial, k.desc, k.usage.Load(), k.flags.Load(), k.expiry.Load(), e.s.now(), in, e.s.GCStats())
 		}
 	}
 	for _, id := range movers {
