@@ -1,0 +1,144 @@
+package keys
+
+import (
+	"bytes"
+	"os"
+	"syscall"
+	"testing"
+)
+
+// Payload memory is wiped, not merely dropped, whenever a payload leaves
+// a key: destruction, update, revocation, expiry. The tests keep a slice
+// of the payload's backing array (the test hook: package-internal access
+// to Key.payload), which also keeps the garbage collector from reusing
+// it, and look at its bytes after the service is done with them.
+
+func isZero(b []byte) bool { return len(bytes.Trim(b, "\x00")) == 0 }
+
+// backing returns the bytes the key's current payload holds in memory.
+func backing(t *testing.T, s *Service, id Serial) []byte {
+	t.Helper()
+	k := s.lookup(id)
+	if k == nil {
+		t.Fatalf("key %d not indexed", id)
+	}
+	p := k.payload.Load()
+	if p == nil || len(p.Data) == 0 {
+		t.Fatalf("key %d has no in-memory payload", id)
+	}
+	return p.Data
+}
+
+func TestPayloadWipedOnEveryExit(t *testing.T) {
+	secret := []byte("wipe-marker-5f1d2c3b-never-leak")
+	cases := []struct {
+		name string
+		typ  string
+		desc string
+		gone func(e *env, c *Caller, id Serial)
+	}{
+		{"unlinked user", "user", "u", func(e *env, c *Caller, id Serial) {
+			must(0, c.Unlink(id, SessionKeyring))
+		}},
+		{"unlinked logon", "logon", "svc:l", func(e *env, c *Caller, id Serial) {
+			must(0, c.Unlink(id, SessionKeyring))
+		}},
+		{"unlinked big_key inline", "big_key", "b", func(e *env, c *Caller, id Serial) {
+			must(0, c.Unlink(id, SessionKeyring))
+		}},
+		{"updated", "user", "up", func(e *env, c *Caller, id Serial) {
+			must(0, c.Update(id, []byte("replacement")))
+		}},
+		{"revoked", "user", "rv", func(e *env, c *Caller, id Serial) {
+			must(0, c.Revoke(id))
+		}},
+		{"invalidated", "user", "inv", func(e *env, c *Caller, id Serial) {
+			must(0, c.Invalidate(id))
+			e.s.RequestGC()
+		}},
+		{"expired and reaped", "user", "exp", func(e *env, c *Caller, id Serial) {
+			must(0, c.SetTimeout(id, 1))
+			e.clock.advance(2 * e.s.Tunables().GCDelay)
+			e.s.RequestGC()
+		}},
+		{"session keyring released", "user", "rel", func(e *env, c *Caller, id Serial) {
+			c.Release()
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEnv(t)
+			c := e.caller(1000, 100)
+			id := must(c.AddKey(tc.typ, tc.desc, secret, SessionKeyring))
+			mem := backing(t, e.s, id)
+			if !bytes.Equal(mem, secret) {
+				t.Fatalf("payload memory holds %q", mem)
+			}
+			tc.gone(e, c, id)
+			e.settle()
+			if !isZero(mem) {
+				t.Fatalf("payload memory after the key let go of it: %q", mem)
+			}
+			if err := e.s.Check(); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// A big_key too large to keep in memory is sealed in an unlinked file;
+// destruction forgets its key and overwrites the file.
+func TestBigKeyFileWiped(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 100)
+	secret := bytes.Repeat([]byte("big-wipe-marker-"), 4096/16)
+	id := must(c.AddKey("big_key", "big", secret, SessionKeyring))
+	p := e.s.lookup(id).payload.Load()
+	sl, ok := p.Extra.(*sealed)
+	if !ok {
+		t.Fatalf("a %d-byte big_key is not sealed in a file", len(secret))
+	}
+	// A second descriptor on the same file outlives the key's own.
+	fd, err := syscall.Dup(int(sl.f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "big_key copy")
+	defer f.Close()
+	sealedKey := sl.key[:]
+	must(0, c.Unlink(id, SessionKeyring))
+	e.settle()
+	if !isZero(sealedKey) {
+		t.Fatal("the file's encryption key survived destruction")
+	}
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := make([]byte, st.Size())
+	if _, err := f.ReadAt(rest, 0); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() == 0 || !isZero(rest) {
+		t.Fatalf("the sealed file (%d bytes) was not overwritten", st.Size())
+	}
+}
+
+// Closing the service destroys what is left in the graveyard, wiped too.
+func TestPayloadWipedAtClose(t *testing.T) {
+	s := New()
+	c := s.NewCaller(Cred{UID: 1000, GID: 100, PID: 4242})
+	if _, err := c.JoinSessionKeyring(nil); err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.AddKey("user", "close", []byte("wiped-at-close"), SessionKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := backing(t, s, id)
+	c.Release()
+	s.Close()
+	if !isZero(mem) {
+		t.Fatalf("payload memory after Close: %q", mem)
+	}
+}
