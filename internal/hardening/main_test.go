@@ -1,0 +1,490 @@
+package hardening
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"go.uber.org/goleak"
+
+	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/server/metrics"
+)
+
+// agentEnv set in a child's environment makes this test binary an agent:
+// a client process that runs the calls its parent sends (see agentMain).
+const agentEnv = "UKEYS_HARDENING_AGENT"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(agentEnv) != "" {
+		os.Exit(agentMain(os.Stdin, os.Stdout))
+	}
+	code := m.Run()
+	if binDir != "" {
+		os.RemoveAll(binDir)
+	}
+	if code == 0 {
+		if err := goleak.Find(); err != nil {
+			fmt.Fprintln(os.Stderr, "goleak:", err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// ---- the daemon under test ----
+
+// daemon is a keys.Service served on a Unix socket in a directory every
+// uid can reach, with its logs and metrics captured.
+type daemon struct {
+	svc  *keys.Service
+	srv  *server.Server
+	dir  string
+	path string
+	logs *syncBuffer
+	reg  *prometheus.Registry
+	done chan error
+}
+
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) Bytes() []byte {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return bytes.Clone(s.b.Bytes())
+}
+
+type daemonConfig struct {
+	opts []keys.Option
+	// helper, if set, is the request-key helper program and its arguments.
+	helper []string
+	// tunables, if set, replace the defaults.
+	tunables *keys.Tunables
+}
+
+func startDaemon(t testing.TB, cfg daemonConfig) *daemon {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ukeys-hardening-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	d := &daemon{dir: dir, path: filepath.Join(dir, "run", "ukeyd.sock"), logs: &syncBuffer{},
+		reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+	log := slog.New(slog.NewTextHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	m := metrics.New(d.reg)
+	opts := cfg.opts
+	if cfg.helper != nil {
+		opts = append(opts, keys.WithUpcall(keys.UpcallFunc(func(ctx context.Context, u *keys.Upcall) error {
+			return d.srv.Upcaller(server.Helper{Path: cfg.helper[0], Args: cfg.helper[1:], Socket: d.path}).Upcall(ctx, u)
+		})))
+	}
+	d.svc = keys.New(opts...)
+	if cfg.tunables != nil {
+		if err := d.svc.SetTunables(*cfg.tunables); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m.RegisterService(d.reg, d.svc)
+	d.srv = server.New(d.svc, server.Config{Logger: log, Metrics: m, ReadTimeout: 10 * time.Second, MaxConnsPerUID: 64})
+	ln, err := server.Listen(d.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { d.done <- d.srv.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := d.srv.Shutdown(ctx); err != nil {
+			t.Errorf("shutdown: %v", err)
+		}
+		if err := <-d.done; !errors.Is(err, server.ErrClosed) {
+			t.Errorf("Serve returned %v", err)
+		}
+		d.svc.Close()
+		os.RemoveAll(dir)
+	})
+	return d
+}
+
+func (d *daemon) dial(t testing.TB) *client.Client {
+	t.Helper()
+	c, err := client.Dial(d.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// metricsText scrapes the daemon's Prometheus endpoint.
+func (d *daemon) metricsText() []byte {
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(d.reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest("GET", "/metrics", nil))
+	return rec.Body.Bytes()
+}
+
+// settle waits for the collector and then checks the keys invariants.
+func (d *daemon) settle(t testing.TB) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if err := d.svc.WaitGC(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.svc.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// ---- agents: client processes with real, different credentials ----
+
+// who is a set of credentials an agent runs with.
+type who struct {
+	name   string
+	uid    uint32
+	gid    uint32
+	groups []uint32
+}
+
+var (
+	asRoot      = who{"root", 0, 0, nil}
+	asOwner     = who{"user", 1000, 100, nil}
+	asGroup     = who{"group", 1001, 200, []uint32{100}}
+	asOther     = who{"other", 1002, 300, nil}
+	asPossessor = who{"possessor", 1003, 300, nil}
+	asNobody    = who{"nobody", 65534, 65534, nil}
+)
+
+var (
+	binOnce sync.Once
+	binDir  string
+	binPath string
+	binErr  error
+)
+
+// agentBinary is a copy of this test binary that every uid can execute.
+func agentBinary(t testing.TB) string {
+	t.Helper()
+	binOnce.Do(func() {
+		binDir, binErr = os.MkdirTemp("", "ukeys-hardening-bin-")
+		if binErr != nil {
+			return
+		}
+		if binErr = os.Chmod(binDir, 0o755); binErr != nil {
+			return
+		}
+		binPath = filepath.Join(binDir, "agent.test")
+		binErr = copyFile(os.Args[0], binPath)
+	})
+	if binErr != nil {
+		t.Fatal(binErr)
+	}
+	return binPath
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func needRoot(t testing.TB) {
+	t.Helper()
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the test runs its clients as other uids (1000-1003, 65534)")
+	}
+}
+
+// call is one operation an agent runs; reply is its outcome.
+type call struct {
+	Op   string `json:"op"`
+	A    int64  `json:"a,omitempty"`
+	B    int64  `json:"b,omitempty"`
+	C    int64  `json:"c,omitempty"`
+	S    string `json:"s,omitempty"`
+	T    string `json:"t,omitempty"`
+	P    []byte `json:"p,omitempty"`
+	NilS bool   `json:"nils,omitempty"`
+}
+
+type reply struct {
+	Errno int    `json:"errno"`
+	N     int64  `json:"n"`
+	Out   []byte `json:"out,omitempty"`
+	Err   string `json:"err,omitempty"`
+}
+
+// agent is a running agent process.
+type agent struct {
+	t    testing.TB
+	who  who
+	cmd  *exec.Cmd
+	in   io.WriteCloser
+	out  *bufio.Reader
+	errb *syncBuffer
+}
+
+// startAgent runs an agent as w, connected to d, with env added.
+func startAgent(t testing.TB, d *daemon, w who, env ...string) *agent {
+	t.Helper()
+	cmd := exec.Command(agentBinary(t), "-test.run=^$")
+	cmd.Env = append([]string{agentEnv + "=1", "UKEYS_SOCKET=" + d.path}, env...)
+	if w.uid != 0 {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: w.uid, Gid: w.gid, Groups: w.groups}}
+	}
+	a := &agent{t: t, who: w, cmd: cmd, errb: &syncBuffer{}}
+	cmd.Stderr = a.errb
+	in, err := cmd.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.in, a.out = in, bufio.NewReader(out)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(a.stop)
+	return a
+}
+
+// do runs calls in order in the agent and returns their replies.
+func (a *agent) do(calls ...call) []reply {
+	a.t.Helper()
+	b, _ := json.Marshal(calls)
+	if _, err := a.in.Write(append(b, '\n')); err != nil {
+		a.t.Fatalf("agent %s: %v\n%s", a.who.name, err, a.errb.Bytes())
+	}
+	line, err := a.out.ReadBytes('\n')
+	if err != nil {
+		a.t.Fatalf("agent %s: %v\n%s", a.who.name, err, a.errb.Bytes())
+	}
+	var rs []reply
+	if err := json.Unmarshal(line, &rs); err != nil || len(rs) != len(calls) {
+		a.t.Fatalf("agent %s answered %q: %v", a.who.name, line, err)
+	}
+	return rs
+}
+
+// one runs a single call.
+func (a *agent) one(c call) reply {
+	a.t.Helper()
+	return a.do(c)[0]
+}
+
+// send starts calls without waiting for the answer.
+func (a *agent) send(calls ...call) {
+	b, _ := json.Marshal(calls)
+	a.in.Write(append(b, '\n'))
+}
+
+func (a *agent) kill() {
+	if a.cmd.Process != nil {
+		a.cmd.Process.Kill()
+	}
+}
+
+func (a *agent) stop() {
+	a.in.Close()
+	done := make(chan struct{})
+	go func() { a.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		a.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// agentMain serves calls from r: one JSON array of calls per line, one
+// JSON array of replies per line on w.
+func agentMain(r io.Reader, w io.Writer) int {
+	var cl *client.Client
+	dial := func() error {
+		if cl != nil {
+			cl.Close()
+		}
+		var err error
+		cl, err = client.Dial(os.Getenv("UKEYS_SOCKET"))
+		return err
+	}
+	if err := dial(); err != nil {
+		fmt.Fprintln(os.Stderr, "agent: dial:", err)
+		return 1
+	}
+	sc := bufio.NewScanner(r)
+	sc.Buffer(nil, 8<<20)
+	enc := json.NewEncoder(w)
+	for sc.Scan() {
+		var calls []call
+		if err := json.Unmarshal(sc.Bytes(), &calls); err != nil {
+			fmt.Fprintln(os.Stderr, "agent: bad input:", err)
+			return 1
+		}
+		out := make([]reply, len(calls))
+		for i, c := range calls {
+			out[i] = runCall(&cl, dial, c)
+		}
+		if err := enc.Encode(out); err != nil {
+			return 1
+		}
+	}
+	if cl != nil {
+		cl.Close()
+	}
+	return 0
+}
+
+func runCall(clp **client.Client, dial func() error, c call) reply {
+	cl := *clp
+	id := keys.Serial(c.A)
+	var n keys.Serial
+	var out []byte
+	var err error
+	switch c.Op {
+	case "dial": // reconnect, presenting session token S if set
+		if c.S != "" {
+			os.Setenv(client.SessionEnv, c.S)
+		} else {
+			os.Unsetenv(client.SessionEnv)
+		}
+		err = dial()
+	case "add":
+		n, err = cl.AddKey(c.S, c.T, c.P, id)
+	case "request":
+		var callout []byte
+		if !c.NilS {
+			callout = c.P
+		}
+		n, err = cl.RequestKey(c.S, c.T, callout, id)
+	case "read":
+		out, err = cl.Read(id)
+	case "describe":
+		var s string
+		s, err = cl.Describe(id)
+		out = []byte(s)
+	case "update":
+		err = cl.Update(id, c.P)
+	case "revoke":
+		err = cl.Revoke(id)
+	case "invalidate":
+		err = cl.Invalidate(id)
+	case "timeout":
+		err = cl.SetTimeout(id, uint32(c.B))
+	case "setperm":
+		err = cl.SetPerm(id, keys.Perm(c.B))
+	case "chown":
+		err = cl.Chown(id, c.B, c.C)
+	case "link":
+		err = cl.Link(id, keys.Serial(c.B))
+	case "unlink":
+		err = cl.Unlink(id, keys.Serial(c.B))
+	case "search":
+		n, err = cl.Search(id, c.S, c.T, keys.Serial(c.B))
+	case "clear":
+		err = cl.Clear(id)
+	case "move":
+		err = cl.Move(id, keys.Serial(c.B), keys.Serial(c.C), 0)
+	case "restrict":
+		err = cl.RestrictKeyring(id, nil, nil)
+	case "getid":
+		n, err = cl.GetKeyringID(id, c.B != 0)
+	case "security":
+		var s string
+		s, err = cl.GetSecurity(id)
+		out = []byte(s)
+	case "watch":
+		err = cl.WatchKey(id, int(c.B))
+	case "join":
+		var name *string
+		if !c.NilS {
+			name = &c.S
+		}
+		n, err = cl.JoinSessionKeyring(name)
+	case "token":
+		var s string
+		s, err = cl.SessionToken()
+		out = []byte(s)
+	case "sysctl":
+		err = cl.SetSysctl(c.S, c.T)
+	case "persistent":
+		n, err = cl.GetPersistent(c.A, keys.Serial(c.B))
+	case "instantiate":
+		err = cl.Instantiate(id, c.P, keys.Serial(c.B))
+	case "negate":
+		err = cl.Negate(id, uint32(c.B), keys.Serial(c.C))
+	case "assume":
+		n, err = cl.AssumeAuthority(id)
+	case "proc":
+		var s string
+		s, err = cl.ProcKeys()
+		out = []byte(s)
+	case "parent":
+		err = cl.SessionToParent()
+	case "flood": // add keys into ring A until one fails; N counts successes
+		var i int64
+		for ; ; i++ {
+			if _, err = cl.AddKey("user", fmt.Sprintf("flood-%d", i), c.P, id); err != nil {
+				break
+			}
+		}
+		n = keys.Serial(i)
+	case "sleep":
+		time.Sleep(time.Duration(c.A) * time.Millisecond)
+	default:
+		return reply{Errno: -1, Err: "agent: unknown op " + c.Op}
+	}
+	r := reply{N: int64(n), Out: out}
+	if err != nil {
+		r.Err = err.Error()
+		var ce *client.Error
+		if errors.As(err, &ce) {
+			r.Errno = int(ce.Errno)
+		} else {
+			r.Errno = -1
+		}
+	}
+	return r
+}
