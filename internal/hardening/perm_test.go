@@ -69,7 +69,9 @@ var permOps = []permOp{
 	{"list", true, func(r, _ keys.Serial) call { return call{Op: "read", A: int64(r)} },
 		func(has func(keys.Perm) bool, poss bool) bool { return has(keys.Read) || poss }},
 	{"search", true, func(r, _ keys.Serial) call { return call{Op: "search", A: int64(r), S: "user", T: "child"} }, needs(keys.Search)},
-	{"add_into", true, func(r, _ keys.Serial) call { return call{Op: "add", A: int64(r), S: "user", T: "added", P: []byte("x")} }, needs(keys.Write)},
+	{"add_into", true, func(r, _ keys.Serial) call {
+		return call{Op: "add", A: int64(r), S: "user", T: "added", P: []byte("x")}
+	}, needs(keys.Write)},
 	{"link_into", true, func(r, _ keys.Serial) call {
 		// Not the session keyring: the possessor's links the keyring, and
 		// that link would close a cycle (EDEADLK).
@@ -77,7 +79,9 @@ var permOps = []permOp{
 	}, needs(keys.Write)},
 	{"unlink_from", true, func(r, c keys.Serial) call { return call{Op: "unlink", A: int64(c), B: int64(r)} }, needs(keys.Write)},
 	{"clear", true, func(r, _ keys.Serial) call { return call{Op: "clear", A: int64(r)} }, needs(keys.Write)},
-	{"move_out", true, func(r, c keys.Serial) call { return call{Op: "move", A: int64(c), B: int64(r), C: int64(keys.SessionKeyring)} }, needs(keys.Write)},
+	{"move_out", true, func(r, c keys.Serial) call {
+		return call{Op: "move", A: int64(c), B: int64(r), C: int64(keys.SessionKeyring)}
+	}, needs(keys.Write)},
 	{"restrict", true, func(r, _ keys.Serial) call { return call{Op: "restrict", A: int64(r)} }, needs(keys.SetAttr)},
 }
 
