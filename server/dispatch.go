@@ -173,7 +173,7 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 		if k == nil {
 			return fail(keys.ENOKEY)
 		}
-		return okBuf([]byte(c.s.sessionToken(k)), int64(k.Serial()))
+		return okBuf([]byte(c.s.sessionToken(k, c.cred.UID)), int64(k.Serial()))
 	}
 	return fail(keys.EOPNOTSUPP)
 }
@@ -183,9 +183,15 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 // as the request-key helper it was started as.
 func (c *conn) attach(token string) (keys.Serial, error) {
 	c.s.mu.Lock()
-	k := c.s.sessions[token]
+	grant, isSession := c.s.sessions[token]
 	helper := c.s.helpers[token]
 	c.s.mu.Unlock()
+	// A token replayed by another uid is refused; root may join, as a
+	// process keeps its session keyring across su in the kernel.
+	k := grant.key
+	if isSession && grant.uid != c.cred.UID && c.cred.UID != 0 {
+		k = nil
+	}
 	switch {
 	case helper != nil:
 		c.caller = helper

@@ -38,7 +38,7 @@ type Server struct {
 	mu       sync.Mutex
 	procs    map[int]*proc // by pid
 	perUID   map[uint32]int
-	sessions map[string]*keys.Key // session tokens
+	sessions map[string]sessionGrant // session tokens
 	helpers  map[string]*keys.Caller
 	conns    map[*conn]struct{}
 	lns      []net.Listener
@@ -73,7 +73,7 @@ func New(svc *keys.Service, cfg Config) *Server {
 		log:      cfg.Logger,
 		procs:    make(map[int]*proc),
 		perUID:   make(map[uint32]int),
-		sessions: make(map[string]*keys.Key),
+		sessions: make(map[string]sessionGrant),
 		helpers:  make(map[string]*keys.Caller),
 		conns:    make(map[*conn]struct{}),
 	}
@@ -202,12 +202,19 @@ func newToken() string {
 	return hex.EncodeToString(b[:])
 }
 
+// sessionGrant is what a session token grants, and to which uid.
+type sessionGrant struct {
+	key *keys.Key
+	uid uint32
+}
+
 // sessionToken returns a token that grants possession of the caller's
-// session keyring to whoever presents it.
-func (s *Server) sessionToken(k *keys.Key) string {
+// session keyring to processes of uid (and root) that present it: another
+// uid that learns the token gains nothing from it.
+func (s *Server) sessionToken(k *keys.Key, uid uint32) string {
 	t := newToken()
 	s.mu.Lock()
-	s.sessions[t] = k
+	s.sessions[t] = sessionGrant{key: k, uid: uid}
 	s.mu.Unlock()
 	return t
 }
