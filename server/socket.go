@@ -6,6 +6,7 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
@@ -34,8 +35,20 @@ func Listen(path string) (*net.UnixListener, error) {
 	if err := os.MkdirAll(dir, mode); err != nil {
 		return nil, err
 	}
-	if st, err := os.Lstat(dir); err != nil || !st.IsDir() {
+	st, err := os.Lstat(dir)
+	if err != nil || !st.IsDir() {
 		return nil, fmt.Errorf("server: %s is not a directory", dir)
+	}
+	// Whoever owns or may write the directory could put their own socket
+	// in the daemon's place: it must be the daemon's user's (or root's),
+	// and writable by others only if sticky (as /tmp is).
+	if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+		if int(sys.Uid) != os.Geteuid() && sys.Uid != 0 {
+			return nil, fmt.Errorf("server: %s belongs to uid %d", dir, sys.Uid)
+		}
+		if st.Mode().Perm()&0o022 != 0 && st.Mode()&os.ModeSticky == 0 {
+			return nil, fmt.Errorf("server: %s is writable by other users", dir)
+		}
 	}
 	if _, err := os.Lstat(path); err == nil {
 		if c, err := net.DialTimeout("unix", path, 500*time.Millisecond); err == nil {
