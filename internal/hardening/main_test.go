@@ -9,10 +9,12 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -26,6 +28,7 @@ import (
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/server/metrics"
+	"github.com/ukeys/ukeys/wire"
 )
 
 // agentEnv set in a child's environment makes this test binary an agent:
@@ -245,13 +248,17 @@ type call struct {
 	T    string `json:"t,omitempty"`
 	P    []byte `json:"p,omitempty"`
 	NilS bool   `json:"nils,omitempty"`
+	// For "raw": the request's integers and buffers.
+	Ints []int64  `json:"ints,omitempty"`
+	Bufs [][]byte `json:"bufs,omitempty"`
 }
 
 type reply struct {
-	Errno int    `json:"errno"`
-	N     int64  `json:"n"`
-	Out   []byte `json:"out,omitempty"`
-	Err   string `json:"err,omitempty"`
+	Errno int     `json:"errno"`
+	N     int64   `json:"n"`
+	Out   []byte  `json:"out,omitempty"`
+	Err   string  `json:"err,omitempty"`
+	Ints  []int64 `json:"ints,omitempty"`
 }
 
 // agent is a running agent process.
@@ -354,6 +361,12 @@ func agentMain(r io.Reader, w io.Writer) int {
 		fmt.Fprintln(os.Stderr, "agent: dial:", err)
 		return 1
 	}
+	st := &agentState{}
+	defer func() {
+		if st.raw != nil {
+			st.raw.Close()
+		}
+	}()
 	sc := bufio.NewScanner(r)
 	sc.Buffer(nil, 8<<20)
 	enc := json.NewEncoder(w)
@@ -365,6 +378,10 @@ func agentMain(r io.Reader, w io.Writer) int {
 		}
 		out := make([]reply, len(calls))
 		for i, c := range calls {
+			if strings.HasPrefix(c.Op, "raw") || c.Op == "listen" {
+				out[i] = st.run(c)
+				continue
+			}
 			out[i] = runCall(&cl, dial, c)
 		}
 		if err := enc.Encode(out); err != nil {
@@ -487,4 +504,70 @@ func runCall(clp **client.Client, dial func() error, c call) reply {
 		}
 	}
 	return r
+}
+
+// agentState is an agent's raw connection: requests sent as the wire
+// protocol allows, not as the client package would send them.
+type agentState struct {
+	raw net.Conn
+	tag uint32
+}
+
+func (st *agentState) run(c call) reply {
+	switch c.Op {
+	case "rawdial": // a fresh connection, handshake done
+		if st.raw != nil {
+			st.raw.Close()
+		}
+		conn, err := net.Dial("unix", os.Getenv("UKEYS_SOCKET"))
+		if err != nil {
+			return reply{Errno: -1, Err: err.Error()}
+		}
+		st.raw = conn
+		if err := wire.WriteFrame(conn, wire.EncodeHello(wire.Version)); err != nil {
+			return reply{Errno: -1, Err: err.Error()}
+		}
+		if _, err := wire.ReadFrame(conn, nil); err != nil {
+			return reply{Errno: -1, Err: err.Error()}
+		}
+		return reply{}
+	case "raw": // request op A with Ints and Bufs
+		st.tag++
+		body, err := wire.AppendRequest(nil, &wire.Request{Tag: st.tag, Op: wire.Op(c.A), Ints: c.Ints, Bufs: c.Bufs})
+		if err != nil {
+			return reply{Errno: -1, Err: err.Error()}
+		}
+		if err := wire.WriteFrame(st.raw, body); err != nil {
+			return reply{Errno: -1, Err: err.Error()}
+		}
+		rb, err := wire.ReadFrame(st.raw, nil)
+		if err != nil {
+			return reply{Errno: -1, Err: err.Error()}
+		}
+		resp, err := wire.DecodeResponse(rb)
+		if err != nil {
+			return reply{Errno: -1, Err: err.Error()}
+		}
+		r := reply{Errno: int(resp.Errno), Ints: resp.Ints}
+		if len(resp.Bufs) > 0 {
+			r.Out = resp.Bufs[0]
+		}
+		if r.Errno != 0 {
+			r.Err = keys.Errno(resp.Errno).Error()
+		}
+		return r
+	case "listen": // listen at S as this uid; Out: the modes of socket and directory
+		ln, err := server.Listen(c.S)
+		if err != nil {
+			return reply{Errno: -1, Err: err.Error()}
+		}
+		defer ln.Close()
+		sock, err1 := os.Stat(c.S)
+		dir, err2 := os.Stat(filepath.Dir(c.S))
+		if err := errors.Join(err1, err2); err != nil {
+			return reply{Errno: -1, Err: err.Error()}
+		}
+		return reply{Out: []byte(fmt.Sprintf("%o %o", sock.Mode().Perm(), dir.Mode().Perm()))}
+	}
+	return reply{Errno: -1, Err: "agent: unknown op " + c.Op}
 }
