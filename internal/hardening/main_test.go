@@ -89,6 +89,10 @@ type daemonConfig struct {
 	helper []string
 	// tunables, if set, replace the defaults.
 	tunables *keys.Tunables
+	// readTimeout, if set, bounds a connection's silence.
+	readTimeout time.Duration
+	// maxConns, if set, bounds each uid's connections (default 64).
+	maxConns int
 }
 
 func startDaemon(t testing.TB, cfg daemonConfig) *daemon {
@@ -117,7 +121,15 @@ func startDaemon(t testing.TB, cfg daemonConfig) *daemon {
 		}
 	}
 	m.RegisterService(d.reg, d.svc)
-	d.srv = server.New(d.svc, server.Config{Logger: log, Metrics: m, ReadTimeout: 10 * time.Second, MaxConnsPerUID: 64})
+	rt := cfg.readTimeout
+	if rt == 0 {
+		rt = 10 * time.Second
+	}
+	mc := cfg.maxConns
+	if mc == 0 {
+		mc = 64
+	}
+	d.srv = server.New(d.svc, server.Config{Logger: log, Metrics: m, ReadTimeout: rt, MaxConnsPerUID: mc})
 	ln, err := server.Listen(d.path)
 	if err != nil {
 		t.Fatal(err)
