@@ -124,3 +124,18 @@ func checkCycles(idx map[Serial]*Key) error {
 	}
 	return nil
 }
+
+// Uninstantiated returns the serials of keys that are neither positive
+// nor negative: keys under construction. Once every upcall has returned
+// (or timed out) there must be none, whatever happened to the processes
+// that asked for them or were constructing them.
+func (s *Service) Uninstantiated() []Serial {
+	var out []Serial
+	s.index.Range(func(_, v any) bool {
+		if k := v.(*Key); k.state.Load() == stateUninstantiated {
+			out = append(out, k.serial)
+		}
+		return true
+	})
+	return out
+}

@@ -49,3 +49,20 @@ func TestCheckFindsBrokenInvariants(t *testing.T) {
 		t.Fatalf("cycle removed: %v", err)
 	}
 }
+
+func TestUninstantiatedListsKeysUnderConstruction(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 100)
+	must(c.AddKey("user", "done", []byte("x"), SessionKeyring))
+	if got := e.s.Uninstantiated(); len(got) != 0 {
+		t.Fatalf("no construction yet: %v", got)
+	}
+	k, err := e.s.alloc(keySpec{typ: userType, desc: "pending", uid: 1000, gid: 100, perm: PermDefault})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer k.put()
+	if got := e.s.Uninstantiated(); len(got) != 1 || got[0] != k.serial {
+		t.Fatalf("Uninstantiated = %v, want [%d]", got, k.serial)
+	}
+}

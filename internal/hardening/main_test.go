@@ -14,6 +14,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -38,6 +39,9 @@ const agentEnv = "UKEYS_HARDENING_AGENT"
 func TestMain(m *testing.M) {
 	if os.Getenv(agentEnv) != "" {
 		os.Exit(agentMain(os.Stdin, os.Stdout))
+	}
+	if len(os.Args) > 2 && os.Args[1] == helperArg {
+		os.Exit(helperMain(os.Args[2], os.Args[3:]))
 	}
 	code := m.Run()
 	if binDir != "" {
@@ -260,6 +264,9 @@ type call struct {
 	T    string `json:"t,omitempty"`
 	P    []byte `json:"p,omitempty"`
 	NilS bool   `json:"nils,omitempty"`
+	// For "loop": the calls to repeat until the agent is killed; an A of
+	// usePrev stands for the serial the first call of the round returned.
+	Seq []call `json:"seq,omitempty"`
 	// For "raw": the request's integers and buffers.
 	Ints []int64  `json:"ints,omitempty"`
 	Bufs [][]byte `json:"bufs,omitempty"`
@@ -500,6 +507,20 @@ func runCall(clp **client.Client, dial func() error, c call) reply {
 			}
 		}
 		n = keys.Serial(i)
+	case "loop":
+		for round := 0; ; round++ {
+			var first reply
+			for i, sc := range c.Seq {
+				if sc.A == usePrev {
+					sc.A = first.N
+				}
+				sc.T = strings.ReplaceAll(sc.T, "{round}", strconv.Itoa(round))
+				r := runCall(clp, dial, sc)
+				if i == 0 {
+					first = r
+				}
+			}
+		}
 	case "sleep":
 		time.Sleep(time.Duration(c.A) * time.Millisecond)
 	default:
@@ -517,6 +538,9 @@ func runCall(clp **client.Client, dial func() error, c call) reply {
 	}
 	return r
 }
+
+// usePrev in a looped call's A stands for the first call's result.
+const usePrev = -1000
 
 // agentState is an agent's raw connection: requests sent as the wire
 // protocol allows, not as the client package would send them.
