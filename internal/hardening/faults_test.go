@@ -134,7 +134,9 @@ func TestKilledClients(t *testing.T) {
 	// Only the uid's user and user-session keyrings may remain (Check has
 	// verified that the quota records match the live keys).
 	if k, b := d.svc.QuotaUsage(victim.uid); k > max(keys0, 2) {
-		t.Fatalf("quota leaked: %d keys, %d bytes (before: %d, %d)", k, b, keys0, bytes0)
+		as := d.svc.NewCaller(keys.Cred{UID: victim.uid, GID: victim.gid, PID: 1})
+		defer as.Release()
+		t.Fatalf("quota leaked: %d keys, %d bytes (before: %d, %d); the uid's keys:\n%s\n%s", k, b, keys0, bytes0, as.ProcKeys(), d.svc.ProcKeyUsers())
 	}
 	testutil.Eventually(t, "the daemon's goroutines to return to their number before", func() bool {
 		return runtime.NumGoroutine() <= goroutines
@@ -150,23 +152,28 @@ func TestKilledClients(t *testing.T) {
 // serves on.
 func TestMisbehavingHelpers(t *testing.T) {
 	agentBinary(t)
+	// Helpers that hang meet a short upcall timeout; the others a long one,
+	// so that a slow start of the helper on a busy machine is not taken
+	// for a hang.
+	const short, long = 700 * time.Millisecond, time.Minute
 	cases := []struct {
-		name   string
-		helper []string
-		ok     bool
+		name    string
+		helper  []string
+		timeout time.Duration
+		ok      bool
 	}{
-		{"well-behaved", helperCmd("instantiate"), true},
-		{"crashes", helperCmd("crash"), false},
-		{"hangs past the timeout", helperCmd("hang"), false},
-		{"abuses its authority and the protocol", helperCmd("garbage"), false},
-		{"prints garbage and exits 0", []string{"/bin/sh", "-c", "head -c 4096 /dev/urandom; echo; exit 0", "sh"}, false},
-		{"hangs in a child of its own", []string{"/bin/sh", "-c", "sleep 3600 & wait", "sh"}, false},
-		{"is killed by a signal", []string{"/bin/sh", "-c", "kill -SEGV $$", "sh"}, false},
-		{"does not exist", []string{"/nonexistent/request-key"}, false},
+		{"well-behaved", helperCmd("instantiate"), long, true},
+		{"crashes", helperCmd("crash"), long, false},
+		{"hangs past the timeout", helperCmd("hang"), short, false},
+		{"abuses its authority and the protocol", helperCmd("garbage"), long, false},
+		{"prints garbage and exits 0", []string{"/bin/sh", "-c", "head -c 4096 /dev/urandom; echo; exit 0", "sh"}, long, false},
+		{"hangs in a child of its own", []string{"/bin/sh", "-c", "sleep 3600 & wait", "sh"}, short, false},
+		{"is killed by a signal", []string{"/bin/sh", "-c", "kill -SEGV $$", "sh"}, long, false},
+		{"does not exist", []string{"/nonexistent/request-key"}, long, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			d := startDaemon(t, daemonConfig{helper: tc.helper, opts: []keys.Option{keys.WithUpcallTimeout(700 * time.Millisecond)}})
+			d := startDaemon(t, daemonConfig{helper: tc.helper, opts: []keys.Option{keys.WithUpcallTimeout(tc.timeout)}})
 			c := d.dial(t)
 			if _, err := c.JoinSessionKeyring(nil); err != nil {
 				t.Fatal(err)
