@@ -154,8 +154,12 @@ func (s *Server) release(c *conn) {
 	}
 	c.proc.conns--
 	var gone *keys.Caller
-	if c.proc.conns == 0 && s.procs[c.cred.PID] == c.proc {
-		delete(s.procs, c.cred.PID)
+	if c.proc.conns == 0 {
+		// The pid may already name a newer process (of another uid): its
+		// entry stays, but this process's keyrings go all the same.
+		if s.procs[c.cred.PID] == c.proc {
+			delete(s.procs, c.cred.PID)
+		}
 		gone = c.proc.caller
 	}
 	s.mu.Unlock()

@@ -1,0 +1,58 @@
+package server
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/ukeys/ukeys/keys"
+)
+
+// A process whose pid the kernel hands to a process of another uid while
+// the first one's connection is still being served (a request-key wait
+// can hold it for a minute) must still have its keyrings released when
+// that connection ends: the new process takes the pid's entry, not the
+// old process's keys.
+func TestPIDReuseReleasesTheOldProcess(t *testing.T) {
+	svc := keys.New()
+	defer svc.Close()
+	s := New(svc, Config{})
+	const pid = 4242
+	open := func(cred keys.Cred) *conn {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		p := s.procs[cred.PID]
+		if p == nil || p.caller.Cred().UID != cred.UID {
+			p = &proc{caller: svc.NewCaller(cred)}
+			s.procs[cred.PID] = p
+		}
+		p.conns++
+		s.perUID[cred.UID]++
+		c := &conn{s: s, cred: cred, proc: p, caller: p.caller}
+		s.conns[c] = struct{}{}
+		s.wg.Add(1)
+		return c
+	}
+	old := open(keys.Cred{UID: 1000, GID: 100, PID: pid})
+	if _, err := old.caller.JoinSessionKeyring(nil); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.caller.AddKey("user", "k", []byte("v"), keys.SessionKeyring); err != nil {
+		t.Fatal(err)
+	}
+	reused := open(keys.Cred{UID: 2000, GID: 200, PID: pid})
+	s.release(old)
+	s.release(reused)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := svc.WaitGC(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if n, _ := svc.QuotaUsage(1000); n > 2 {
+		// Only uid 1000's user and user-session keyrings may remain.
+		t.Fatalf("the old process's session and key outlived it: uid 1000 holds %d keys", n)
+	}
+	if len(s.procs) != 0 {
+		t.Fatalf("%d process entries left", len(s.procs))
+	}
+}
