@@ -78,6 +78,7 @@ func TestSoak(t *testing.T) {
 	if _, err := root.GetKeyringID(keys.UserKeyring, true); err != nil {
 		t.Fatal(err)
 	}
+	root.Close() // quiet, below, waits for every connection but its probe
 	d.settle(t)
 	keysBefore := d.svc.Keys()
 	heapBefore := settledHeap()
