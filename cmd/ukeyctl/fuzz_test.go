@@ -15,6 +15,7 @@ import (
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
 )
 
 // Fuzz targets for every argument parser of ukeyctl, the special keyring
@@ -35,7 +36,7 @@ var (
 func fuzzClient(f *testing.F) *client.Client {
 	fuzzOnce.Do(func() {
 		fuzzSvc = keys.New()
-		fuzzCl = client.InProcess(fuzzSvc, keys.Cred{UID: 0, GID: 0, PID: os.Getpid()})
+		fuzzCl = client.New(server.NewLocal(fuzzSvc, keys.Cred{UID: 0, GID: 0, PID: os.Getpid()}))
 		fuzzCl.JoinSessionKeyring(nil)
 		ring, _ := fuzzCl.AddKey("keyring", "fuzzring", nil, keys.SessionKeyring)
 		fuzzCl.AddKey("user", "fuzzkey", []byte("fuzz payload"), ring)

@@ -7,6 +7,7 @@ import (
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
 )
 
 // The permission matrix through the daemon: every operation that needs a
@@ -104,7 +105,7 @@ func TestPermissionMatrixOverSocket(t *testing.T) {
 	d := startDaemon(t, daemonConfig{tunables: &tun})
 	// Root only prepares the objects: in process, for speed, on the same
 	// service. The calls under test all go through the socket.
-	root := client.InProcess(d.svc, keys.Cred{UID: 0, GID: 0, PID: 1 << 22})
+	root := client.New(server.NewLocal(d.svc, keys.Cred{UID: 0, GID: 0, PID: 1 << 22}))
 	defer root.Close()
 	if _, err := root.JoinSessionKeyring(nil); err != nil {
 		t.Fatal(err)
