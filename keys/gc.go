@@ -412,8 +412,12 @@ func (g *collector) endPass() {
 		g.deadType = nil
 		close(g.deadDone)
 	}
-	g.batch = append(g.batch, g.graveyard...)
-	g.graveyard = nil
+	if len(g.batch) == 0 {
+		g.batch, g.graveyard = g.graveyard, nil // no copy of a million entries
+	} else {
+		g.batch = append(g.batch, g.graveyard...)
+		g.graveyard = nil
+	}
 	g.mu.Unlock()
 	if len(g.batch) > 0 {
 		g.cookie = g.s.dom.Start()
