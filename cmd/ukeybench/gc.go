@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -208,7 +207,5 @@ func histRow(cs, variant, unit string, h *hdrhistogram.Histogram, div float64) r
 	return row{Case: cs, Variant: variant, Unit: unit, N: h.TotalCount(),
 		Min: float64(h.Min()) / div, Avg: mean, Max: float64(h.Max()) / div, Var: sd * sd,
 		P50: float64(h.ValueAtQuantile(50)) / div, P99: float64(h.ValueAtQuantile(99)) / div,
-		P999: float64(h.ValueAtQuantile(99.9)) / div}
+		P999: float64(h.ValueAtQuantile(99.9)) / div, hist: h, div: div}
 }
-
-var _ = math.Inf
