@@ -100,6 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	quick := fs.Bool("quick", false, "small presets that finish each scenario in well under a minute")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown")
+	saveJSON := fs.String("save-json", "", "also write the JSON object to this file")
 	plotDir := fs.String("plot", "", "write latency CDFs and bar charts into this directory")
 	plotFormats := fs.String("plot-formats", "svg,png", "image formats of -plot (svg, png)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
@@ -207,6 +208,16 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	}
+	if *saveJSON != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*saveJSON, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "ukeybench:", err)
+			return 1
+		}
+	}
 	switch {
 	case *asJSON:
 		enc := json.NewEncoder(stdout)
@@ -279,6 +290,9 @@ func printTable(w io.Writer, rep report) {
 // printMarkdown prints the rows as a Markdown table: what BENCHMARKS.md
 // holds.
 func printMarkdown(w io.Writer, rep report) {
+	if b, err := json.Marshal(rep.Params); err == nil {
+		fmt.Fprintf(w, "Parameters: `%s`\n\n", b)
+	}
 	var cols []string
 	for _, r := range rep.Results {
 		for _, k := range extraKeys(r) {

@@ -198,7 +198,7 @@ func TestTableAndMarkdown(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 2+5*runtime.GOMAXPROCS(0) || !strings.HasPrefix(lines[0], "| case | variant | unit |") {
+	if len(lines) != 4+5*runtime.GOMAXPROCS(0) || !strings.HasPrefix(lines[0], "Parameters: `{") || !strings.HasPrefix(lines[2], "| case | variant | unit |") {
 		t.Errorf("markdown:\n%s", out.String())
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -111,9 +112,11 @@ func cdfPlot(rep report, c string) (*plot.Plot, bool, error) {
 	p.X.Label.Text = "percentile"
 	p.X.Tick.Marker = percentileTicks{}
 	p.Y.Scale = plot.LogScale{}
-	p.Y.Tick.Marker = plot.LogTicks{Prec: -1}
+	p.Y.Tick.Marker = decadeTicks{}
 	p.Legend.Top = true
 	p.Legend.Left = true
+	p.Legend.YOffs = -vg.Points(24)
+	p.Legend.XOffs = vg.Points(8)
 	any := false
 	i := 0
 	for _, r := range rep.Results {
@@ -124,19 +127,7 @@ func cdfPlot(rep report, c string) (*plot.Plot, bool, error) {
 		if rep.Scenario == "read" {
 			p.Y.Label.Text = "time per read, batches of 256 (" + r.Unit + ")"
 		}
-		n := float64(r.hist.TotalCount())
-		var pts plotter.XYs
-		// Step along -log10(1-q) until the tail runs out of samples.
-		for x := 0.0; ; x += 0.02 {
-			tail := math.Pow(10, -x)
-			if tail < 1/n || x > 6 {
-				break
-			}
-			q := 100 * (1 - tail)
-			v := float64(r.hist.ValueAtQuantile(q)) / r.div
-			pts = append(pts, plotter.XY{X: x, Y: math.Max(v, 1e-6)})
-		}
-		pts = append(pts, plotter.XY{X: math.Min(math.Log10(n), 6), Y: math.Max(float64(r.hist.Max())/r.div, 1e-6)})
+		pts := cdfPoints(r)
 		l, err := plotter.NewLine(pts)
 		if err != nil {
 			return nil, false, err
@@ -151,6 +142,49 @@ func cdfPlot(rep report, c string) (*plot.Plot, bool, error) {
 	}
 	p.Add(plotter.NewGrid())
 	return p, any, nil
+}
+
+// cdfPoints walks r's histogram bucket by bucket: each point is the
+// upper end of a bucket at the fraction of samples at or below it, on the
+// -log10(1-q) axis, so that the tail gets as much room as the body. The
+// last sample sits at log10(n), the percentile that one sample in n
+// represents.
+func cdfPoints(r row) plotter.XYs {
+	n := float64(r.hist.TotalCount())
+	end := math.Log10(n)
+	pts := plotter.XYs{{X: 0, Y: float64(r.hist.Min()) / r.div}}
+	var cum float64
+	for _, b := range r.hist.Distribution() {
+		if b.Count == 0 {
+			continue
+		}
+		cum += float64(b.Count)
+		x := end
+		if tail := 1 - cum/n; tail > 0 {
+			x = math.Min(-math.Log10(tail), end)
+		}
+		pts = append(pts, plotter.XY{X: x, Y: float64(b.To) / r.div})
+	}
+	for i := range pts {
+		pts[i].Y = math.Max(pts[i].Y, 1e-3)
+	}
+	return pts
+}
+
+// decadeTicks marks the powers of ten of a log axis with plain numbers.
+type decadeTicks struct{}
+
+func (decadeTicks) Ticks(min, max float64) []plot.Tick {
+	var ts []plot.Tick
+	for e := math.Floor(math.Log10(min)); e <= math.Ceil(math.Log10(max)); e++ {
+		v := math.Pow(10, e)
+		label := strconv.FormatFloat(v, 'f', -1, 64)
+		if e < -3 || e > 6 {
+			label = strconv.FormatFloat(v, 'g', 1, 64)
+		}
+		ts = append(ts, plot.Tick{Value: v, Label: label})
+	}
+	return ts
 }
 
 // figure returns metric m of r (a percentile, max or an extra) and its
@@ -190,6 +224,7 @@ func figure(r row, m string) (float64, string) {
 func barPlot(rep report, cases []string, m string) (*plot.Plot, error) {
 	p := plot.New()
 	p.Legend.Top = true
+	p.Legend.YOffs = -vg.Points(24)
 	var variants []string
 	for _, r := range rep.Results {
 		if !contains(variants, r.Variant) {
@@ -237,10 +272,14 @@ func barPlot(rep report, cases []string, m string) (*plot.Plot, error) {
 			p.Add(b)
 			p.Legend.Add(v, b)
 		}
+		p.Legend.Left = true
 		p.NominalX(cases...)
 	}
 	p.Title.Text = fmt.Sprintf("ukeybench %s: %s", rep.Scenario, m)
 	p.Y.Label.Text = fmt.Sprintf("%s (%s)", m, unit)
+	// Room above the bars for the legend.
+	p.Y.Min = 0
+	p.Y.Max *= 1.4
 	p.Add(plotter.NewGrid())
 	return p, nil
 }
