@@ -23,14 +23,18 @@ import (
 type expiryParams struct {
 	Entries    int `json:"entries"`
 	Foreground int `json:"foreground"`
-	// Hot entries never expire; the foreground reads (3 in 4) and writes
-	// (1 in 4) them.
+	// Hot entries never expire; the foreground reads and writes them.
 	Hot int `json:"hot"`
+	// SetEvery makes one foreground operation in SetEvery a Set (0: Gets
+	// only).
+	SetEvery int `json:"set_every"`
 	// The foreground runs from just before the expiry until the entries
 	// are reaped, at least MinWindowMS and at most MaxWindowMS after the
 	// expiry.
 	MinWindowMS float64 `json:"min_window_ms"`
 	MaxWindowMS float64 `json:"max_window_ms"`
+	// Variants, if set, names the variants to run.
+	Variants []string `json:"variants,omitempty"`
 }
 
 // expiryTarget is one cache under test, behind the same workload.
@@ -79,6 +83,9 @@ func runExpiry(p expiryParams, prog *progress) (report, error) {
 	}
 	var rows []row
 	for _, v := range expiryVariants {
+		if len(p.Variants) > 0 && !contains(p.Variants, v.name) {
+			continue
+		}
 		r, err := expiryOnce(p, v.name, func() expiryTarget { return v.make(p) }, hot, prog)
 		if err != nil {
 			return report{}, fmt.Errorf("expiry %s: %w", v.name, err)
@@ -88,6 +95,9 @@ func runExpiry(p expiryParams, prog *progress) (report, error) {
 		// variant pays for the previous one's garbage.
 		runtime.GC()
 		debug.FreeOSMemory()
+	}
+	if len(rows) == 0 {
+		return report{}, fmt.Errorf("no variant named in %q", p.Variants)
 	}
 	return report{Scenario: "expiry", Params: p, Results: rows}, nil
 }
@@ -159,7 +169,7 @@ func expiryOnce(p expiryParams, name string, newTarget func() expiryTarget, hot 
 			for i := g; !stop.Load(); i++ {
 				k := hot[(i*7919)%len(hot)]
 				t0 := time.Now()
-				if i%4 == 0 {
+				if p.SetEvery > 0 && i%p.SetEvery == 0 {
 					t.set(k)
 				} else {
 					t.get(k)

@@ -94,7 +94,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 	stallTimeout := fs.Duration("stall-timeout", time.Second, "grace-period age reported as a stall (stall)")
 	duration := fs.Duration("duration", time.Second, "measuring time per cell (read) or per case and variant (daemon)")
 	entries := fs.Int("entries", 1_000_000, "entries that expire at once (expiry)")
-	window := fs.Duration("window", 0, "longest measurement after the expiry (expiry; default 30s, 12s with -quick)")
+	setEvery := fs.Int("set-every", 4, "one foreground operation in this many is a Set, the others Gets; 0: Gets only (expiry)")
+	only := fs.String("variants", "", "comma-separated subset of the variants to run (expiry; default all)")
+	window := fs.Duration("window", 0, "longest measurement after the expiry (expiry; default 90s, 12s with -quick)")
 	clients := fs.String("clients", "1,4,16,64", "comma-separated client counts (daemon)")
 	garbage := fs.Int("garbage", 500_000, "keys the collector reaps during the gc-busy variant (daemon)")
 	quick := fs.Bool("quick", false, "small presets that finish each scenario in well under a minute")
@@ -142,6 +144,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		defer pprof.StopCPUProfile()
 	}
 	prog := newProgress(stderr)
+	loadBefore := loadAverage()
 	var rep report
 	var err error
 	switch fs.Arg(0) {
@@ -169,15 +172,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 		rep, err = runRead(p, *duration, prog)
 	case "expiry":
 		quickly("entries", entries, 20_000)
-		p := expiryParams{Entries: *entries, Foreground: *fg, Hot: 1024}
+		p := expiryParams{Entries: *entries, Foreground: *fg, Hot: 1024, SetEvery: *setEvery}
 		if *quick {
 			p.MinWindowMS, p.MaxWindowMS = 500, 12000
 		} else {
-			p.MinWindowMS, p.MaxWindowMS = 3000, 30000
+			// The keys package's collector prunes a million expired links
+			// in tens of seconds on a busy two-core machine.
+			p.MinWindowMS, p.MaxWindowMS = 3000, 90000
 		}
 		if *window > 0 {
 			p.MaxWindowMS = ms(*window)
 			p.MinWindowMS = min(p.MinWindowMS, p.MaxWindowMS)
+		}
+		if *only != "" {
+			p.Variants = strings.Split(*only, ",")
 		}
 		rep, err = runExpiry(p, prog)
 	case "daemon":
@@ -226,11 +234,29 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 	case *asMarkdown:
+		// The machine is shared: say how busy it was, so that a reader
+		// can tell a noisy run from a slow program.
+		fmt.Fprintf(stdout, "Load average (1 min) %s before, %s after; GOMAXPROCS %d.\n\n",
+			loadBefore, loadAverage(), runtime.GOMAXPROCS(0))
 		printMarkdown(stdout, rep)
 	default:
 		printTable(stdout, rep)
 	}
 	return 0
+}
+
+// loadAverage returns the one-minute load average, or "?" where
+// /proc/loadavg does not exist.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

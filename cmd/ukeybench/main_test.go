@@ -198,7 +198,8 @@ func TestTableAndMarkdown(t *testing.T) {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if len(lines) != 4+5*runtime.GOMAXPROCS(0) || !strings.HasPrefix(lines[0], "Parameters: `{") || !strings.HasPrefix(lines[2], "| case | variant | unit |") {
+	if len(lines) != 6+5*runtime.GOMAXPROCS(0) || !strings.HasPrefix(lines[0], "Load average") ||
+		!strings.HasPrefix(lines[2], "Parameters: `{") || !strings.HasPrefix(lines[4], "| case | variant | unit |") {
 		t.Errorf("markdown:\n%s", out.String())
 	}
 }
@@ -253,5 +254,8 @@ func TestUsage(t *testing.T) {
 	}
 	if code := run([]string{"-clients", "1,x", "daemon"}, &out, &errb); code != 1 {
 		t.Fatalf("bad client count: exit %d, want 1", code)
+	}
+	if code := run([]string{"-variants", "nosuch", "expiry"}, &out, &errb); code != 1 {
+		t.Fatalf("unknown expiry variant: exit %d, want 1", code)
 	}
 }
