@@ -316,15 +316,18 @@ func ttlUntil(deadline time.Time) time.Duration {
 	return max(time.Until(deadline), time.Millisecond)
 }
 
-// goCacheTarget: patrickmn/go-cache with a janitor every second, which
-// deletes every expired item under the cache's one lock.
+// goCacheTarget: patrickmn/go-cache with a janitor every five seconds
+// (ristretto's cleaning period), which walks every item and deletes the
+// expired ones under the cache's one lock. A shorter period starves the
+// foreground even before anything expires: on the busy two-core machine
+// one walk of a million items takes about a second.
 type goCacheTarget struct {
 	c        *gocache.Cache
 	all, hot int
 }
 
 func (g *goCacheTarget) fill(n int, deadline time.Time, hot []string, step func(int) error) error {
-	g.c = gocache.New(gocache.NoExpiration, time.Second)
+	g.c = gocache.New(gocache.NoExpiration, 5*time.Second)
 	for _, k := range hot {
 		g.c.Set(k, expiryPayload, gocache.NoExpiration)
 	}

@@ -19,6 +19,7 @@ type progress struct {
 	tty   bool
 	label string
 	total int
+	done  int // the last step reported
 	start time.Time
 	last  time.Time
 	open  bool // a redrawn line is on the terminal
@@ -47,7 +48,7 @@ func (p *progress) begin(label string, total int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.endLine()
-	p.label, p.total = label, total
+	p.label, p.total, p.done = label, total, 0
 	p.start, p.last = time.Now(), time.Time{}
 	p.draw(0, true)
 }
@@ -56,14 +57,16 @@ func (p *progress) begin(label string, total int) {
 func (p *progress) step(done int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
+	p.done = done
 	p.draw(done, false)
 }
 
-// end finishes the bar.
+// end finishes the bar where the last step left it (a bar that stops
+// short says the work did not complete).
 func (p *progress) end() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.draw(p.total, true)
+	p.draw(p.done, true)
 	p.endLine()
 }
 
