@@ -33,21 +33,20 @@ var sink atomic.Uint64
 // calls Synchronize back to back and times each grace period.
 func runStall(p stallParams, loop, stallTimeout time.Duration, prog *progress) (report, error) {
 	p.WorkPerIteration = stallWork
-	var mu sync.Mutex
-	var reports []rcu.StallReport
-	d := rcu.New(rcu.WithName("ukeybench-stall"), rcu.WithStallTimeout(stallTimeout),
-		rcu.WithStallHandler(func(r rcu.StallReport) {
-			mu.Lock()
-			reports = append(reports, r)
-			mu.Unlock()
-		}))
-	defer d.Close()
-
 	rep := report{Scenario: "stall", Params: p}
 	for _, variant := range []string{"gosched", "checkpoint"} {
-		mu.Lock()
-		before := len(reports)
-		mu.Unlock()
+		// A domain per variant, so that its own grace-period statistics
+		// (from the start of each grace period to its last report, without
+		// the waiter's wake-up) belong to the variant.
+		var mu sync.Mutex
+		var reports []rcu.StallReport
+		d := rcu.New(rcu.WithName("ukeybench-stall-"+variant), rcu.WithStallTimeout(stallTimeout),
+			rcu.WithStallHandler(func(r rcu.StallReport) {
+				mu.Lock()
+				reports = append(reports, r)
+				mu.Unlock()
+			}))
+		defer d.Close()
 		gp := newHist()
 		between := newHist()
 		var iterations int64
@@ -105,14 +104,17 @@ func runStall(p stallParams, loop, stallTimeout time.Duration, prog *progress) (
 		}
 		prog.end()
 		mu.Lock()
-		mine := reports[before:]
+		mine := reports
 		mu.Unlock()
+		st := d.Stats().GracePeriodLatency
 		r := histRow("long-loop", variant, "ms", gp, 1e6)
 		r.Extra = map[string]any{
 			"stall_reports":              len(mine),
 			"max_between_checkpoints_ms": float64(between.Max()) / 1e6,
 			"p99_between_checkpoints_ms": float64(between.ValueAtQuantile(99)) / 1e6,
 			"iterations":                 iterations,
+			"domain_gp_p99_ms":           ms(st.P99),
+			"domain_gp_max_ms":           ms(st.Max),
 		}
 		if len(mine) > 0 {
 			// The first report, with the holding task and its stack: the
