@@ -165,10 +165,20 @@ func cdfPoints(r row) plotter.XYs {
 		}
 		pts = append(pts, plotter.XY{X: x, Y: float64(b.To) / r.div})
 	}
-	for i := range pts {
-		pts[i].Y = math.Max(pts[i].Y, 1e-3)
+	// Keep a point where the curve moved visibly: a few hundred points
+	// draw the same curve as tens of thousands of buckets, in a file a
+	// hundredth the size.
+	thin := plotter.XYs{pts[0]}
+	for i, pt := range pts[1:] {
+		last := thin[len(thin)-1]
+		if i == len(pts)-2 || pt.X-last.X >= 0.01 || pt.Y > last.Y*1.02 {
+			thin = append(thin, pt)
+		}
 	}
-	return pts
+	for i := range thin {
+		thin[i].Y = math.Max(thin[i].Y, 1e-3)
+	}
+	return thin
 }
 
 // decadeTicks marks the powers of ten of a log axis with plain numbers.
