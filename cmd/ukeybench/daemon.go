@@ -133,7 +133,7 @@ func daemonOnce(p daemonParams, k int, variant string, dur time.Duration, prog *
 			}
 			want := before.Destroyed + uint64(p.Garbage)
 			for svc.GCStats().Destroyed < want && !stop.Load() {
-				time.Sleep(time.Millisecond)
+				time.Sleep(10 * time.Millisecond) // GCStats takes the lock the collector records its items under
 			}
 			if svc.GCStats().Destroyed >= want {
 				reaped <- time.Since(start)

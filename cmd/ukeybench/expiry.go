@@ -206,7 +206,7 @@ func expiryOnce(p expiryParams, name string, newTarget func() expiryTarget, hot 
 		if now.After(maxEnd) || (reapDone >= 0 && now.After(minEnd) && now.After(deadline.Add(reapDone+200*time.Millisecond))) {
 			break
 		}
-		time.Sleep(5 * time.Millisecond)
+		time.Sleep(20 * time.Millisecond) // GCStats takes the lock the collector records its items under
 	}
 	prog.end()
 	stop.Store(true)

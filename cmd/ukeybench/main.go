@@ -27,7 +27,9 @@
 //
 // Every scenario prints a table (or, with -json, one object
 // {"scenario", "params", "results"}), shows progress on stderr, and with
-// -plot DIR draws latency CDFs and bar charts.
+// -plot DIR draws latency CDFs and bar charts. -cpuprofile, -mutexprofile
+// and -blockprofile show where the time of a run went. scripts/benchmarks.sh
+// regenerates BENCHMARKS.md from every scenario.
 package main
 
 import (
@@ -106,6 +108,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	plotDir := fs.String("plot", "", "write latency CDFs and bar charts into this directory")
 	plotFormats := fs.String("plot-formats", "svg,png", "image formats of -plot (svg, png)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	mutexProfile := fs.String("mutexprofile", "", "write a profile of mutex contention during the run to this file")
+	blockProfile := fs.String("blockprofile", "", "write a profile of blocking (channels, mutexes, sleeps excluded) to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ukeybench [flags] %s\n", strings.Join(scenarios, "|"))
 		fs.PrintDefaults()
@@ -142,6 +146,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 			return 1
 		}
 		defer pprof.StopCPUProfile()
+	}
+	// Where a foreground operation waited is the question a stall asks.
+	for _, pf := range []struct {
+		file, name string
+		on, off    func()
+	}{
+		{*mutexProfile, "mutex", func() { runtime.SetMutexProfileFraction(1) }, func() { runtime.SetMutexProfileFraction(0) }},
+		{*blockProfile, "block", func() { runtime.SetBlockProfileRate(1000) }, func() { runtime.SetBlockProfileRate(0) }},
+	} {
+		if pf.file == "" {
+			continue
+		}
+		pf.on()
+		defer func() {
+			pf.off()
+			if err := writeProfile(pf.name, pf.file); err != nil {
+				fmt.Fprintln(stderr, "ukeybench:", err)
+			}
+		}()
 	}
 	prog := newProgress(stderr)
 	loadBefore := loadAverage()
@@ -243,6 +266,18 @@ func run(args []string, stdout, stderr io.Writer) int {
 		printTable(stdout, rep)
 	}
 	return 0
+}
+
+func writeProfile(name, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 // loadAverage returns the one-minute load average, or "?" where
