@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -161,7 +160,7 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 	} else {
 		want := before.Destroyed + uint64(n)
 		for s.GCStats().Destroyed < want {
-			time.Sleep(time.Millisecond)
+			time.Sleep(10 * time.Millisecond) // GCStats takes the lock the collector records its items under
 			if time.Since(start) > 5*time.Minute {
 				return row{}, 0, fmt.Errorf("gc %s/%s: reaping did not finish", cs, variant)
 			}
@@ -208,7 +207,5 @@ func histRow(cs, variant, unit string, h *hdrhistogram.Histogram, div float64) r
 	return row{Case: cs, Variant: variant, Unit: unit, N: h.TotalCount(),
 		Min: float64(h.Min()) / div, Avg: mean, Max: float64(h.Max()) / div, Var: sd * sd,
 		P50: float64(h.ValueAtQuantile(50)) / div, P99: float64(h.ValueAtQuantile(99)) / div,
-		P999: float64(h.ValueAtQuantile(99.9)) / div}
+		P999: float64(h.ValueAtQuantile(99.9)) / div, hist: h, div: div}
 }
-
-var _ = math.Inf

@@ -8,13 +8,28 @@
 //
 // Scenarios:
 //
-//	gc   the keygcbench shape: N keys become garbage ("unused", "expired",
-//	     "combined") while foreground goroutines add, read and search keys;
-//	     the collector chunked, unchunked (ChunkSize 0, the kernel before
-//	     the patch) and a baseline with nothing to reap.
+//	gc      the keygcbench shape: N keys become garbage ("unused",
+//	        "expired", "combined") while foreground goroutines add, read and
+//	        search keys; the collector chunked, unchunked (ChunkSize 0, the
+//	        kernel before the patch) and a baseline with nothing to reap.
+//	gp      a holdout task passes its quiescent state after a random delay;
+//	        waited for by a poller that checks once a second (the kernel
+//	        before 2018), a poller that starts at 100 ms and backs off to a
+//	        second (after Rostedt's patch) and rcu's Synchronize.
+//	stall   a registered task runs a long loop that only yields
+//	        (runtime.Gosched) or calls Checkpoint; Synchronize meanwhile.
+//	read    read-side cost across 1..GOMAXPROCS goroutines: rcu sections,
+//	        task checkpoints, sync.RWMutex, atomic.Pointer and a key lookup.
+//	expiry  Get/Set latency while N entries expire at once, for the keys
+//	        package and the Go caches people use.
+//	daemon  round trips through ukeyd's server with K clients, with the
+//	        collector idle and busy.
 //
-// The other scenarios of the ukeybench issue (gp, stall, read, expiry,
-// daemon) are not built yet.
+// Every scenario prints a table (or, with -json, one object
+// {"scenario", "params", "results"}), shows progress on stderr, and with
+// -plot DIR draws latency CDFs and bar charts. -cpuprofile, -mutexprofile
+// and -blockprofile show where the time of a run went. scripts/benchmarks.sh
+// regenerates BENCHMARKS.md from every scenario.
 package main
 
 import (
@@ -23,8 +38,15 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime"
 	"runtime/pprof"
+	"slices"
+	"sort"
+	"strconv"
 	"strings"
+	"time"
+
+	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 )
 
 // row is one line of results, in the shape scripts rely on.
@@ -41,13 +63,23 @@ type row struct {
 	P99     float64        `json:"p99"`
 	P999    float64        `json:"p999"`
 	Extra   map[string]any `json:"extra"`
+
+	// hist holds the distribution behind the row (values in nanoseconds,
+	// or picoseconds when div says so) for the CDF plots; div converts
+	// its values to Unit.
+	hist *hdrhistogram.Histogram
+	div  float64
 }
 
 type report struct {
 	Scenario string `json:"scenario"`
 	Params   any    `json:"params"`
 	Results  []row  `json:"results"`
+	// notes are shown under the table (the stall report, for one).
+	notes []string
 }
+
+var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon"}
 
 func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
 
@@ -56,12 +88,30 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	keysN := fs.Int("keys", 1_000_000, "keys that become garbage (gc)")
 	chunk := fs.Int("chunk", 1024, "collector chunk size of the chunked variant (gc)")
-	fg := fs.Int("foreground", 2, "foreground goroutines adding, reading and searching keys")
-	quick := fs.Bool("quick", false, "small preset that finishes in well under a minute")
+	fg := fs.Int("foreground", 2, "foreground goroutines (gc, expiry)")
+	trials := fs.Int("trials", 60, "grace periods waited for by each poller; Synchronize gets ten times as many (gp)")
+	maxDelay := fs.Duration("max-delay", time.Millisecond, "the holdout passes its quiescent state after a delay uniform in [0, max-delay) (gp)")
+	loop := fs.Duration("loop", 5*time.Second, "length of the long loop (stall)")
+	rounds := fs.Int("rounds", 3, "long loops run per variant (stall)")
+	stallTimeout := fs.Duration("stall-timeout", time.Second, "grace-period age reported as a stall (stall)")
+	duration := fs.Duration("duration", time.Second, "measuring time per cell (read) or per case and variant (daemon)")
+	entries := fs.Int("entries", 1_000_000, "entries that expire at once (expiry)")
+	setEvery := fs.Int("set-every", 4, "one foreground operation in this many is a Set, the others Gets; 0: Gets only (expiry)")
+	only := fs.String("variants", "", "comma-separated subset of the variants to run (expiry; default all)")
+	window := fs.Duration("window", 0, "longest measurement after the expiry (expiry; default 4m, 12s with -quick)")
+	clients := fs.String("clients", "1,4,16,64", "comma-separated client counts (daemon)")
+	garbage := fs.Int("garbage", 500_000, "keys the collector reaps during the gc-busy variant (daemon)")
+	quick := fs.Bool("quick", false, "small presets that finish each scenario in well under a minute")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
+	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown")
+	saveJSON := fs.String("save-json", "", "also write the JSON object to this file")
+	plotDir := fs.String("plot", "", "write latency CDFs and bar charts into this directory")
+	plotFormats := fs.String("plot-formats", "svg,png", "image formats of -plot (svg, png)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
+	mutexProfile := fs.String("mutexprofile", "", "write a profile of mutex contention during the run to this file")
+	blockProfile := fs.String("blockprofile", "", "write a profile of blocking (channels, mutexes, sleeps excluded) to this file")
 	fs.Usage = func() {
-		fmt.Fprintln(stderr, "usage: ukeybench [flags] gc")
+		fmt.Fprintf(stderr, "usage: ukeybench [flags] %s\n", strings.Join(scenarios, "|"))
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
@@ -70,6 +120,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() != 1 {
 		fs.Usage()
 		return 2
+	}
+	set := map[string]bool{}
+	fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	// quickly lowers a size to its quick preset unless the flag was given.
+	quickly := func(name string, v *int, q int) {
+		if *quick && !set[name] {
+			*v = q
+		}
+	}
+	quicklyD := func(name string, v *time.Duration, q time.Duration) {
+		if *quick && !set[name] {
+			*v = q
+		}
 	}
 	if *cpuProfile != "" {
 		f, err := os.Create(*cpuProfile)
@@ -84,35 +147,187 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		defer pprof.StopCPUProfile()
 	}
-	progress := func(s string) { fmt.Fprintf(stderr, "ukeybench: %s\n", s) }
+	// Where a foreground operation waited is the question a stall asks.
+	for _, pf := range []struct {
+		file, name string
+		on, off    func()
+	}{
+		{*mutexProfile, "mutex", func() { runtime.SetMutexProfileFraction(1) }, func() { runtime.SetMutexProfileFraction(0) }},
+		{*blockProfile, "block", func() { runtime.SetBlockProfileRate(1000) }, func() { runtime.SetBlockProfileRate(0) }},
+	} {
+		if pf.file == "" {
+			continue
+		}
+		pf.on()
+		defer func() {
+			pf.off()
+			if err := writeProfile(pf.name, pf.file); err != nil {
+				fmt.Fprintln(stderr, "ukeybench:", err)
+			}
+		}()
+	}
+	prog := newProgress(stderr)
+	loadBefore := loadAverage()
 	var rep report
+	var err error
 	switch fs.Arg(0) {
 	case "gc":
 		p := gcParams{Keys: *keysN, Chunk: *chunk, Foreground: *fg}
 		if *quick {
 			p.Keys = min(p.Keys, 20_000)
 		}
-		rows, err := runGC(p, progress)
-		if err != nil {
-			fmt.Fprintln(stderr, "ukeybench:", err)
-			return 1
-		}
+		var rows []row
+		rows, err = runGC(p, prog.say)
 		rep = report{Scenario: "gc", Params: p, Results: rows}
+	case "gp":
+		quickly("trials", trials, 4)
+		p := gpParams{Trials: *trials, SyncTrials: 10 * *trials, MaxDelayMS: ms(*maxDelay)}
+		rep, err = runGP(p, *maxDelay, prog)
+	case "stall":
+		quicklyD("loop", loop, 400*time.Millisecond)
+		quickly("rounds", rounds, 2)
+		quicklyD("stall-timeout", stallTimeout, 100*time.Millisecond)
+		p := stallParams{LoopMS: ms(*loop), Rounds: *rounds, StallTimeoutMS: ms(*stallTimeout)}
+		rep, err = runStall(p, *loop, *stallTimeout, prog)
+	case "read":
+		quicklyD("duration", duration, 50*time.Millisecond)
+		p := readParams{DurationMS: ms(*duration), GOMAXPROCS: runtime.GOMAXPROCS(0)}
+		rep, err = runRead(p, *duration, prog)
+	case "expiry":
+		quickly("entries", entries, 20_000)
+		p := expiryParams{Entries: *entries, Foreground: *fg, Hot: 1024, SetEvery: *setEvery}
+		if *quick {
+			p.MinWindowMS, p.MaxWindowMS = 500, 12000
+		} else {
+			// The keys package's collector takes minutes to prune a
+			// million expired links on a busy two-core machine.
+			p.MinWindowMS, p.MaxWindowMS = 3000, 240000
+		}
+		if *window > 0 {
+			p.MaxWindowMS = ms(*window)
+			p.MinWindowMS = min(p.MinWindowMS, p.MaxWindowMS)
+		}
+		if *only != "" {
+			p.Variants = strings.Split(*only, ",")
+		}
+		rep, err = runExpiry(p, prog)
+	case "daemon":
+		quicklyD("duration", duration, 200*time.Millisecond)
+		quickly("garbage", garbage, 20_000)
+		if *quick && !set["clients"] {
+			*clients = "1,4"
+		}
+		var ks []int
+		ks, err = parseInts(*clients)
+		if err != nil {
+			break
+		}
+		p := daemonParams{Clients: ks, DurationMS: ms(*duration), Garbage: *garbage}
+		rep, err = runDaemon(p, *duration, prog)
 	default:
 		fmt.Fprintf(stderr, "ukeybench: unknown scenario %q\n", fs.Arg(0))
 		fs.Usage()
 		return 2
 	}
-	if *asJSON {
+	if err != nil {
+		fmt.Fprintln(stderr, "ukeybench:", err)
+		return 1
+	}
+	if *plotDir != "" {
+		if err := writePlots(*plotDir, strings.Split(*plotFormats, ","), rep); err != nil {
+			fmt.Fprintln(stderr, "ukeybench:", err)
+			return 1
+		}
+	}
+	if *saveJSON != "" {
+		b, err := json.MarshalIndent(rep, "", "  ")
+		if err == nil {
+			err = os.WriteFile(*saveJSON, append(b, '\n'), 0o644)
+		}
+		if err != nil {
+			fmt.Fprintln(stderr, "ukeybench:", err)
+			return 1
+		}
+	}
+	switch {
+	case *asJSON:
 		enc := json.NewEncoder(stdout)
 		enc.SetIndent("", "  ")
 		if err := enc.Encode(rep); err != nil {
 			return 1
 		}
-		return 0
+	case *asMarkdown:
+		// The machine is shared: say how busy it was, so that a reader
+		// can tell a noisy run from a slow program.
+		fmt.Fprintf(stdout, "Load average (1 min) %s before, %s after; GOMAXPROCS %d.\n\n",
+			loadBefore, loadAverage(), runtime.GOMAXPROCS(0))
+		printMarkdown(stdout, rep)
+	default:
+		printTable(stdout, rep)
 	}
-	printTable(stdout, rep)
 	return 0
+}
+
+func writeProfile(name, file string) error {
+	f, err := os.Create(file)
+	if err != nil {
+		return err
+	}
+	if err := pprof.Lookup(name).WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
+}
+
+// loadAverage returns the one-minute load average, or "?" where
+// /proc/loadavg does not exist.
+func loadAverage() string {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "?"
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return "?"
+	}
+	return f[0]
+}
+
+func ms(d time.Duration) float64 { return float64(d) / 1e6 }
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for f := range strings.SplitSeq(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("bad count %q in %q", f, s)
+		}
+		out = append(out, n)
+	}
+	return out, nil
+}
+
+// extraOrder lists the extras the table shows first, in this order; any
+// other extra follows in alphabetical order.
+var extraOrder = []string{"max_work_item_ms", "p999_work_item_ms", "reap_all_s", "stall_ms", "reap_done_ms",
+	"ops_per_s", "stall_reports", "items"}
+
+func extraKeys(r row) []string {
+	var ks []string
+	for _, k := range extraOrder {
+		if _, ok := r.Extra[k]; ok {
+			ks = append(ks, k)
+		}
+	}
+	var rest []string
+	for k, v := range r.Extra {
+		if _, isStr := v.(string); !slices.Contains(extraOrder, k) && !isStr {
+			rest = append(rest, k)
+		}
+	}
+	sort.Strings(rest)
+	return append(ks, rest...)
 }
 
 // printTable prints the kernel patch's line per case (min/avg/max/var),
@@ -120,21 +335,72 @@ func run(args []string, stdout, stderr io.Writer) int {
 func printTable(w io.Writer, rep report) {
 	fmt.Fprintf(w, "scenario %s\n", rep.Scenario)
 	for _, r := range rep.Results {
-		fmt.Fprintf(w, "%-9s %-10s min=%.3f avg=%.3f max=%.3f var=%.3f  p50=%.3f p99=%.3f p99.9=%.3f (%s, n=%d)",
+		fmt.Fprintf(w, "%-13s %-14s min=%.3f avg=%.3f max=%.3f var=%.3f  p50=%.3f p99=%.3f p99.9=%.3f (%s, n=%d)",
 			r.Case+":", r.Variant, r.Min, r.Avg, r.Max, r.Var, r.P50, r.P99, r.P999, r.Unit, r.N)
 		var extras []string
-		for _, k := range []string{"max_work_item_ms", "p999_work_item_ms", "reap_all_s", "stall_ms", "items"} {
-			if v, ok := r.Extra[k]; ok {
-				extras = append(extras, fmt.Sprintf("%s=%v", k, fmtNum(v)))
-			}
+		for _, k := range extraKeys(r) {
+			extras = append(extras, fmt.Sprintf("%s=%s", k, fmtNum(r.Extra[k])))
 		}
 		fmt.Fprintf(w, "  %s\n", strings.Join(extras, " "))
+	}
+	for _, n := range rep.notes {
+		fmt.Fprintf(w, "\n%s\n", strings.TrimRight(n, "\n"))
+	}
+}
+
+// printMarkdown prints the rows as a Markdown table: what BENCHMARKS.md
+// holds.
+func printMarkdown(w io.Writer, rep report) {
+	if b, err := json.Marshal(rep.Params); err == nil {
+		fmt.Fprintf(w, "Parameters: `%s`\n\n", b)
+	}
+	var cols []string
+	for _, r := range rep.Results {
+		for _, k := range extraKeys(r) {
+			if !slices.Contains(cols, k) {
+				cols = append(cols, k)
+			}
+		}
+	}
+	fmt.Fprintf(w, "| case | variant | unit | n | min | avg | p50 | p99 | p99.9 | max | %s |\n", strings.Join(cols, " | "))
+	fmt.Fprintf(w, "|---|---|---|---|---|---|---|---|---|---|%s\n", strings.Repeat("---|", len(cols)))
+	for _, r := range rep.Results {
+		fmt.Fprintf(w, "| %s | %s | %s | %d | %s | %s | %s | %s | %s | %s |", r.Case, r.Variant, r.Unit, r.N,
+			fmtFig(r.Min), fmtFig(r.Avg), fmtFig(r.P50), fmtFig(r.P99), fmtFig(r.P999), fmtFig(r.Max))
+		for _, k := range cols {
+			v, ok := r.Extra[k]
+			if !ok {
+				fmt.Fprint(w, " – |")
+				continue
+			}
+			fmt.Fprintf(w, " %s |", fmtNum(v))
+		}
+		fmt.Fprintln(w)
+	}
+	for _, n := range rep.notes {
+		fmt.Fprintf(w, "\n```\n%s\n```\n", strings.TrimRight(n, "\n"))
+	}
+}
+
+// fmtFig prints a figure with three significant digits, or as an integer
+// when it is large.
+func fmtFig(f float64) string {
+	switch {
+	case f >= 1000 || f <= -1000:
+		return strconv.FormatFloat(f, 'f', 0, 64)
+	case f == 0:
+		return "0"
+	default:
+		return strconv.FormatFloat(f, 'g', 3, 64)
 	}
 }
 
 func fmtNum(v any) string {
-	if f, ok := v.(float64); ok {
-		return fmt.Sprintf("%.3f", f)
+	switch f := v.(type) {
+	case float64:
+		return fmtFig(f)
+	case bool:
+		return strconv.FormatBool(f)
 	}
 	return fmt.Sprint(v)
 }

@@ -3,12 +3,206 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"os"
+	"path/filepath"
+	"runtime"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m,
+		// golang-lru's expirable LRU never stops its cleaner goroutine (its
+		// done channel is never closed); nothing outside the library can.
+		goleak.IgnoreAnyFunction("github.com/hashicorp/golang-lru/v2/expirable.NewLRU[...].func1"),
+	)
+}
+
+// runJSON runs ukeybench with args and -json and decodes its report.
+func runJSON(t *testing.T, args ...string) report {
+	t.Helper()
+	var out, errb bytes.Buffer
+	if code := run(append([]string{"-json"}, args...), &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+	}
+	// Every object has exactly the documented keys.
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(out.Bytes(), &raw); err != nil || len(raw) != 3 || raw["params"] == nil {
+		t.Fatalf("top-level keys: %v (%v)", keysOf(raw), err)
+	}
+	var rows struct{ Results []map[string]json.RawMessage }
+	if err := json.Unmarshal(out.Bytes(), &rows); err != nil {
+		t.Fatal(err)
+	}
+	for _, r := range rows.Results {
+		for _, k := range []string{"case", "variant", "unit", "n", "min", "avg", "max", "var", "p50", "p99", "p999", "extra"} {
+			if _, ok := r[k]; !ok {
+				t.Errorf("row %s lacks %q", r["case"], k)
+			}
+		}
+		if len(r) != 12 {
+			t.Errorf("row has keys %v, want the 12 documented", keysOf(r))
+		}
+	}
+	return rep
+}
+
+func keysOf[V any](m map[string]V) []string {
+	var ks []string
+	for k := range m {
+		ks = append(ks, k)
+	}
+	return ks
+}
+
+// checkRows checks that rep has one row per case and variant, in unit,
+// with consistent figures and the named extras.
+func checkRows(t *testing.T, rep report, scenario string, cases, variants []string, unit string, extras ...string) map[string]row {
+	t.Helper()
+	if rep.Scenario != scenario {
+		t.Fatalf("scenario %q, want %q", rep.Scenario, scenario)
+	}
+	if len(rep.Results) != len(cases)*len(variants) {
+		t.Errorf("%d rows, want %d", len(rep.Results), len(cases)*len(variants))
+	}
+	byName := map[string]row{}
+	for _, r := range rep.Results {
+		byName[r.Case+"/"+r.Variant] = r
+		if r.Unit != unit {
+			t.Errorf("row %s/%s: unit %q, want %q", r.Case, r.Variant, r.Unit, unit)
+		}
+		if r.N == 0 || r.Min > r.P50 || r.P50 > r.P99 || r.P99 > r.P999 || r.P999 > r.Max || r.Avg < r.Min || r.Avg > r.Max || r.Var < 0 {
+			t.Errorf("row %s/%s inconsistent: %+v", r.Case, r.Variant, r)
+		}
+		for _, k := range extras {
+			if _, ok := r.Extra[k]; !ok {
+				t.Errorf("row %s/%s lacks extra %s", r.Case, r.Variant, k)
+			}
+		}
+	}
+	for _, c := range cases {
+		for _, v := range variants {
+			if _, ok := byName[c+"/"+v]; !ok {
+				t.Errorf("missing row %s/%s", c, v)
+			}
+		}
+	}
+	return byName
+}
+
+func TestGPQuickShape(t *testing.T) {
+	rep := runJSON(t, "-quick", "-trials", "2", "gp")
+	rows := checkRows(t, rep, "gp", []string{"holdout"}, []string{"poll-1s", "poll-backoff", "synchronize"}, "ms",
+		"holdout_p50_ms", "overshoot_p50_ms")
+	// The one-second poller sleeps a second before it looks again, and the
+	// holdout has not reported when it first looks: a lower bound, not a
+	// speed limit.
+	if r := rows["holdout/poll-1s"]; r.N != 2 || r.Min < 999 {
+		t.Errorf("poll-1s: %d trials, fastest %v ms; want 2 trials of at least a second", r.N, r.Min)
+	}
+	if r := rows["holdout/synchronize"]; r.N != 20 {
+		t.Errorf("synchronize: %d trials, want 20", r.N)
+	}
+}
+
+func TestStallQuickShape(t *testing.T) {
+	rep := runJSON(t, "-quick", "-loop", "300ms", "-rounds", "1", "-stall-timeout", "20ms", "stall")
+	rows := checkRows(t, rep, "stall", []string{"long-loop"}, []string{"gosched", "checkpoint"}, "ms",
+		"stall_reports", "max_between_checkpoints_ms")
+	// A loop that only yields never reports a quiescent state: the grace
+	// period lasts as long as the loop's remainder and is reported, with
+	// the task's name and stack.
+	g := rows["long-loop/gosched"]
+	if g.Max < 150 {
+		t.Errorf("gosched: longest grace period %v ms during a 300 ms loop that never reports", g.Max)
+	}
+	if n, _ := g.Extra["stall_reports"].(float64); n < 1 {
+		t.Errorf("gosched: %v stall reports, want at least one", g.Extra["stall_reports"])
+	}
+	if s, _ := g.Extra["stall_report"].(string); !strings.Contains(s, `task "long-loop"`) || !strings.Contains(s, "runStall") {
+		t.Errorf("gosched: stall report does not name the task and its stack:\n%s", s)
+	}
+	if c := rows["long-loop/checkpoint"]; c.N < 2 {
+		t.Errorf("checkpoint: %d grace periods during the loop, want many", c.N)
+	}
+}
+
+func TestReadQuickShape(t *testing.T) {
+	dir := t.TempDir()
+	rep := runJSON(t, "-quick", "-duration", "20ms", "-plot", dir, "read")
+	var cases []string
+	for g := 1; g <= runtime.GOMAXPROCS(0); g++ {
+		cases = append(cases, "goroutines-"+string(rune('0'+g%10)))
+	}
+	if runtime.GOMAXPROCS(0) >= 10 {
+		cases = nil // names past 9 are checked by count only
+		for _, r := range rep.Results {
+			if !contains(cases, r.Case) {
+				cases = append(cases, r.Case)
+			}
+		}
+	}
+	checkRows(t, rep, "read", cases, []string{"rcu-read", "checkpoint", "rwmutex", "atomic-pointer", "keys-lookup"}, "ns",
+		"ns_per_op", "mops_per_s", "ops")
+	for _, f := range []string{"read-goroutines-1-cdf.svg", "read-goroutines-1-cdf.png", "read-ns-per-op.svg", "read-ns-per-op.png"} {
+		if st, err := os.Stat(filepath.Join(dir, f)); err != nil || st.Size() == 0 {
+			t.Errorf("plot %s: %v", f, err)
+		}
+	}
+}
+
+func TestExpiryQuickShape(t *testing.T) {
+	rep := runJSON(t, "-quick", "-entries", "2000", "-window", "1s", "expiry")
+	rows := checkRows(t, rep, "expiry", []string{"mass-expiry"},
+		[]string{"ukeys", "go-cache", "ttlcache", "otter", "ristretto", "golang-lru", "baseline"}, "us",
+		"stall_ms", "reap_done_ms", "stored", "reaped")
+	// The keys package must really have reaped the expired keys: the
+	// collector is asked for a pass at the expiry, and the window lasts
+	// until it is done or a second has gone.
+	u := rows["mass-expiry/ukeys"]
+	if u.Extra["stored"].(float64) != 2000 || u.Extra["reaped"].(float64) > 2000 {
+		t.Errorf("ukeys: stored %v, reaped %v of 2000", u.Extra["stored"], u.Extra["reaped"])
+	}
+}
+
+func TestDaemonQuickShape(t *testing.T) {
+	rep := runJSON(t, "-quick", "-clients", "1,3", "-duration", "100ms", "-garbage", "3000", "daemon")
+	rows := checkRows(t, rep, "daemon", []string{"clients-1", "clients-3"}, []string{"idle", "gc-busy"}, "us",
+		"ops_per_s", "reap_s", "destroyed")
+	for _, c := range []string{"clients-1", "clients-3"} {
+		if d := rows[c+"/idle"].Extra["destroyed"].(float64); d != 0 {
+			t.Errorf("%s/idle: the collector destroyed %v keys, want none", c, d)
+		}
+	}
+}
+
+func TestTableAndMarkdown(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"-quick", "-duration", "5ms", "read"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.HasPrefix(out.String(), "scenario read\n") || !strings.Contains(out.String(), "(ns, n=") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	if !strings.Contains(errb.String(), "ukeybench: read [") {
+		t.Errorf("no progress on stderr:\n%s", errb.String())
+	}
+	out.Reset()
+	if code := run([]string{"-quick", "-markdown", "-duration", "5ms", "read"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	if len(lines) != 6+5*runtime.GOMAXPROCS(0) || !strings.HasPrefix(lines[0], "Load average") ||
+		!strings.HasPrefix(lines[2], "Parameters: `{") || !strings.HasPrefix(lines[4], "| case | variant | unit |") {
+		t.Errorf("markdown:\n%s", out.String())
+	}
+}
 
 // The suite runs the gc scenario small and checks the output's shape,
 // never its timings.
@@ -57,5 +251,11 @@ func TestUsage(t *testing.T) {
 	}
 	if code := run([]string{"nosuch"}, &out, &errb); code != 2 {
 		t.Fatalf("unknown scenario: exit %d, want 2", code)
+	}
+	if code := run([]string{"-clients", "1,x", "daemon"}, &out, &errb); code != 1 {
+		t.Fatalf("bad client count: exit %d, want 1", code)
+	}
+	if code := run([]string{"-variants", "nosuch", "expiry"}, &out, &errb); code != 1 {
+		t.Fatalf("unknown expiry variant: exit %d, want 1", code)
 	}
 }
