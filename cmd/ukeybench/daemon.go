@@ -119,6 +119,7 @@ func daemonOnce(p daemonParams, k int, variant string, dur time.Duration, prog *
 		defer conns[i].Close()
 	}
 	before := svc.GCStats()
+	destroyedBefore := svc.DestroyedKeys()
 	h := newHist()
 	var hmu sync.Mutex
 	var stop atomic.Bool
@@ -131,11 +132,11 @@ func daemonOnce(p daemonParams, k int, variant string, dur time.Duration, prog *
 			if err := gcCaller.Clear(garbage); err != nil {
 				failed.set(err)
 			}
-			want := before.Destroyed + uint64(p.Garbage)
-			for svc.GCStats().Destroyed < want && !stop.Load() {
-				time.Sleep(10 * time.Millisecond) // GCStats takes the lock the collector records its items under
+			want := destroyedBefore + int64(p.Garbage)
+			for svc.DestroyedKeys() < want && !stop.Load() {
+				time.Sleep(time.Millisecond)
 			}
-			if svc.GCStats().Destroyed >= want {
+			if svc.DestroyedKeys() >= want {
 				reaped <- time.Since(start)
 			}
 			close(reaped)

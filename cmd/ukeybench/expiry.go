@@ -248,7 +248,7 @@ type ukeysTarget struct {
 	svc     *keys.Service
 	c       *keys.Caller
 	ids     map[string]keys.Serial
-	before  uint64
+	before  int64
 	n       int64
 	payload []byte
 }
@@ -298,7 +298,7 @@ func (u *ukeysTarget) fill(n int, _ time.Time, hot []string, step func(int) erro
 		}
 	}
 	u.n = int64(n)
-	u.before = u.svc.GCStats().Destroyed
+	u.before = u.svc.DestroyedKeys()
 	return nil
 }
 
@@ -310,7 +310,7 @@ func (u *ukeysTarget) expire() {
 }
 func (u *ukeysTarget) virtual() bool { return true }
 func (u *ukeysTarget) stored() int64 { return u.n }
-func (u *ukeysTarget) reaped() int64 { return int64(u.svc.GCStats().Destroyed - u.before) }
+func (u *ukeysTarget) reaped() int64 { return u.svc.DestroyedKeys() - u.before }
 func (u *ukeysTarget) close()        { u.c.Release(); u.svc.Close() }
 func ttlUntil(deadline time.Time) time.Duration {
 	return max(time.Until(deadline), time.Millisecond)

@@ -310,7 +310,7 @@ func parseInts(s string) ([]int, error) {
 
 // extraOrder lists the extras the table shows first, in this order; any
 // other extra follows in alphabetical order.
-var extraOrder = []string{"max_work_item_ms", "p999_work_item_ms", "reap_all_s", "stall_ms", "reap_done_ms",
+var extraOrder = []string{"max_work_item_ms", "p999_work_item_ms", "max_work_item_cpu_ms", "p999_work_item_cpu_ms", "reap_all_s", "stall_ms", "reap_done_ms",
 	"ops_per_s", "stall_reports", "items"}
 
 func extraKeys(r row) []string {
