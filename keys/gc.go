@@ -345,7 +345,7 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 	for ; n < len(ks) && units < budget; n++ {
 		k := ks[n]
 		units++
-		t.Checkpoint()
+		t.Quiescent()
 		if deadType != nil && k.typ.Load() == deadType {
 			g.foundDead = true
 			switch stage {
@@ -374,7 +374,7 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 		}
 	}
 	for ring, dead := range prune {
-		t.Checkpoint()
+		t.Quiescent()
 		g.s.pruneFrom(ring, dead, &pruned, g.fresh)
 		clear(g.fresh)
 		delete(prune, ring)
@@ -445,7 +445,7 @@ func (g *collector) destroyChunk(t *rcu.Task, budget int) (int, bool) {
 	}
 	g.statsMu.Unlock()
 	for i := range n {
-		t.Checkpoint()
+		t.Quiescent()
 		g.s.destroy(g.batch[i].k)
 		g.batch[i] = graveEntry{}
 		g.outstanding.Add(-1)

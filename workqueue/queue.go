@@ -145,7 +145,12 @@ func (q *Queue) runWorker(wk *worker, started *sync.WaitGroup) {
 		w.fn(t)
 		end := time.Now()
 		wk.hist.record(now.Sub(ready), end.Sub(now))
-		t.Checkpoint()
+		// A quiescent state between items, without a yield: Go preempts a
+		// busy worker anyway, and a yield here sent an item that
+		// reschedules itself (the key collector, a chunk per item) to the
+		// back of the run queue after every chunk while a grace period
+		// was waiting, behind every runnable goroutine.
+		t.Quiescent()
 
 		q.mu.Lock()
 		q.finish(wk, w)
