@@ -82,8 +82,10 @@ func appendBody(dst []byte, tag uint32, code uint16, ints []int64, bufs [][]byte
 	return dst, nil
 }
 
-// decodeBody parses a body. Bufs alias b: callers copy what they keep.
-func decodeBody(b []byte) (tag uint32, code uint16, ints []int64, bufs [][]byte, err error) {
+// decodeBody parses a body into ints and bufs, reusing their capacity.
+// Bufs alias b: callers copy what they keep. On error the results are
+// meaningless.
+func decodeBody(b []byte, ints []int64, bufs [][]byte) (tag uint32, code uint16, _ []int64, _ [][]byte, err error) {
 	if len(b) < 8 {
 		return 0, 0, nil, nil, fmt.Errorf("%w: short header", ErrMalformed)
 	}
@@ -97,29 +99,26 @@ func decodeBody(b []byte) (tag uint32, code uint16, ints []int64, bufs [][]byte,
 	if len(b) < 8*ni {
 		return 0, 0, nil, nil, fmt.Errorf("%w: short integers", ErrMalformed)
 	}
-	if ni > 0 {
-		ints = make([]int64, ni)
-		for i := range ints {
-			ints[i] = int64(binary.BigEndian.Uint64(b[8*i:]))
-		}
+	ints = ints[:0]
+	for i := range ni {
+		ints = append(ints, int64(binary.BigEndian.Uint64(b[8*i:])))
 	}
 	b = b[8*ni:]
-	if nb > 0 {
-		bufs = make([][]byte, nb)
-	}
-	for i := 0; i < nb; i++ {
+	bufs = bufs[:0]
+	for range nb {
 		if len(b) < 4 {
 			return 0, 0, nil, nil, fmt.Errorf("%w: short buffer length", ErrMalformed)
 		}
 		n := binary.BigEndian.Uint32(b)
 		b = b[4:]
 		if n == absent {
+			bufs = append(bufs, nil)
 			continue
 		}
 		if uint64(n) > uint64(len(b)) {
 			return 0, 0, nil, nil, fmt.Errorf("%w: buffer overruns the message", ErrMalformed)
 		}
-		bufs[i] = b[:n:n]
+		bufs = append(bufs, b[:n:n])
 		b = b[n:]
 	}
 	if len(b) != 0 {
@@ -135,11 +134,25 @@ func AppendRequest(dst []byte, r *Request) ([]byte, error) {
 
 // DecodeRequest parses a request body. Its Bufs alias b.
 func DecodeRequest(b []byte) (*Request, error) {
-	tag, op, ints, bufs, err := decodeBody(b)
-	if err != nil {
+	r := new(Request)
+	if err := r.Decode(b); err != nil {
 		return nil, err
 	}
-	return &Request{Tag: tag, Op: Op(op), Ints: ints, Bufs: bufs}, nil
+	return r, nil
+}
+
+// Decode parses a request body into r, reusing the capacity of r's Ints
+// and Bufs, so that a server decoding into one Request per connection
+// allocates nothing per request. Its Bufs alias b. On error r is
+// cleared.
+func (r *Request) Decode(b []byte) error {
+	tag, op, ints, bufs, err := decodeBody(b, r.Ints, r.Bufs)
+	if err != nil {
+		*r = Request{Ints: r.Ints[:0], Bufs: r.Bufs[:0]}
+		return err
+	}
+	*r = Request{Tag: tag, Op: Op(op), Ints: ints, Bufs: bufs}
+	return nil
 }
 
 // AppendResponse appends r's body to dst.
@@ -149,11 +162,23 @@ func AppendResponse(dst []byte, r *Response) ([]byte, error) {
 
 // DecodeResponse parses a response body. Its Bufs alias b.
 func DecodeResponse(b []byte) (*Response, error) {
-	tag, errno, ints, bufs, err := decodeBody(b)
-	if err != nil {
+	r := new(Response)
+	if err := r.Decode(b); err != nil {
 		return nil, err
 	}
-	return &Response{Tag: tag, Errno: errno, Ints: ints, Bufs: bufs}, nil
+	return r, nil
+}
+
+// Decode parses a response body into r, reusing the capacity of r's Ints
+// and Bufs. Its Bufs alias b. On error r is cleared.
+func (r *Response) Decode(b []byte) error {
+	tag, errno, ints, bufs, err := decodeBody(b, r.Ints, r.Bufs)
+	if err != nil {
+		*r = Response{Ints: r.Ints[:0], Bufs: r.Bufs[:0]}
+		return err
+	}
+	*r = Response{Tag: tag, Errno: errno, Ints: ints, Bufs: bufs}
+	return nil
 }
 
 // Int returns argument i, or 0 if absent.

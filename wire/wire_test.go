@@ -90,14 +90,85 @@ func TestDecodeRejects(t *testing.T) {
 	}
 }
 
+// A Request or Response decoded into again keeps nothing of the message
+// before: reuse is invisible except for the allocations it saves.
+func TestDecodeReuse(t *testing.T) {
+	first, _ := AppendRequest(nil, &Request{Tag: 1, Op: OpAddKey, Ints: []int64{-3, 7}, Bufs: [][]byte{[]byte("user"), nil, []byte("p")}})
+	second, _ := AppendRequest(nil, &Request{Tag: 2, Op: OpRead, Ints: []int64{42}, Bufs: [][]byte{nil}})
+	var r Request
+	if err := r.Decode(first); err != nil {
+		t.Fatal(err)
+	}
+	if err := r.Decode(second); err != nil {
+		t.Fatal(err)
+	}
+	if r.Tag != 2 || r.Op != OpRead || len(r.Ints) != 1 || r.Ints[0] != 42 || len(r.Bufs) != 1 || r.Bufs[0] != nil {
+		t.Fatalf("second decode kept parts of the first: %#v", r)
+	}
+	if err := r.Decode([]byte{1, 2, 3}); !errors.Is(err, ErrMalformed) || r.Tag != 0 || len(r.Ints) != 0 || len(r.Bufs) != 0 {
+		t.Fatalf("failed decode left %#v, %v", r, err)
+	}
+	resp, _ := AppendResponse(nil, &Response{Tag: 5, Bufs: [][]byte{[]byte("data")}})
+	var out Response
+	out.Ints = append(out.Ints, 9, 9)
+	if err := out.Decode(resp); err != nil || out.Tag != 5 || len(out.Ints) != 0 || string(out.Bufs[0]) != "data" {
+		t.Fatalf("response decode: %#v, %v", out, err)
+	}
+	allocs := testing.AllocsPerRun(100, func() { _ = r.Decode(second) })
+	if allocs != 0 {
+		t.Fatalf("decoding into a reused Request allocates %v times", allocs)
+	}
+}
+
+func TestFrameInPlace(t *testing.T) {
+	f := BeginFrame([]byte("xx"))
+	f = append(f, "body"...)
+	f, err := EndFrame(f, 2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	got, err := ReadFrame(bytes.NewReader(f[2:]), nil)
+	if err != nil || string(got) != "body" {
+		t.Fatalf("ReadFrame = %q, %v", got, err)
+	}
+	if _, err := EndFrame([]byte{0, 0}, 0); !errors.Is(err, ErrMalformed) {
+		t.Fatalf("EndFrame without a frame: %v", err)
+	}
+	buf := make([]byte, 0, 64)
+	rd := bytes.NewReader(nil)
+	allocs := testing.AllocsPerRun(100, func() {
+		rd.Reset(f[2:])
+		if _, err := ReadFrame(rd, buf); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("ReadFrame with a reused buffer allocates %v times", allocs)
+	}
+}
+
 func FuzzDecodeRequest(f *testing.F) {
 	body, _ := AppendRequest(nil, &Request{Tag: 1, Op: OpSearch, Ints: []int64{-3, 0}, Bufs: [][]byte{[]byte("user"), nil}})
 	f.Add(body)
 	f.Add([]byte{})
+	// One Request decoded into again and again, as the server does.
+	reused := &Request{Ints: []int64{1, 2, 3}, Bufs: [][]byte{[]byte("old"), nil}}
 	f.Fuzz(func(t *testing.T, b []byte) {
 		r, err := DecodeRequest(b)
+		if rerr := reused.Decode(b); (rerr == nil) != (err == nil) {
+			t.Fatalf("fresh and reused decoding disagree: %v / %v", err, rerr)
+		}
 		if err != nil {
 			return
+		}
+		if r.Tag != reused.Tag || r.Op != reused.Op || !reflect.DeepEqual(r.Ints, reused.Ints) && len(r.Ints)+len(reused.Ints) > 0 ||
+			len(r.Bufs) != len(reused.Bufs) {
+			t.Fatalf("fresh %#v, reused %#v", r, reused)
+		}
+		for i := range r.Bufs {
+			if (r.Bufs[i] == nil) != (reused.Bufs[i] == nil) || !bytes.Equal(r.Bufs[i], reused.Bufs[i]) {
+				t.Fatalf("buffer %d: fresh %q, reused %q", i, r.Bufs[i], reused.Bufs[i])
+			}
 		}
 		// What decodes re-encodes to the same bytes.
 		again, err := AppendRequest(nil, r)
