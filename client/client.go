@@ -29,7 +29,13 @@ type Client struct {
 	br    *bufio.Reader
 	local Handler
 	tag   uint32
-	buf   []byte
+
+	// Reused from one request to the next, under mu: the request, the
+	// outgoing frame, the incoming frame and its decoding.
+	req  wire.Request
+	out  []byte
+	in   []byte
+	resp wire.Response
 }
 
 // Dial connects to the daemon at the Unix socket path and, if the
@@ -93,36 +99,64 @@ func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, e
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tag++
-	req := &wire.Request{Tag: c.tag, Op: op, Ints: ints, Bufs: bufs}
+	c.req = wire.Request{Tag: c.tag, Op: op, Ints: ints, Bufs: bufs}
 	var resp *wire.Response
 	if c.local != nil {
-		resp = c.local.Do(req)
+		resp = c.local.Do(&c.req)
 	} else {
-		body, err := wire.AppendRequest(c.buf[:0], req)
+		// The frame is built in place and sent with one write.
+		out, err := wire.AppendRequest(wire.BeginFrame(c.out[:0]), &c.req)
+		if err == nil {
+			out, err = wire.EndFrame(out, 0)
+		}
+		if err == nil {
+			_, err = c.conn.Write(out)
+		}
+		clear(out) // requests may carry payloads
+		c.out = out
 		if err != nil {
 			return nil, err
 		}
-		err = wire.WriteFrame(c.conn, body)
-		clear(body)
-		c.buf = body
+		c.in, err = wire.ReadFrame(c.br, c.in)
 		if err != nil {
 			return nil, err
 		}
-		rb, err := wire.ReadFrame(c.br, nil)
-		if err != nil {
+		if err := c.resp.Decode(c.in); err != nil {
 			return nil, err
 		}
-		if resp, err = wire.DecodeResponse(rb); err != nil {
-			return nil, err
-		}
-		if resp.Tag != req.Tag {
+		resp = &c.resp
+		if resp.Tag != c.req.Tag {
 			return nil, ErrProtocol
 		}
 	}
+	c.req = wire.Request{}
 	if resp.Errno != 0 {
+		clear(c.in)
 		return nil, &Error{Op: op.String(), Errno: keys.Errno(resp.Errno)}
 	}
-	return resp, nil
+	out := detach(resp)
+	if c.local == nil {
+		clear(c.in) // the copy is the caller's; wipe the frame
+		clear(c.resp.Bufs)
+	}
+	return out, nil
+}
+
+// detach copies a response out of the buffers the next request reuses.
+func detach(r *wire.Response) *wire.Response {
+	out := &wire.Response{Tag: r.Tag}
+	if len(r.Ints) > 0 {
+		out.Ints = append([]int64(nil), r.Ints...)
+	}
+	if len(r.Bufs) > 0 {
+		out.Bufs = make([][]byte, len(r.Bufs))
+		for i, b := range r.Bufs {
+			if b != nil {
+				out.Bufs[i] = append(make([]byte, 0, len(b)), b...)
+			}
+		}
+	}
+	return out
 }
 
 // Error is an operation's failure.
@@ -180,7 +214,7 @@ func bytesOf(r *wire.Response, err error) ([]byte, error) {
 	if len(r.Bufs) < 1 {
 		return nil, ErrProtocol
 	}
-	return append([]byte(nil), r.Bufs[0]...), nil
+	return r.Bufs[0], nil // already the caller's own copy (detach)
 }
 
 func nothing(_ *wire.Response, err error) error { return err }

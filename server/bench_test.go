@@ -1,21 +1,56 @@
 package server_test
 
 import (
+	"bufio"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"path/filepath"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/server/metrics"
+	"github.com/ukeys/ukeys/wire"
 )
 
+// benchClients is the number of concurrent clients: separate connections,
+// each reading one key after another.
+const benchClients = 16
+
 // BenchmarkRoundTrip reads a key over the socket from 16 concurrent
-// clients (one connection each) and reports the round trip's p50/p99 and
-// the daemon's throughput.
+// clients (one connection each, sequential reads) and reports the round
+// trip's p50/p99 and the daemon's throughput. The daemon runs as ukeyd
+// does, with Prometheus metrics observing every operation. Variants:
+//
+//   - daemon: the clients read as fast as they can (closed loop), so by
+//     Little's law the latency is 16 / throughput: it measures capacity.
+//   - collector: the same, while a background goroutine makes 25,600
+//     unused keys a second for the collector to reap (reaped/s reports
+//     what it did).
+//   - paced: each client reads once every 800 µs (20,000 reads/s offered
+//     in all, about a third of capacity), latency counted from when each
+//     read was due: the round trip of a daemon that is busy but not
+//     saturated.
+//   - floor: no daemon, the same 16 connections echoing frames of the
+//     same sizes through the same Go socket code: what one round trip
+//     costs on this machine before any key is read.
 func BenchmarkRoundTrip(b *testing.B) {
-	d := startDaemonB(b)
+	b.Run("daemon", func(b *testing.B) { benchDaemon(b, false, 0) })
+	b.Run("collector", func(b *testing.B) { benchDaemon(b, true, 0) })
+	b.Run("paced", func(b *testing.B) { benchDaemon(b, false, 800*time.Microsecond) })
+	b.Run("floor", benchFloor)
+}
+
+func benchDaemon(b *testing.B, reaping bool, every time.Duration) {
+	d := startDaemonCfg(b, server.Config{Metrics: metrics.New(prometheus.NewRegistry())})
 	setup, err := client.Dial(d.path)
 	if err != nil {
 		b.Fatal(err)
@@ -28,31 +63,66 @@ func BenchmarkRoundTrip(b *testing.B) {
 	if err := setup.SetPerm(id, keys.PermMask); err != nil {
 		b.Fatal(err)
 	}
-	const clients = 16
-	h := hdrhistogram.New(1, int64(time.Second), 3)
+	var stopGarbage func() uint64
+	if reaping {
+		stopGarbage = makeGarbage(b, d.svc)
+	}
+	clients := make([]*client.Client, benchClients)
+	for i := range clients {
+		if clients[i], err = client.Dial(d.path); err != nil {
+			b.Fatal(err)
+		}
+		defer clients[i].Close()
+	}
+	read := func(c *client.Client) error {
+		p, err := c.Read(id)
+		if err == nil && len(p) != len("payload") {
+			err = fmt.Errorf("read %d bytes", len(p))
+		}
+		return err
+	}
+	b.ResetTimer()
+	h, el := drive(b, clients, every, read)
+	b.StopTimer()
+	report(b, h, el)
+	if stopGarbage != nil {
+		b.ReportMetric(float64(stopGarbage())/el.Seconds(), "reaped/s")
+	}
+}
+
+// drive runs b.N operations spread over the clients, each client issuing
+// its share one after another (every == 0) or one per every, and returns
+// the latency histogram and the elapsed time.
+func drive[C any](b *testing.B, clients []C, every time.Duration, op func(C) error) (*hdrhistogram.Histogram, time.Duration) {
+	h := hdrhistogram.New(1, int64(10*time.Second), 3)
 	var mu sync.Mutex
 	var wg sync.WaitGroup
-	per := b.N/clients + 1
-	b.ResetTimer()
+	per := b.N/len(clients) + 1
 	start := time.Now()
-	for range clients {
+	for _, c := range clients {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			c, err := client.Dial(d.path)
-			if err != nil {
-				b.Error(err)
-				return
-			}
-			defer c.Close()
-			local := hdrhistogram.New(1, int64(time.Second), 3)
+			local := hdrhistogram.New(1, int64(10*time.Second), 3)
+			// Paced clients start at random phases, and a read that is late
+			// because the one before took long is timed from when it was
+			// due, so that a stall counts against every read it delayed
+			// (no coordinated omission).
+			due := time.Now().Add(rand.N(max(every, 1)))
 			for range per {
-				t0 := time.Now()
-				if _, err := c.Read(id); err != nil {
+				if w := time.Until(due); every == 0 || w > 0 {
+					time.Sleep(w)
+					// Timed from now, not from when it was due: the
+					// sleep's own overshoot is the load generator's, not
+					// the daemon's.
+					due = time.Now()
+				}
+				if err := op(c); err != nil {
 					b.Error(err)
 					return
 				}
-				_ = local.RecordValue(time.Since(t0).Nanoseconds())
+				_ = local.RecordValue(max(time.Since(due).Nanoseconds(), 1))
+				due = due.Add(every)
 			}
 			mu.Lock()
 			h.Merge(local)
@@ -60,8 +130,126 @@ func BenchmarkRoundTrip(b *testing.B) {
 		}()
 	}
 	wg.Wait()
-	el := time.Since(start)
+	return h, time.Since(start)
+}
+
+func report(b *testing.B, h *hdrhistogram.Histogram, el time.Duration) {
 	b.ReportMetric(float64(h.ValueAtQuantile(50))/1e3, "p50-µs")
 	b.ReportMetric(float64(h.ValueAtQuantile(99))/1e3, "p99-µs")
 	b.ReportMetric(float64(h.TotalCount())/el.Seconds(), "ops/s")
+}
+
+// makeGarbage keeps the collector reaping until the returned function is
+// called, which reports how many keys it destroyed meanwhile: every 10 ms
+// it adds 256 keys to a keyring and clears it.
+func makeGarbage(b *testing.B, svc *keys.Service) func() uint64 {
+	root := svc.NewCaller(keys.Cred{UID: 0, GID: 0, PID: 1})
+	if _, err := root.JoinSessionKeyring(nil); err != nil {
+		b.Fatal(err)
+	}
+	ring, err := root.AddKey("keyring", "garbage", nil, keys.SessionKeyring)
+	if err != nil {
+		b.Fatal(err)
+	}
+	before := svc.GCStats().Destroyed
+	var stop atomic.Bool
+	done := make(chan struct{})
+	payload := []byte("0123456789abcdef")
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(10 * time.Millisecond)
+		defer tick.Stop()
+		for n := 0; !stop.Load(); n++ {
+			for i := range 256 {
+				if _, err := root.AddKey("user", fmt.Sprintf("g%d.%d", n, i), payload, ring); err != nil {
+					b.Error(err)
+					return
+				}
+			}
+			if err := root.Clear(ring); err != nil {
+				b.Error(err)
+				return
+			}
+			<-tick.C
+		}
+	}()
+	return func() uint64 {
+		stop.Store(true)
+		<-done
+		reaped := svc.GCStats().Destroyed - before
+		root.Release()
+		return reaped
+	}
+}
+
+// benchFloor echoes, through the same Go socket code as the daemon, a
+// request frame the size of a key read's and a response frame the size of
+// its answer.
+func benchFloor(b *testing.B) {
+	path := filepath.Join(b.TempDir(), "echo.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: path, Net: "unix"})
+	if err != nil {
+		b.Fatal(err)
+	}
+	req, _ := wire.AppendRequest(nil, &wire.Request{Tag: 1, Op: wire.OpRead, Ints: []int64{1}})
+	req, _ = wire.AppendFrame(nil, req)
+	resp, _ := wire.AppendResponse(nil, &wire.Response{Tag: 1, Bufs: [][]byte{[]byte("payload")}})
+	resp, _ = wire.AppendFrame(nil, resp)
+	var served sync.WaitGroup
+	served.Add(1)
+	go func() {
+		defer served.Done()
+		var conns sync.WaitGroup
+		defer conns.Wait()
+		for {
+			c, err := ln.AcceptUnix()
+			if err != nil {
+				return
+			}
+			conns.Add(1)
+			go func() {
+				defer conns.Done()
+				defer c.Close()
+				br := bufio.NewReaderSize(c, 16<<10)
+				var body []byte
+				for {
+					if body, err = wire.ReadFrame(br, body); err != nil {
+						return
+					}
+					if _, err := c.Write(resp); err != nil {
+						return
+					}
+				}
+			}()
+		}
+	}()
+	type echo struct {
+		c  net.Conn
+		br *bufio.Reader
+		in []byte
+	}
+	clients := make([]*echo, benchClients)
+	for i := range clients {
+		c, err := net.Dial("unix", path)
+		if err != nil {
+			b.Fatal(err)
+		}
+		clients[i] = &echo{c: c, br: bufio.NewReaderSize(c, 16<<10)}
+	}
+	b.ResetTimer()
+	h, el := drive(b, clients, 0, func(e *echo) error {
+		if _, err := e.c.Write(req); err != nil {
+			return err
+		}
+		var err error
+		e.in, err = wire.ReadFrame(e.br, e.in)
+		return err
+	})
+	b.StopTimer()
+	report(b, h, el)
+	for _, e := range clients {
+		e.c.Close()
+	}
+	ln.Close()
+	served.Wait()
 }

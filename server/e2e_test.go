@@ -74,13 +74,23 @@ func startDaemon(t *testing.T, opts ...keys.Option) *daemon {
 	return startDaemonTB(t, opts...)
 }
 
-func startDaemonB(b *testing.B, opts ...keys.Option) *daemon { return startDaemonTB(b, opts...) }
-
 func startDaemonTB(t testing.TB, opts ...keys.Option) *daemon {
+	return startDaemonCfg(t, server.Config{}, opts...)
+}
+
+// startDaemonCfg starts a daemon with cfg, whose read timeout and
+// connection bound default to the tests' own.
+func startDaemonCfg(t testing.TB, cfg server.Config, opts ...keys.Option) *daemon {
 	dir := t.TempDir()
 	d := &daemon{path: filepath.Join(dir, "ukeyd.sock"), done: make(chan error, 1)}
 	d.svc = keys.New(opts...)
-	d.srv = server.New(d.svc, server.Config{ReadTimeout: 5 * time.Second, MaxConnsPerUID: 64})
+	if cfg.ReadTimeout == 0 {
+		cfg.ReadTimeout = 5 * time.Second
+	}
+	if cfg.MaxConnsPerUID == 0 {
+		cfg.MaxConnsPerUID = 64
+	}
+	d.srv = server.New(d.svc, cfg)
 	ln, err := server.Listen(d.path)
 	if err != nil {
 		t.Fatal(err)
