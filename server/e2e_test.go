@@ -29,6 +29,9 @@ func TestMain(m *testing.M) {
 	case "read":
 		childRead()
 		return
+	case "session":
+		childSession()
+		return
 	}
 	goleak.VerifyTestMain(m)
 }

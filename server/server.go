@@ -27,6 +27,10 @@ type Config struct {
 	MaxConnsPerUID int
 	// Metrics, if set, observes operation counts and latencies.
 	Metrics Observer
+	// ProcessPoll is how often the daemon checks whether client processes
+	// that have closed all their connections still exist (default 1
+	// second); their keyrings are released once they do not.
+	ProcessPoll time.Duration
 }
 
 // Server serves a keys.Service to clients on Unix sockets.
@@ -36,21 +40,17 @@ type Server struct {
 	log *slog.Logger
 
 	mu       sync.Mutex
-	procs    map[int]*proc // by pid
+	procs    map[int]*proc // by pid; see process.go
 	perUID   map[uint32]int
 	sessions map[string]sessionGrant // session tokens
 	helpers  map[string]*keys.Caller
 	conns    map[*conn]struct{}
 	lns      []net.Listener
 	closing  bool
+	watching bool // reapProcs runs
 	wg       sync.WaitGroup
-}
-
-// proc is a client process: its keys.Caller lives as long as the process
-// has a connection open.
-type proc struct {
-	caller *keys.Caller
-	conns  int
+	watchers sync.WaitGroup
+	stop     chan struct{} // closed by Shutdown
 }
 
 // New returns a server for svc.
@@ -67,6 +67,9 @@ func New(svc *keys.Service, cfg Config) *Server {
 	if cfg.MaxConnsPerUID <= 0 {
 		cfg.MaxConnsPerUID = 256
 	}
+	if cfg.ProcessPoll <= 0 {
+		cfg.ProcessPoll = time.Second
+	}
 	return &Server{
 		svc:      svc,
 		cfg:      cfg,
@@ -76,6 +79,7 @@ func New(svc *keys.Service, cfg Config) *Server {
 		sessions: make(map[string]sessionGrant),
 		helpers:  make(map[string]*keys.Caller),
 		conns:    make(map[*conn]struct{}),
+		stop:     make(chan struct{}),
 	}
 }
 
@@ -130,9 +134,19 @@ func (s *Server) accept(uc *net.UnixConn) {
 		return
 	}
 	s.perUID[cred.UID]++
+	var ended *proc
 	p := s.procs[cred.PID]
-	if p == nil || p.caller.Cred().UID != cred.UID {
-		p = &proc{caller: s.svc.NewCaller(cred)}
+	if p != nil && (p.caller.Cred().UID != cred.UID || p.handle.exited()) {
+		// The pid belonged to a process that is gone: its keyrings go now
+		// (or with its last connection), and this is a new process.
+		delete(s.procs, cred.PID)
+		if p.conns == 0 {
+			ended = p
+		}
+		p = nil
+	}
+	if p == nil {
+		p = &proc{caller: s.svc.NewCaller(cred), handle: openProc(uc, cred.PID)}
 		s.procs[cred.PID] = p
 	}
 	p.conns++
@@ -140,6 +154,9 @@ func (s *Server) accept(uc *net.UnixConn) {
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
+	if ended != nil {
+		ended.end()
+	}
 	s.cfg.Metrics.ConnOpened()
 	go c.serve()
 }
@@ -153,27 +170,39 @@ func (s *Server) release(c *conn) {
 		delete(s.perUID, c.cred.UID)
 	}
 	c.proc.conns--
-	var gone *keys.Caller
+	var ended *proc
 	if c.proc.conns == 0 {
-		// The pid may already name a newer process (of another uid): its
-		// entry stays, but this process's keyrings go all the same.
-		if s.procs[c.cred.PID] == c.proc {
+		switch {
+		case s.procs[c.cred.PID] != c.proc:
+			ended = c.proc // displaced by a new process with its pid
+		case s.closing || c.proc.handle.exited():
 			delete(s.procs, c.cred.PID)
+			ended = c.proc
+		default:
+			// The process lives on without a connection: it keeps its
+			// keyrings until it exits.
+			s.watchProcs()
 		}
-		gone = c.proc.caller
+		if ended != nil {
+			s.pruneTokens()
+		}
 	}
 	s.mu.Unlock()
-	if gone != nil {
-		gone.Release() // the process's thread and process keyrings go with it
+	if ended != nil {
+		ended.end() // the process's keyrings go with it
 	}
 	s.cfg.Metrics.ConnClosed()
 	s.wg.Done()
 }
 
 // Shutdown stops accepting, lets in-flight requests finish, closes every
-// connection and waits for them, or gives up when ctx ends.
+// connection and waits for them, or gives up when ctx ends. Then it
+// releases the keyrings of every client process.
 func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
+	if !s.closing {
+		close(s.stop)
+	}
 	s.closing = true
 	for _, ln := range s.lns {
 		ln.Close()
@@ -184,9 +213,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
+	var err error
 	select {
 	case <-done:
-		return nil
 	case <-ctx.Done():
 		s.mu.Lock()
 		for c := range s.conns {
@@ -194,8 +223,18 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		<-done
-		return ctx.Err()
+		err = ctx.Err()
 	}
+	s.watchers.Wait()
+	s.mu.Lock()
+	procs := s.procs
+	s.procs = make(map[int]*proc)
+	clear(s.sessions)
+	s.mu.Unlock()
+	for _, p := range procs {
+		p.end()
+	}
+	return err
 }
 
 func newToken() string {

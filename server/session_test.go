@@ -1,0 +1,134 @@
+package server_test
+
+import (
+	"bufio"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/testutil"
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
+)
+
+// childSession runs in a child process and does what `ukeyctl session`
+// does: start a session, put a key in it, close its connection, and only
+// then start a child that joins the session through the token. It stays
+// alive until its standard input closes.
+func childSession() {
+	c, err := client.Dial(os.Getenv("UKEYS_SOCKET"))
+	if err != nil {
+		fmt.Println("dial:", err)
+		os.Exit(1)
+	}
+	if _, err := c.JoinSessionKeyring(nil); err != nil {
+		fmt.Println("join:", err)
+		os.Exit(1)
+	}
+	id, err := c.AddKey("user", "shared", []byte("s"), keys.SessionKeyring)
+	if err != nil {
+		fmt.Println("add:", err)
+		os.Exit(1)
+	}
+	tok, err := c.SessionToken()
+	if err != nil {
+		fmt.Println("token:", err)
+		os.Exit(1)
+	}
+	c.Close()
+	fmt.Println("id", id)
+	fmt.Println("token", tok)
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=search", client.SessionEnv+"="+tok)
+	out, _ := cmd.CombinedOutput()
+	fmt.Println("child", strings.TrimSpace(string(out)))
+	io.Copy(io.Discard, os.Stdin)
+}
+
+// A session keyring lives as long as a process that joined it: its
+// creator's connection may close, and children that connect later still
+// find it through the token; once every process in it has exited, the
+// session is gone and the token opens nothing.
+func TestSessionOutlivesConnection(t *testing.T) {
+	d := startDaemonCfg(t, server.Config{ProcessPoll: 10 * time.Millisecond})
+	sock := "UKEYS_SOCKET=" + d.path
+	holder := exec.Command(os.Args[0], "-test.run=^$")
+	holder.Env = append(os.Environ(), "UKEYS_TEST_CHILD=session", sock)
+	stdin, err := holder.StdinPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := holder.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := holder.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		stdin.Close()
+		holder.Wait()
+	}()
+	lines := bufio.NewScanner(stdout)
+	read := func(prefix string) string {
+		t.Helper()
+		if !lines.Scan() {
+			t.Fatalf("session holder ended before %q: %v", prefix, lines.Err())
+		}
+		v, ok := strings.CutPrefix(lines.Text(), prefix+" ")
+		if !ok {
+			t.Fatalf("session holder said %q, want %q…", lines.Text(), prefix)
+		}
+		return v
+	}
+	id, err := strconv.Atoi(read("id"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tok := read("token")
+	if got := read("child"); got != fmt.Sprint("found ", id) {
+		t.Fatalf("the session's child, connecting after its parent's connection closed: %q, want found %d", got, id)
+	}
+	if got := runChild(t, sock, client.SessionEnv+"="+tok); got != fmt.Sprint("found ", id) {
+		t.Fatalf("another process with the token while the session's creator lives: %q", got)
+	}
+
+	// The creator exits: no process holds the session any more.
+	stdin.Close()
+	if err := holder.Wait(); err != nil {
+		t.Fatalf("session holder: %v", err)
+	}
+	status := d.dial(t)
+	testutil.Eventually(t, "the daemon to notice the exited processes", func() bool {
+		st, err := status.Status()
+		return err == nil && strings.Contains(st, "processes: 1\n") // this test's own
+	})
+	if got := runChild(t, sock, client.SessionEnv+"="+tok); !strings.Contains(got, "Required key not available") {
+		t.Fatalf("a process presenting the token of an ended session: %q, want ENOKEY", got)
+	}
+}
+
+// The keyrings of a process that keeps running after closing its
+// connection are still there when it connects again.
+func TestProcessKeyringOutlivesConnection(t *testing.T) {
+	d := startDaemon(t)
+	a, err := client.Dial(d.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, err := a.GetKeyringID(keys.ProcessKeyring, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.Close()
+	b := d.dial(t)
+	if got, err := b.GetKeyringID(keys.ProcessKeyring, false); err != nil || got != pk {
+		t.Fatalf("process keyring after reconnecting: %d, %v; want %d", got, err, pk)
+	}
+}
