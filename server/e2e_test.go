@@ -33,6 +33,10 @@ func TestMain(m *testing.M) {
 		childSession()
 		return
 	}
+	if len(os.Args) > 2 && os.Args[1] == "hang-helper" && os.Getenv(server.HelperEnv) != "" {
+		childHang()
+		return
+	}
 	goleak.VerifyTestMain(m)
 }
 
