@@ -6,12 +6,13 @@
 package client
 
 import (
-	"bufio"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ukeys/ukeys/keys"
@@ -26,16 +27,17 @@ const SessionEnv = "UKEYS_SESSION"
 type Client struct {
 	mu    sync.Mutex
 	conn  io.ReadWriteCloser
-	br    *bufio.Reader
+	raw   syscall.RawConn
 	local Handler
 	tag   uint32
 
 	// Reused from one request to the next, under mu: the request, the
 	// outgoing frame, the incoming frame and its decoding.
-	req  wire.Request
-	out  []byte
-	in   []byte
-	resp wire.Response
+	req   wire.Request
+	out   []byte
+	inBuf []byte // the incoming frame
+	in    []byte // its body
+	resp  wire.Response
 }
 
 // Dial connects to the daemon at the Unix socket path and, if the
@@ -59,7 +61,14 @@ func Dial(path string) (*Client, error) {
 		conn.Close()
 		return nil, err
 	}
-	c := &Client{conn: conn, br: bufio.NewReaderSize(conn, 16<<10)}
+	// The file from dialUnix reads and writes through the runtime's
+	// poller, and so do raw reads of it (roundTrip).
+	raw, err := conn.(syscall.Conn).SyscallConn()
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	c := &Client{conn: conn, raw: raw}
 	if tok := os.Getenv(HelperEnv); tok != "" {
 		if _, err := c.attach(tok); err != nil {
 			c.Close()
@@ -110,14 +119,13 @@ func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, e
 			out, err = wire.EndFrame(out, 0)
 		}
 		if err == nil {
-			_, err = c.conn.Write(out)
+			err = c.roundTrip(out)
 		}
 		clear(out) // requests may carry payloads
 		c.out = out
-		if err != nil {
-			return nil, err
+		if cap(out) > 64<<10 {
+			c.out = nil
 		}
-		c.in, err = wire.ReadFrame(c.br, c.in)
 		if err != nil {
 			return nil, err
 		}
@@ -138,8 +146,105 @@ func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, e
 	if c.local == nil {
 		clear(c.in) // the copy is the caller's; wipe the frame
 		clear(c.resp.Bufs)
+		if cap(c.inBuf) > 64<<10 {
+			c.inBuf = nil // one large answer does not pin its buffer
+		}
 	}
 	return out, nil
+}
+
+// roundTrip writes the request frame out and reads the answer's body into
+// c.in, in two system calls: the write, and one read once the answer is
+// there. A plain write and read would cost a third, a read tried before
+// the answer can have arrived. Waiting without reading first is safe
+// because the write happens inside the raw read: the runtime forgets the
+// socket's readiness when a raw read begins, and nothing arrives in answer
+// to a request that has not been written.
+func (c *Client) roundTrip(out []byte) error {
+	in := c.inBuf[:cap(c.inBuf)]
+	if len(in) < 256 {
+		in = make([]byte, 256)
+	}
+	have, need := 0, -1 // need: the frame's length, once its prefix is in
+	written, wrote := 0, false
+	var ioErr error
+	read := func(fd int) bool {
+		for {
+			n, err := syscall.Read(fd, in[have:])
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				return false
+			case err != nil:
+				ioErr = err
+				return true
+			case n == 0:
+				ioErr = io.ErrUnexpectedEOF
+				if have == 0 {
+					ioErr = io.EOF
+				}
+				return true
+			}
+			have += n
+			if need < 0 && have >= 4 {
+				if need = int(binary.BigEndian.Uint32(in)); need > wire.MaxFrame {
+					ioErr = wire.ErrFrameTooLarge
+					return true
+				}
+				if 4+need > len(in) {
+					in = append(in[:have], make([]byte, 4+need-have)...)
+				}
+			}
+			if need >= 0 && have >= 4+need {
+				if have > 4+need {
+					ioErr = ErrProtocol // the daemon answers each request once
+				}
+				return true
+			}
+			if have == len(in) {
+				in = append(in, make([]byte, len(in))...)
+			}
+		}
+	}
+	err := c.raw.Read(func(fd uintptr) bool {
+		if wrote {
+			return read(int(fd))
+		}
+		wrote = true
+		for written < len(out) {
+			n, err := syscall.Write(int(fd), out[written:])
+			if n > 0 {
+				written += n
+			}
+			switch {
+			case err == syscall.EINTR:
+				continue
+			case err == syscall.EAGAIN:
+				return true // the socket is full: finish with a plain write
+			case err != nil:
+				ioErr = err
+				return true
+			}
+		}
+		return false // the answer cannot be there yet: wait for it
+	})
+	if err == nil && ioErr == nil && written < len(out) {
+		if _, err = c.conn.Write(out[written:]); err == nil {
+			err = c.raw.Read(func(fd uintptr) bool { return read(int(fd)) })
+		}
+	}
+	c.inBuf = in
+	if err == nil {
+		err = ioErr
+	}
+	if err != nil {
+		clear(in[:have])
+		c.in = nil
+		return err
+	}
+	c.in = in[4 : 4+need]
+	return nil
 }
 
 // detach copies a response out of the buffers the next request reuses.

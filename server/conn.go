@@ -6,7 +6,10 @@ import (
 	"io"
 	"net"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -70,6 +73,10 @@ func (c *conn) serve() {
 	if err := wire.WriteFrame(c.uc, wire.EncodeHello(min(v, wire.Version))); err != nil {
 		return
 	}
+	raw, err := c.uc.SyscallConn()
+	if err != nil {
+		return
+	}
 	// The request, its body and the response frame are reused from one
 	// request to the next: serving a request allocates only what the keys
 	// package returns.
@@ -84,6 +91,14 @@ func (c *conn) serve() {
 		if now := time.Now(); deadline.Sub(now) < timeout-timeout/8 {
 			deadline = now.Add(timeout)
 			c.uc.SetReadDeadline(deadline)
+		}
+		if len(out) > 0 {
+			quit, err := c.answer(raw, out, br.Buffered() > 0)
+			clear(out)
+			out = out[:0]
+			if err != nil || quit {
+				return
+			}
 		}
 		body, err = wire.ReadFrame(br, body)
 		if err != nil {
@@ -108,7 +123,8 @@ func (c *conn) serve() {
 		resp := c.dispatch(&req)
 		c.s.cfg.Metrics.Observe(req.Op, resp.Errno, time.Since(start))
 		resp.Tag = req.Tag
-		// The whole frame is built in one buffer and goes out in one write.
+		// The whole frame is built in one buffer and goes out in one write
+		// (answer, at the top of the loop).
 		out, err = wire.AppendResponse(wire.BeginFrame(out[:0]), resp)
 		if err == nil {
 			out, err = wire.EndFrame(out, 0)
@@ -116,25 +132,82 @@ func (c *conn) serve() {
 		for _, b := range resp.Bufs {
 			clear(b) // results may hold payloads: do not keep them around
 		}
-		if err == nil {
-			_, err = c.uc.Write(out)
-		}
-		clear(out)
 		clear(body)
 		clear(req.Bufs) // aliases of body, already cleared; drop the slices
 		if cap(body) > 64<<10 {
 			body = nil // one large payload does not pin a megabyte per connection
 		}
-		if cap(out) > 64<<10 {
-			out = nil
-		}
-
-		c.mu.Lock()
-		c.busy = false
-		quit := c.quit
-		c.mu.Unlock()
-		if err != nil || quit {
+		if err != nil {
+			clear(out)
 			return
 		}
 	}
+}
+
+// answer writes the response frame f and marks the connection idle. It
+// reports whether the connection is to close.
+//
+// Unless a request is already buffered (more), it then waits for the next
+// request without trying to read it first: right after an answer the
+// next request is almost never there yet, and that failed read was one of
+// the three system calls a round trip cost the daemon. Waiting without
+// reading is safe only because the write happens inside the raw read: the
+// runtime forgets the socket's readiness when a raw read begins, so a
+// request that arrived before the write could otherwise go unnoticed;
+// nothing can arrive in answer to a response that has not been written.
+func (c *conn) answer(raw syscall.RawConn, f []byte, more bool) (quit bool, err error) {
+	if more {
+		_, err = c.uc.Write(f)
+		return c.idle(), err
+	}
+	written, wrote := 0, false
+	var werr error
+	rerr := raw.Read(func(fd uintptr) bool {
+		if wrote {
+			return true // readable (or woken for nothing): ReadFrame reads
+		}
+		wrote = true
+		for written < len(f) {
+			n, err := unix.Write(int(fd), f[written:])
+			if n > 0 {
+				written += n
+			}
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				return true // the socket is full: finish with a plain write
+			case err != nil:
+				werr = err
+				return true
+			}
+		}
+		if quit = c.idle(); quit {
+			return true
+		}
+		return false // wait for the next request
+	})
+	switch {
+	case werr != nil:
+		return true, werr
+	case written < len(f):
+		if _, err := c.uc.Write(f[written:]); err != nil {
+			return true, err
+		}
+		return c.idle(), nil
+	case rerr != nil:
+		// Closed by Shutdown, or silent past the deadline: ReadFrame
+		// would say the same.
+		return true, nil
+	}
+	return quit, nil
+}
+
+// idle marks the connection between requests and reports whether it is
+// to close.
+func (c *conn) idle() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.busy = false
+	return c.quit
 }

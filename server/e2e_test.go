@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -258,5 +259,32 @@ func TestBadClients(t *testing.T) {
 	wg.Wait()
 	if _, err := good.GetKeyringID(keys.UserKeyring, true); err != nil {
 		t.Fatalf("good client after the abuse: %v", err)
+	}
+}
+
+// Frames larger than a socket buffer go both ways, and the connection
+// serves on after them.
+func TestLargeFrames(t *testing.T) {
+	d := startDaemon(t)
+	c := d.dial(t)
+	big := make([]byte, 32767) // the largest user key payload
+	for i := range big {
+		big[i] = byte(i)
+	}
+	id, err := c.AddKey("user", "big", big, keys.ProcessKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := c.Read(id); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("Read of a %d-byte payload: %d bytes, %v", len(big), len(got), err)
+	}
+	// A request of a megabyte fills the socket; the daemon refuses the
+	// payload, not the connection.
+	var ce *client.Error
+	if err := c.Update(id, make([]byte, 1<<20)); !errors.As(err, &ce) {
+		t.Fatalf("Update with a 1 MiB payload: %v, want an errno from the daemon", err)
+	}
+	if got, err := c.Read(id); err != nil || !bytes.Equal(got, big) {
+		t.Fatalf("Read after the large request: %d bytes, %v", len(got), err)
 	}
 }
