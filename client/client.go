@@ -38,6 +38,7 @@ type Client struct {
 	inBuf []byte // the incoming frame
 	in    []byte // its body
 	resp  wire.Response
+	rt    exchange
 }
 
 // Dial connects to the daemon at the Unix socket path and, if the
@@ -161,61 +162,59 @@ func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, e
 // socket's readiness when a raw read begins, and nothing arrives in answer
 // to a request that has not been written.
 func (c *Client) roundTrip(out []byte) error {
+	t := &c.rt
 	in := c.inBuf[:cap(c.inBuf)]
 	if len(in) < 256 {
 		in = make([]byte, 256)
 	}
-	have, need := 0, -1 // need: the frame's length, once its prefix is in
-	written, wrote := 0, false
-	var ioErr error
-	read := func(fd int) bool {
-		for {
-			n, err := syscall.Read(fd, in[have:])
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-				return false
-			case err != nil:
-				ioErr = err
-				return true
-			case n == 0:
-				ioErr = io.ErrUnexpectedEOF
-				if have == 0 {
-					ioErr = io.EOF
-				}
-				return true
-			}
-			have += n
-			if need < 0 && have >= 4 {
-				if need = int(binary.BigEndian.Uint32(in)); need > wire.MaxFrame {
-					ioErr = wire.ErrFrameTooLarge
-					return true
-				}
-				if 4+need > len(in) {
-					in = append(in[:have], make([]byte, 4+need-have)...)
-				}
-			}
-			if need >= 0 && have >= 4+need {
-				if have > 4+need {
-					ioErr = ErrProtocol // the daemon answers each request once
-				}
-				return true
-			}
-			if have == len(in) {
-				in = append(in, make([]byte, len(in))...)
-			}
+	*t = exchange{out: out, in: in, need: -1, step: t.step}
+	if t.step == nil {
+		t.step = t.advance // bound once: a method value per call would allocate
+	}
+	err := c.raw.Read(t.step)
+	if err == nil && t.err == nil && t.written < len(out) {
+		// The socket was full: finish the write the plain way, then read.
+		if _, err = c.conn.Write(out[t.written:]); err == nil {
+			t.written = len(out)
+			err = c.raw.Read(t.step)
 		}
 	}
-	err := c.raw.Read(func(fd uintptr) bool {
-		if wrote {
-			return read(int(fd))
-		}
-		wrote = true
-		for written < len(out) {
-			n, err := syscall.Write(int(fd), out[written:])
+	if err == nil {
+		err = t.err
+	}
+	in = t.in
+	c.inBuf = in
+	if err != nil {
+		clear(in[:t.have])
+		c.in = nil
+	} else {
+		c.in = in[4 : 4+t.need]
+	}
+	t.out, t.in = nil, nil
+	return err
+}
+
+// exchange is the state of one roundTrip, kept in the Client so that the
+// raw read's callback allocates nothing.
+type exchange struct {
+	out, in []byte
+	written int  // bytes of out written
+	wrote   bool // the write was tried
+	have    int  // bytes of in read
+	need    int  // the answer's length, once its prefix is in; else -1
+	err     error
+	step    func(fd uintptr) bool
+}
+
+// advance is the raw read's callback: it writes the request the first
+// time, and reads the answer after.
+func (t *exchange) advance(fd uintptr) bool {
+	if !t.wrote {
+		t.wrote = true
+		for t.written < len(t.out) {
+			n, err := syscall.Write(int(fd), t.out[t.written:])
 			if n > 0 {
-				written += n
+				t.written += n
 			}
 			switch {
 			case err == syscall.EINTR:
@@ -223,28 +222,49 @@ func (c *Client) roundTrip(out []byte) error {
 			case err == syscall.EAGAIN:
 				return true // the socket is full: finish with a plain write
 			case err != nil:
-				ioErr = err
+				t.err = err
 				return true
 			}
 		}
 		return false // the answer cannot be there yet: wait for it
-	})
-	if err == nil && ioErr == nil && written < len(out) {
-		if _, err = c.conn.Write(out[written:]); err == nil {
-			err = c.raw.Read(func(fd uintptr) bool { return read(int(fd)) })
+	}
+	for {
+		n, err := syscall.Read(int(fd), t.in[t.have:])
+		switch {
+		case err == syscall.EINTR:
+			continue
+		case err == syscall.EAGAIN:
+			return false
+		case err != nil:
+			t.err = err
+			return true
+		case n == 0:
+			t.err = io.ErrUnexpectedEOF
+			if t.have == 0 {
+				t.err = io.EOF
+			}
+			return true
+		}
+		t.have += n
+		if t.need < 0 && t.have >= 4 {
+			if t.need = int(binary.BigEndian.Uint32(t.in)); t.need > wire.MaxFrame {
+				t.err = wire.ErrFrameTooLarge
+				return true
+			}
+			if 4+t.need > len(t.in) {
+				t.in = append(t.in[:t.have], make([]byte, 4+t.need-t.have)...)
+			}
+		}
+		if t.need >= 0 && t.have >= 4+t.need {
+			if t.have > 4+t.need {
+				t.err = ErrProtocol // the daemon answers each request once
+			}
+			return true
+		}
+		if t.have == len(t.in) {
+			t.in = append(t.in, make([]byte, len(t.in))...)
 		}
 	}
-	c.inBuf = in
-	if err == nil {
-		err = ioErr
-	}
-	if err != nil {
-		clear(in[:have])
-		c.in = nil
-		return err
-	}
-	c.in = in[4 : 4+need]
-	return nil
 }
 
 // detach copies a response out of the buffers the next request reuses.

@@ -28,6 +28,8 @@ type conn struct {
 	quit bool // close once the current request is answered
 
 	watch *keys.WatchQueue
+
+	ans answering // the serving goroutine's own
 }
 
 // closeIdle closes the connection now if it is between requests, or
@@ -160,38 +162,19 @@ func (c *conn) answer(raw syscall.RawConn, f []byte, more bool) (quit bool, err 
 		_, err = c.uc.Write(f)
 		return c.idle(), err
 	}
-	written, wrote := 0, false
-	var werr error
-	rerr := raw.Read(func(fd uintptr) bool {
-		if wrote {
-			return true // readable (or woken for nothing): ReadFrame reads
-		}
-		wrote = true
-		for written < len(f) {
-			n, err := unix.Write(int(fd), f[written:])
-			if n > 0 {
-				written += n
-			}
-			switch {
-			case err == unix.EINTR:
-				continue
-			case err == unix.EAGAIN:
-				return true // the socket is full: finish with a plain write
-			case err != nil:
-				werr = err
-				return true
-			}
-		}
-		if quit = c.idle(); quit {
-			return true
-		}
-		return false // wait for the next request
-	})
+	a := &c.ans
+	*a = answering{f: f, step: a.step}
+	if a.step == nil {
+		a.step = a.advance // bound once: a method value per call would allocate
+	}
+	a.c = c
+	rerr := raw.Read(a.step)
+	a.f, a.c = nil, nil
 	switch {
-	case werr != nil:
-		return true, werr
-	case written < len(f):
-		if _, err := c.uc.Write(f[written:]); err != nil {
+	case a.err != nil:
+		return true, a.err
+	case a.written < len(f):
+		if _, err := c.uc.Write(f[a.written:]); err != nil {
 			return true, err
 		}
 		return c.idle(), nil
@@ -200,7 +183,47 @@ func (c *conn) answer(raw syscall.RawConn, f []byte, more bool) (quit bool, err 
 		// would say the same.
 		return true, nil
 	}
-	return quit, nil
+	return a.quit, nil
+}
+
+// answering is the state of one answer, kept in the conn so that the raw
+// read's callback allocates nothing.
+type answering struct {
+	c       *conn
+	f       []byte
+	written int
+	wrote   bool
+	quit    bool
+	err     error
+	step    func(fd uintptr) bool
+}
+
+// advance is the raw read's callback: it writes the answer the first
+// time, and hands over to ReadFrame once woken.
+func (a *answering) advance(fd uintptr) bool {
+	if a.wrote {
+		return true // readable (or woken for nothing): ReadFrame reads
+	}
+	a.wrote = true
+	for a.written < len(a.f) {
+		n, err := unix.Write(int(fd), a.f[a.written:])
+		if n > 0 {
+			a.written += n
+		}
+		switch {
+		case err == unix.EINTR:
+			continue
+		case err == unix.EAGAIN:
+			return true // the socket is full: finish with a plain write
+		case err != nil:
+			a.err = err
+			return true
+		}
+	}
+	if a.quit = a.c.idle(); a.quit {
+		return true
+	}
+	return false // wait for the next request
 }
 
 // idle marks the connection between requests and reports whether it is
