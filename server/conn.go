@@ -29,7 +29,8 @@ type conn struct {
 
 	watch *keys.WatchQueue
 
-	ans answering // the serving goroutine's own
+	ans  answering // the serving goroutine's own
+	rbuf []byte    // payloads read (dispatch.go), wiped after each answer
 }
 
 // closeIdle closes the connection now if it is between requests, or

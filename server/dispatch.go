@@ -86,7 +86,7 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 	case wire.OpSearch:
 		return result(cl.Search(id, string(r.Buf(0)), string(r.Buf(1)), keys.Serial(r.Int(1))))
 	case wire.OpRead:
-		b, err := cl.Read(id)
+		b, err := c.read(cl, id)
 		if err != nil {
 			return fail(err)
 		}
@@ -176,6 +176,27 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 		return okBuf([]byte(c.s.sessionToken(k, c.cred.UID)), int64(k.Serial()))
 	}
 	return fail(keys.EOPNOTSUPP)
+}
+
+// read reads a key's payload into the connection's read buffer, which
+// the server wipes once the answer is written: a key read then allocates
+// no copy of the payload.
+func (c *conn) read(cl *keys.Caller, id keys.Serial) ([]byte, error) {
+	buf := c.rbuf[:cap(c.rbuf)]
+	for {
+		n, err := cl.ReadInto(id, buf)
+		if err != nil {
+			return nil, err
+		}
+		if n <= len(buf) {
+			return buf[:n], nil
+		}
+		// Too small (or the payload grew meanwhile): a buffer that fits.
+		buf = make([]byte, n)
+		if n <= 4<<10 {
+			c.rbuf = buf // small payloads are the common case: keep it
+		}
+	}
 }
 
 // attach lets a process present a token: a session token makes it
