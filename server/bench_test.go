@@ -5,7 +5,10 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -39,6 +42,9 @@ const benchClients = 16
 //     in all, about a third of capacity), latency counted from when each
 //     read was due: the round trip of a daemon that is busy but not
 //     saturated.
+//   - process: the 16 clients live in another process (this test binary
+//     run again), as real clients do; the two processes' schedulers then
+//     share the 2 cores through the kernel's.
 //   - echo: no daemon, the same 16 connections echoing frames of the
 //     same sizes with plain net.Conn reads and writes (six system calls a
 //     round trip, where the daemon and client make four): what a round
@@ -48,6 +54,7 @@ func BenchmarkRoundTrip(b *testing.B) {
 	b.Run("daemon", func(b *testing.B) { benchDaemon(b, false, 0) })
 	b.Run("collector", func(b *testing.B) { benchDaemon(b, true, 0) })
 	b.Run("paced", func(b *testing.B) { benchDaemon(b, false, 800*time.Microsecond) })
+	b.Run("process", benchProcess)
 	b.Run("echo", benchEcho)
 }
 
@@ -84,22 +91,26 @@ func benchDaemon(b *testing.B, reaping bool, every time.Duration) {
 		return err
 	}
 	b.ResetTimer()
-	h, el := drive(b, clients, every, read)
+	h, el, err := drive(b.N, clients, every, read)
 	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
 	report(b, h, el)
 	if stopGarbage != nil {
 		b.ReportMetric(float64(stopGarbage())/el.Seconds(), "reaped/s")
 	}
 }
 
-// drive runs b.N operations spread over the clients, each client issuing
+// drive runs n operations spread over the clients, each client issuing
 // its share one after another (every == 0) or one per every, and returns
-// the latency histogram and the elapsed time.
-func drive[C any](b *testing.B, clients []C, every time.Duration, op func(C) error) (*hdrhistogram.Histogram, time.Duration) {
+// the latency histogram, the elapsed time and the first error.
+func drive[C any](n int, clients []C, every time.Duration, op func(C) error) (*hdrhistogram.Histogram, time.Duration, error) {
 	h := hdrhistogram.New(1, int64(10*time.Second), 3)
 	var mu sync.Mutex
+	var first error
 	var wg sync.WaitGroup
-	per := b.N/len(clients) + 1
+	per := n/len(clients) + 1
 	start := time.Now()
 	for _, c := range clients {
 		wg.Add(1)
@@ -111,6 +122,7 @@ func drive[C any](b *testing.B, clients []C, every time.Duration, op func(C) err
 			// due, so that a stall counts against every read it delayed
 			// (no coordinated omission).
 			due := time.Now().Add(rand.N(max(every, 1)))
+			var err error
 			for range per {
 				if w := time.Until(due); every == 0 || w > 0 {
 					time.Sleep(w)
@@ -119,20 +131,22 @@ func drive[C any](b *testing.B, clients []C, every time.Duration, op func(C) err
 					// the daemon's.
 					due = time.Now()
 				}
-				if err := op(c); err != nil {
-					b.Error(err)
-					return
+				if err = op(c); err != nil {
+					break
 				}
 				_ = local.RecordValue(max(time.Since(due).Nanoseconds(), 1))
 				due = due.Add(every)
 			}
 			mu.Lock()
 			h.Merge(local)
+			if first == nil {
+				first = err
+			}
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return h, time.Since(start)
+	return h, time.Since(start), first
 }
 
 func report(b *testing.B, h *hdrhistogram.Histogram, el time.Duration) {
@@ -238,7 +252,7 @@ func benchEcho(b *testing.B) {
 		clients[i] = &echo{c: c, br: bufio.NewReaderSize(c, 16<<10)}
 	}
 	b.ResetTimer()
-	h, el := drive(b, clients, 0, func(e *echo) error {
+	h, el, err := drive(b.N, clients, 0, func(e *echo) error {
 		if _, err := e.c.Write(req); err != nil {
 			return err
 		}
@@ -247,10 +261,73 @@ func benchEcho(b *testing.B) {
 		return err
 	})
 	b.StopTimer()
+	if err != nil {
+		b.Fatal(err)
+	}
 	report(b, h, el)
 	for _, e := range clients {
 		e.c.Close()
 	}
 	ln.Close()
 	served.Wait()
+}
+
+// benchProcess drives the daemon from 16 clients in a child process.
+func benchProcess(b *testing.B) {
+	d := startDaemonCfg(b, server.Config{Metrics: metrics.New(prometheus.NewRegistry())})
+	setup, err := client.Dial(d.path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer setup.Close()
+	id, err := setup.AddKey("user", "bench", []byte("payload"), keys.UserKeyring)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := setup.SetPerm(id, keys.PermMask); err != nil {
+		b.Fatal(err)
+	}
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=bench", "UKEYS_SOCKET="+d.path,
+		"UKEYS_TEST_KEY="+strconv.Itoa(int(id)), "UKEYS_TEST_N="+strconv.Itoa(b.N))
+	b.ResetTimer()
+	out, err := cmd.Output()
+	b.StopTimer()
+	if err != nil {
+		b.Fatalf("bench child: %v\n%s", err, out)
+	}
+	var p50, p99, ops float64
+	if _, err := fmt.Sscan(string(out), &p50, &p99, &ops); err != nil {
+		b.Fatalf("bench child said %q: %v", out, err)
+	}
+	b.ReportMetric(p50, "p50-µs")
+	b.ReportMetric(p99, "p99-µs")
+	b.ReportMetric(ops, "ops/s")
+}
+
+// childBench runs in the child process of benchProcess: 16 clients read
+// key UKEYS_TEST_KEY, UKEYS_TEST_N times in all, and it prints p50 and
+// p99 in µs and the reads per second.
+func childBench() {
+	id, _ := strconv.Atoi(os.Getenv("UKEYS_TEST_KEY"))
+	n, _ := strconv.Atoi(os.Getenv("UKEYS_TEST_N"))
+	clients := make([]*client.Client, benchClients)
+	for i := range clients {
+		c, err := client.Dial(os.Getenv("UKEYS_SOCKET"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		defer c.Close()
+		clients[i] = c
+	}
+	h, el, err := drive(n, clients, 0, func(c *client.Client) error {
+		_, err := c.Read(keys.Serial(id))
+		return err
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println(float64(h.ValueAtQuantile(50))/1e3, float64(h.ValueAtQuantile(99))/1e3, float64(h.TotalCount())/el.Seconds())
 }

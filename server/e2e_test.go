@@ -33,6 +33,9 @@ func TestMain(m *testing.M) {
 	case "session":
 		childSession()
 		return
+	case "bench":
+		childBench()
+		return
 	}
 	if len(os.Args) > 2 && os.Args[1] == "hang-helper" && os.Getenv(server.HelperEnv) != "" {
 		childHang()
