@@ -49,6 +49,8 @@ func Dial(path string) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
+	// Version 2 promises one request at a time, which do keeps: it holds
+	// mu from sending a request until its answer is read.
 	if err := wire.WriteFrame(conn, wire.EncodeHello(wire.Version)); err != nil {
 		conn.Close()
 		return nil, err

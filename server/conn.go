@@ -73,9 +73,13 @@ func (c *conn) serve() {
 		c.s.log.Debug("ukeyd: bad handshake", "uid", c.cred.UID, "pid", c.cred.PID)
 		return
 	}
-	if err := wire.WriteFrame(c.uc, wire.EncodeHello(min(v, wire.Version))); err != nil {
+	v = min(v, wire.Version)
+	if err := wire.WriteFrame(c.uc, wire.EncodeHello(v)); err != nil {
 		return
 	}
+	// Only a client that sends one request at a time may be waited for
+	// without reading (answer): another may already have sent the next.
+	sequential := wire.Sequential(v)
 	raw, err := c.uc.SyscallConn()
 	if err != nil {
 		return
@@ -96,9 +100,12 @@ func (c *conn) serve() {
 			c.uc.SetReadDeadline(deadline)
 		}
 		if len(out) > 0 {
-			quit, err := c.answer(raw, out, br.Buffered() > 0)
+			quit, err := c.answer(raw, out, !sequential || br.Buffered() > 0)
 			clear(out)
 			out = out[:0]
+			if cap(out) > 64<<10 {
+				out = nil // one large answer does not pin its buffer
+			}
 			if err != nil || quit {
 				return
 			}
@@ -150,14 +157,15 @@ func (c *conn) serve() {
 // answer writes the response frame f and marks the connection idle. It
 // reports whether the connection is to close.
 //
-// Unless a request is already buffered (more), it then waits for the next
-// request without trying to read it first: right after an answer the
-// next request is almost never there yet, and that failed read was one of
-// the three system calls a round trip cost the daemon. Waiting without
-// reading is safe only because the write happens inside the raw read: the
-// runtime forgets the socket's readiness when a raw read begins, so a
-// request that arrived before the write could otherwise go unnoticed;
-// nothing can arrive in answer to a response that has not been written.
+// Unless more requests may be on their way already (more: the client may
+// pipeline, or a request is buffered), it then waits for the next request
+// without trying to read it first: right after an answer the next request
+// of a client that sends one at a time is never there yet, and that
+// failed read was one of the three system calls a round trip cost the
+// daemon. Waiting without reading is safe only because the write happens
+// inside the raw read: the runtime forgets the socket's readiness when a
+// raw read begins, so a request that arrived before the write could go
+// unnoticed; a client that waits for each answer sends nothing before it.
 func (c *conn) answer(raw syscall.RawConn, f []byte, more bool) (quit bool, err error) {
 	if more {
 		_, err = c.uc.Write(f)

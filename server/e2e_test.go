@@ -1,6 +1,7 @@
 package server_test
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -289,5 +290,69 @@ func TestLargeFrames(t *testing.T) {
 	}
 	if got, err := c.Read(id); err != nil || !bytes.Equal(got, big) {
 		t.Fatalf("Read after the large request: %d bytes, %v", len(got), err)
+	}
+}
+
+// A version 1 client may keep several requests in flight: each is
+// answered, whether the next arrives with the one before or while it is
+// being served. Version 2 is agreed only with a client that asks for it.
+func TestPipelining(t *testing.T) {
+	d := startDaemon(t)
+	hello := func(conn net.Conn, v uint16) uint16 {
+		t.Helper()
+		if err := wire.WriteFrame(conn, wire.EncodeHello(v)); err != nil {
+			t.Fatal(err)
+		}
+		b, err := wire.ReadFrame(conn, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := wire.DecodeHello(b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	for _, v := range []uint16{2, 7} {
+		conn, err := net.Dial("unix", d.path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := hello(conn, v); got != wire.Version {
+			t.Fatalf("client hello %d: server agreed on %d, want %d", v, got, wire.Version)
+		}
+		conn.Close()
+	}
+	conn, err := net.Dial("unix", d.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if got := hello(conn, 1); got != 1 {
+		t.Fatalf("client hello 1: server agreed on %d", got)
+	}
+	frame := func(tag uint32) []byte {
+		body, _ := wire.AppendRequest(nil, &wire.Request{Tag: tag, Op: wire.OpGetKeyringID, Ints: []int64{int64(keys.UserKeyring), 1}})
+		f, _ := wire.AppendFrame(nil, body)
+		return f
+	}
+	// Two requests always in flight: each answer read sends the next
+	// request, which then tends to arrive while the daemon answers the
+	// one before. A request the daemon failed to notice would stall until
+	// the read deadline closes the connection.
+	br := bufio.NewReader(conn)
+	conn.Write(append(frame(1), frame(2)...))
+	for tag := uint32(1); tag <= 2000; tag++ {
+		b, err := wire.ReadFrame(br, nil)
+		if err != nil {
+			t.Fatalf("answer %d: %v", tag, err)
+		}
+		r, err := wire.DecodeResponse(b)
+		if err != nil || r.Tag != tag || r.Errno != 0 {
+			t.Fatalf("answer %d: %+v, %v", tag, r, err)
+		}
+		if tag+2 <= 2000 {
+			conn.Write(frame(tag + 2))
+		}
 	}
 }

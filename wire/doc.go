@@ -17,8 +17,14 @@
 // # Requests and responses
 //
 // After the handshake the client sends requests and the server answers
-// each with one response carrying the same tag; a client may have several
-// requests in flight and match answers by tag. A body is:
+// each with one response carrying the same tag. A version 1 client may
+// have several requests in flight and match answers by tag. Version 2
+// adds one promise and nothing else: a client that opens with version 2
+// or later sends each request only once it has read the answer to the one
+// before. The server may then wait for the next request without first
+// trying to read it, which saves a system call per round trip; a client
+// that breaks the promise can only stall its own connection (until the
+// server's read deadline). A body is:
 //
 //	request:  tag u32 | op u16 | nInts u8 | nBufs u8 | ints i64… | bufs
 //	response: tag u32 | errno u16 | nInts u8 | nBufs u8 | ints i64… | bufs

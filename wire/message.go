@@ -6,8 +6,14 @@ import (
 	"fmt"
 )
 
-// Version is the protocol version this package speaks.
-const Version = 1
+// Version is the protocol version this package speaks. Version 2 is
+// version 1 with the client's promise to send one request at a time (see
+// the package documentation).
+const Version = 2
+
+// Sequential reports whether a connection that agreed on version v has
+// at most one request in flight.
+func Sequential(v uint16) bool { return v >= 2 }
 
 // helloMagic opens every Hello.
 var helloMagic = [4]byte{'U', 'K', 'E', 'Y'}
