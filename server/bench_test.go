@@ -3,7 +3,6 @@ package server_test
 import (
 	"bufio"
 	"fmt"
-	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -34,14 +33,13 @@ const benchClients = 16
 // does, with Prometheus metrics observing every operation. Variants:
 //
 //   - daemon: the clients read as fast as they can (closed loop), so by
-//     Little's law the latency is 16 / throughput: it measures capacity.
+//     Little's law the mean latency is 16 / throughput: it measures
+//     capacity.
 //   - collector: the same, while a background goroutine makes 25,600
 //     unused keys a second for the collector to reap (reaped/s reports
 //     what it did).
-//   - paced: each client reads once every 800 µs (20,000 reads/s offered
-//     in all, about a third of capacity), latency counted from when each
-//     read was due: the round trip of a daemon that is busy but not
-//     saturated.
+//   - single: one client alone: the round trip with nobody to queue
+//     behind, for comparison.
 //   - process: the 16 clients live in another process (this test binary
 //     run again), as real clients do; the two processes' schedulers then
 //     share the 2 cores through the kernel's.
@@ -51,14 +49,14 @@ const benchClients = 16
 //     trip costs on this machine done the ordinary Go way, before any key
 //     is read.
 func BenchmarkRoundTrip(b *testing.B) {
-	b.Run("daemon", func(b *testing.B) { benchDaemon(b, false, 0) })
-	b.Run("collector", func(b *testing.B) { benchDaemon(b, true, 0) })
-	b.Run("paced", func(b *testing.B) { benchDaemon(b, false, 800*time.Microsecond) })
+	b.Run("daemon", func(b *testing.B) { benchDaemon(b, benchClients, false) })
+	b.Run("collector", func(b *testing.B) { benchDaemon(b, benchClients, true) })
+	b.Run("single", func(b *testing.B) { benchDaemon(b, 1, false) })
 	b.Run("process", benchProcess)
 	b.Run("echo", benchEcho)
 }
 
-func benchDaemon(b *testing.B, reaping bool, every time.Duration) {
+func benchDaemon(b *testing.B, nclients int, reaping bool) {
 	d := startDaemonCfg(b, server.Config{Metrics: metrics.New(prometheus.NewRegistry())})
 	setup, err := client.Dial(d.path)
 	if err != nil {
@@ -76,7 +74,7 @@ func benchDaemon(b *testing.B, reaping bool, every time.Duration) {
 	if reaping {
 		stopGarbage = makeGarbage(b, d.svc)
 	}
-	clients := make([]*client.Client, benchClients)
+	clients := make([]*client.Client, nclients)
 	for i := range clients {
 		if clients[i], err = client.Dial(d.path); err != nil {
 			b.Fatal(err)
@@ -91,7 +89,7 @@ func benchDaemon(b *testing.B, reaping bool, every time.Duration) {
 		return err
 	}
 	b.ResetTimer()
-	h, el, err := drive(b.N, clients, every, read)
+	h, el, err := drive(b.N, clients, read)
 	b.StopTimer()
 	if err != nil {
 		b.Fatal(err)
@@ -103,9 +101,9 @@ func benchDaemon(b *testing.B, reaping bool, every time.Duration) {
 }
 
 // drive runs n operations spread over the clients, each client issuing
-// its share one after another (every == 0) or one per every, and returns
-// the latency histogram, the elapsed time and the first error.
-func drive[C any](n int, clients []C, every time.Duration, op func(C) error) (*hdrhistogram.Histogram, time.Duration, error) {
+// its share one after another, and returns the latency histogram, the
+// elapsed time and the first error.
+func drive[C any](n int, clients []C, op func(C) error) (*hdrhistogram.Histogram, time.Duration, error) {
 	h := hdrhistogram.New(1, int64(10*time.Second), 3)
 	var mu sync.Mutex
 	var first error
@@ -117,25 +115,13 @@ func drive[C any](n int, clients []C, every time.Duration, op func(C) error) (*h
 		go func() {
 			defer wg.Done()
 			local := hdrhistogram.New(1, int64(10*time.Second), 3)
-			// Paced clients start at random phases, and a read that is late
-			// because the one before took long is timed from when it was
-			// due, so that a stall counts against every read it delayed
-			// (no coordinated omission).
-			due := time.Now().Add(rand.N(max(every, 1)))
 			var err error
 			for range per {
-				if w := time.Until(due); every == 0 || w > 0 {
-					time.Sleep(w)
-					// Timed from now, not from when it was due: the
-					// sleep's own overshoot is the load generator's, not
-					// the daemon's.
-					due = time.Now()
-				}
+				t0 := time.Now()
 				if err = op(c); err != nil {
 					break
 				}
-				_ = local.RecordValue(max(time.Since(due).Nanoseconds(), 1))
-				due = due.Add(every)
+				_ = local.RecordValue(max(time.Since(t0).Nanoseconds(), 1))
 			}
 			mu.Lock()
 			h.Merge(local)
@@ -252,7 +238,7 @@ func benchEcho(b *testing.B) {
 		clients[i] = &echo{c: c, br: bufio.NewReaderSize(c, 16<<10)}
 	}
 	b.ResetTimer()
-	h, el, err := drive(b.N, clients, 0, func(e *echo) error {
+	h, el, err := drive(b.N, clients, func(e *echo) error {
 		if _, err := e.c.Write(req); err != nil {
 			return err
 		}
@@ -321,7 +307,7 @@ func childBench() {
 		defer c.Close()
 		clients[i] = c
 	}
-	h, el, err := drive(n, clients, 0, func(c *client.Client) error {
+	h, el, err := drive(n, clients, func(c *client.Client) error {
 		_, err := c.Read(keys.Serial(id))
 		return err
 	})
