@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -28,11 +29,14 @@ import (
 // procHandle tells whether one particular process still exists, immune to
 // its pid being reused: a pidfd where the kernel has them (taken from the
 // socket itself with SO_PEERPIDFD, or opened by pid), else the process's
-// start time from /proc.
+// start time from /proc. A pidfd also lets the daemon wait for the exit
+// through the runtime's poller (awaitExit), so keyrings go as soon as
+// their process does.
 type procHandle struct {
 	pid   int
-	fd    int    // pidfd, or -1
-	start string // /proc/<pid>/stat start time, without a pidfd
+	fd    int      // pidfd, or -1
+	file  *os.File // fd, registered with the poller
+	start string   // /proc/<pid>/stat start time, without a pidfd
 }
 
 // openProc identifies the process at the other end of uc, whose pid the
@@ -53,6 +57,10 @@ func openProc(uc *net.UnixConn, pid int) procHandle {
 	}
 	if h.fd >= 0 {
 		unix.CloseOnExec(h.fd) // helpers the daemon starts must not inherit it
+		// Non-blocking, so that os.NewFile registers it with the poller.
+		if err := unix.SetNonblock(h.fd, true); err == nil {
+			h.file = os.NewFile(uintptr(h.fd), "pidfd")
+		}
 		return h
 	}
 	h.start = startTime(pid)
@@ -63,14 +71,7 @@ func openProc(uc *net.UnixConn, pid int) procHandle {
 // its process has exited.
 func (h *procHandle) exited() bool {
 	if h.fd >= 0 {
-		fds := []unix.PollFd{{Fd: int32(h.fd), Events: unix.POLLIN}}
-		for {
-			n, err := unix.Poll(fds, 0)
-			if errors.Is(err, syscall.EINTR) {
-				continue
-			}
-			return err == nil && n > 0
-		}
+		return pidfdReadable(h.fd)
 	}
 	if h.start == "" {
 		// Neither a pidfd nor /proc: ask the kernel whether the pid exists
@@ -80,11 +81,53 @@ func (h *procHandle) exited() bool {
 	return startTime(h.pid) != h.start
 }
 
-func (h *procHandle) close() {
-	if h.fd >= 0 {
-		unix.Close(h.fd)
-		h.fd = -1
+// leaving reports whether the process has exited or is exiting. A
+// process that exits closes its connections on the way out, before it has
+// finished exiting (and before its pidfd turns readable); the kernel has
+// marked it PF_EXITING by then, so its last close can release its
+// keyrings at once, as before processes outlived their connections.
+func (h *procHandle) leaving() bool {
+	if h.exited() {
+		return true
 	}
+	// Still there, so the pid is still this process's: /proc/<pid> is it.
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.pid))
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 7 {
+		return false
+	}
+	flags, err := strconv.ParseUint(f[6], 10, 64) // field 9: the task's flags
+	const pfExiting = 0x4                         // PF_EXITING
+	return err == nil && flags&pfExiting != 0
+}
+
+func pidfdReadable(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
+	for {
+		n, err := unix.Poll(fds, 0)
+		if errors.Is(err, syscall.EINTR) {
+			continue
+		}
+		return err == nil && n > 0
+	}
+}
+
+func (h *procHandle) close() {
+	switch {
+	case h.file != nil:
+		h.file.Close()
+	case h.fd >= 0:
+		unix.Close(h.fd)
+	}
+	h.file, h.fd = nil, -1
 }
 
 // startTime returns field 22 of /proc/<pid>/stat (the process's start
@@ -111,25 +154,64 @@ func startTime(pid int) string {
 
 // proc is a client process and its caller.
 type proc struct {
-	caller *keys.Caller
-	handle procHandle
-	conns  int
+	caller   *keys.Caller
+	handle   procHandle
+	conns    int
+	awaiting bool // awaitExit runs for it
 }
 
-// watchProcs starts the watcher of processes that have no connection
-// left, unless it runs already. s.mu is held.
-func (s *Server) watchProcs() {
-	if s.watching || s.closing {
+// linger keeps a process that has closed its last connection, until it
+// exits. s.mu is held.
+func (s *Server) linger(p *proc) {
+	if s.closing {
 		return
 	}
-	s.watching = true
-	s.watchers.Add(1)
-	go s.reapProcs()
+	if p.handle.file != nil {
+		if !p.awaiting {
+			p.awaiting = true
+			s.watchers.Add(1)
+			go s.awaitExit(p, p.handle.file)
+		}
+		return
+	}
+	if !s.watching {
+		s.watching = true
+		s.watchers.Add(1)
+		go s.reapProcs()
+	}
+}
+
+// awaitExit waits, parked on the runtime's poller, until p's process
+// exits (its pidfd turns readable) or the pidfd is closed, and releases
+// its keyrings if it has no connection then; otherwise its last close
+// will.
+func (s *Server) awaitExit(p *proc, f *os.File) {
+	defer s.watchers.Done()
+	raw, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	if raw.Read(func(fd uintptr) bool { return pidfdReadable(int(fd)) }) != nil {
+		return // closed: the proc was ended
+	}
+	s.mu.Lock()
+	p.awaiting = false
+	pid := p.handle.pid
+	ended := s.procs[pid] == p && p.conns == 0
+	if ended {
+		delete(s.procs, pid)
+		s.pruneTokens()
+	}
+	s.mu.Unlock()
+	if ended {
+		p.end()
+	}
 }
 
 // reapProcs checks, every ProcessPoll, whether the processes without a
-// connection still exist, and releases the keyrings of those that do not.
-// It ends when no such process is left, or at Shutdown.
+// connection and without a pidfd still exist, and releases the keyrings
+// of those that do not. It ends when no such process is left, or at
+// Shutdown.
 func (s *Server) reapProcs() {
 	defer s.watchers.Done()
 	t := time.NewTicker(s.cfg.ProcessPoll)
@@ -144,7 +226,7 @@ func (s *Server) reapProcs() {
 		var gone []*proc
 		lingering := 0
 		for pid, p := range s.procs {
-			if p.conns > 0 {
+			if p.conns > 0 || p.handle.file != nil {
 				continue
 			}
 			if p.handle.exited() {

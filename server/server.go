@@ -175,13 +175,13 @@ func (s *Server) release(c *conn) {
 		switch {
 		case s.procs[c.cred.PID] != c.proc:
 			ended = c.proc // displaced by a new process with its pid
-		case s.closing || c.proc.handle.exited():
+		case s.closing || c.proc.handle.leaving():
 			delete(s.procs, c.cred.PID)
 			ended = c.proc
 		default:
 			// The process lives on without a connection: it keeps its
 			// keyrings until it exits.
-			s.watchProcs()
+			s.linger(c.proc)
 		}
 		if ended != nil {
 			s.pruneTokens()
@@ -225,15 +225,15 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		<-done
 		err = ctx.Err()
 	}
-	s.watchers.Wait()
 	s.mu.Lock()
 	procs := s.procs
 	s.procs = make(map[int]*proc)
 	clear(s.sessions)
 	s.mu.Unlock()
 	for _, p := range procs {
-		p.end()
+		p.end() // closing its pidfd also ends its awaitExit
 	}
+	s.watchers.Wait()
 	return err
 }
 
