@@ -63,7 +63,7 @@ type collector struct {
 	chunk int
 
 	mu            sync.Mutex
-	graveyard     []graveEntry
+	graveyard     graves
 	reapRequested bool // the kernel's KEY_GC_REAP_REQUESTED: a full pass is owed
 	linksPending  bool // the kernel's KEY_GC_KEY_EXPIRED: links need pruning
 	nextRun       int64
@@ -78,7 +78,7 @@ type collector struct {
 	reapLinks  bool
 	destroying bool
 	cookie     rcu.Cookie
-	batch      []graveEntry
+	batch      graves
 	foundDead  bool
 	scratch    []*Key             // scanChunk's keys
 	leftover   []*Key             // fetched, not yet examined
@@ -102,6 +102,48 @@ type collector struct {
 type graveEntry struct {
 	k    *Key
 	died int64
+}
+
+// graves is a queue of buried keys in blocks of graveBlock entries: a
+// million burials never copy a growing array, which, under the lock every
+// burier takes, stalled the collector and the buriers alike.
+type graves struct {
+	blocks [][]graveEntry
+	n      int
+}
+
+const graveBlock = 1024
+
+func (q *graves) push(e graveEntry) {
+	if len(q.blocks) == 0 || len(q.blocks[len(q.blocks)-1]) == graveBlock {
+		q.blocks = append(q.blocks, make([]graveEntry, 0, graveBlock))
+	}
+	last := &q.blocks[len(q.blocks)-1]
+	*last = append(*last, e)
+	q.n++
+}
+
+// moveFrom appends o's entries to q and empties o.
+func (q *graves) moveFrom(o *graves) {
+	q.blocks = append(q.blocks, o.blocks...)
+	q.n += o.n
+	*o = graves{}
+}
+
+// front returns up to max entries from the head of the queue (from one
+// block); drop removes that many once they are handled.
+func (q *graves) front(max int) []graveEntry {
+	b := q.blocks[0]
+	return b[:min(max, len(b))]
+}
+
+func (q *graves) drop(k int) {
+	q.blocks[0] = q.blocks[0][k:]
+	q.n -= k
+	if len(q.blocks[0]) == 0 {
+		q.blocks[0] = nil
+		q.blocks = q.blocks[1:]
+	}
 }
 
 func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
@@ -136,16 +178,19 @@ func (g *collector) close() {
 		g.wq.Cancel(g.work)
 	}
 	g.mu.Lock()
-	rest := append(g.batch, g.graveyard...)
-	g.batch, g.graveyard = nil, nil
+	rest := g.batch
+	rest.moveFrom(&g.graveyard)
+	g.batch = graves{}
 	g.mu.Unlock()
-	if len(rest) == 0 {
+	if rest.n == 0 {
 		return
 	}
 	_ = g.s.dom.Synchronize(context.Background())
-	for _, e := range rest {
-		g.s.destroy(e.k)
-		g.outstanding.Add(-1)
+	for _, b := range rest.blocks {
+		for _, e := range b {
+			g.s.destroy(e.k)
+			g.outstanding.Add(-1)
+		}
 	}
 }
 
@@ -214,7 +259,7 @@ func (g *collector) scheduleAt(at int64) {
 // buried takes a key whose last reference went.
 func (g *collector) buried(k *Key) {
 	g.mu.Lock()
-	g.graveyard = append(g.graveyard, graveEntry{k: k, died: g.s.now()})
+	g.graveyard.push(graveEntry{k: k, died: g.s.now()})
 	g.outstanding.Add(1)
 	g.reapRequested = true
 	g.mu.Unlock()
@@ -226,7 +271,7 @@ func (g *collector) buriedAll(ks []*Key) {
 	now := g.s.now()
 	g.mu.Lock()
 	for _, k := range ks {
-		g.graveyard = append(g.graveyard, graveEntry{k: k, died: now})
+		g.graveyard.push(graveEntry{k: k, died: now})
 	}
 	g.outstanding.Add(int64(len(ks)))
 	g.reapRequested = true
@@ -295,7 +340,7 @@ func (g *collector) run(t *rcu.Task) {
 		return // rescheduled by destroyChunk
 	}
 	g.mu.Lock()
-	again := g.reapRequested || len(g.graveyard) > 0 || g.deadStage > 0
+	again := g.reapRequested || g.graveyard.n > 0 || g.deadStage > 0
 	g.mu.Unlock()
 	if again {
 		g.wq.Schedule(g.work)
@@ -412,14 +457,9 @@ func (g *collector) endPass() {
 		g.deadType = nil
 		close(g.deadDone)
 	}
-	if len(g.batch) == 0 {
-		g.batch, g.graveyard = g.graveyard, nil // no copy of a million entries
-	} else {
-		g.batch = append(g.batch, g.graveyard...)
-		g.graveyard = nil
-	}
+	g.batch.moveFrom(&g.graveyard)
 	g.mu.Unlock()
-	if len(g.batch) > 0 {
+	if g.batch.n > 0 {
 		g.cookie = g.s.dom.Start()
 		g.destroying = true
 	}
@@ -437,28 +477,31 @@ func (g *collector) destroyChunk(t *rcu.Task, budget int) (int, bool) {
 		g.s.dom.Call(func() { g.wq.Schedule(g.work) })
 		return 0, true
 	}
-	n := min(budget, len(g.batch))
 	now := g.s.now()
-	g.statsMu.Lock()
-	for _, e := range g.batch[:n] {
-		_ = g.deathH.RecordValue(max(now-e.died, 1))
+	n := 0
+	for n < budget && g.batch.n > 0 {
+		es := g.batch.front(budget - n)
+		g.statsMu.Lock()
+		for _, e := range es {
+			_ = g.deathH.RecordValue(max(now-e.died, 1))
+		}
+		g.statsMu.Unlock()
+		for i := range es {
+			t.Quiescent()
+			g.s.destroy(es[i].k)
+			es[i] = graveEntry{}
+			g.outstanding.Add(-1)
+		}
+		g.batch.drop(len(es))
+		n += len(es)
 	}
-	g.statsMu.Unlock()
-	for i := range n {
-		t.Quiescent()
-		g.s.destroy(g.batch[i].k)
-		g.batch[i] = graveEntry{}
-		g.outstanding.Add(-1)
-	}
-	g.batch = g.batch[n:]
 	g.statsMu.Lock()
 	g.stats.Destroyed += uint64(n)
 	g.statsMu.Unlock()
-	if len(g.batch) > 0 {
+	if g.batch.n > 0 {
 		g.wq.Schedule(g.work)
 		return n, true
 	}
-	g.batch = nil
 	g.destroying = false
 	return n, false
 }
