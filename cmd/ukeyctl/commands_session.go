@@ -44,12 +44,18 @@ func (a *app) cmdSession(args []string) {
 	a.exit(a.runInSession(args[0], args))
 }
 
-// runInSession runs a program as keyctl session execs it, with the
-// session keyring's token in its environment. keyctl replaces itself with
-// the program; ukeyctl cannot, because the session keyring lives as long
-// as some process of it is connected to the daemon, so it waits for the
-// program, forwards SIGTERM and SIGHUP to it, and exits with its status
-// (128+n if it died of signal n).
+// execProgram replaces the process with a program, as execve does. The
+// real command sets it; in-process callers (tests) leave it nil, and the
+// program then runs as a child instead.
+var execProgram func(path string, argv, env []string) error
+
+// runInSession runs a program as keyctl session does, with the session
+// keyring's token in its environment: it replaces ukeyctl with the
+// program (execProgram). The daemon keeps a process's keyrings until the
+// process exits, and the program is the same process, so the session
+// lives as long as the program, as with the kernel. Without execProgram
+// it waits for the program as a child, forwards SIGTERM and SIGHUP to it,
+// and exits with its status (128+n if it died of signal n).
 func (a *app) runInSession(prog string, argv []string) int {
 	tok, err := a.c().SessionToken()
 	if err != nil {
@@ -65,6 +71,12 @@ func (a *app) runInSession(prog string, argv []string) int {
 	}
 	env := withEnv(os.Environ(), client.SessionEnv, tok)
 	a.out.Flush()
+	if execProgram != nil {
+		a.cl.Close()
+		a.cl = nil
+		err := execProgram(path, argv, env)
+		a.fail(prog, err) // only on failure, as execvp
+	}
 	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Stdin: a.stdin, Stdout: a.rawOut, Stderr: a.stderr}
 	return a.runChild(cmd, prog, nil)
 }

@@ -22,13 +22,18 @@
 // stderr; UKEYS_NO_AUTOSTART=1 turns that off.
 //
 // Session keyrings cross process boundaries by token: `ukeyctl session`
-// joins a session keyring and runs the shell or program with the token in
+// joins a session keyring and execs the shell or program with the token in
 // $UKEYS_SESSION, so that every ukeyctl started below it possesses that
-// session keyring, as the children of `keyctl session` do.
+// session keyring, as the children of `keyctl session` do. The daemon
+// keeps the session while the program (the same process) runs.
 package main
 
-import "os"
+import (
+	"os"
+	"syscall"
+)
 
 func main() {
+	execProgram = syscall.Exec
 	os.Exit(Main(os.Args, os.Stdin, os.Stdout, os.Stderr))
 }

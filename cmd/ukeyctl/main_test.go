@@ -26,6 +26,7 @@ import (
 func TestMain(m *testing.M) {
 	switch filepath.Base(os.Args[0]) {
 	case "keyctl", "ukeyctl", "request-key":
+		execProgram = syscall.Exec // a process of its own, as the real command
 		code := Main(os.Args, os.Stdin, os.Stdout, os.Stderr)
 		snapshot()
 		os.Exit(code)
