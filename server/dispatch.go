@@ -19,6 +19,14 @@ func errnoOf(err error) uint16 {
 	return uint16(e)
 }
 
+// typeDescFit reports whether a request's type name and description
+// (buffers 0 and 1) are within the kernel's limits. Longer ones fail with
+// EINVAL, as the kernel's copies from user space do, before they are
+// copied into strings here: a description may be as long as a frame.
+func typeDescFit(r *wire.Request) bool {
+	return len(r.Buf(0)) <= keys.MaxTypeName+1 && len(r.Buf(1)) <= keys.MaxDescription
+}
+
 func fail(err error) *wire.Response { return &wire.Response{Errno: errnoOf(err)} }
 
 func ok(ints ...int64) *wire.Response { return &wire.Response{Ints: ints} }
@@ -84,6 +92,9 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 	case wire.OpUnlink:
 		return done(cl.Unlink(id, keys.Serial(r.Int(1))))
 	case wire.OpSearch:
+		if !typeDescFit(r) {
+			return fail(keys.EINVAL)
+		}
 		return result(cl.Search(id, string(r.Buf(0)), string(r.Buf(1)), keys.Serial(r.Int(1))))
 	case wire.OpRead:
 		b, err := c.read(cl, id)
@@ -150,8 +161,14 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 		}
 		return ok(int64(n.Key), int64(n.Kind), int64(n.Aux), int64(n.WatchID))
 	case wire.OpAddKey:
+		if !typeDescFit(r) {
+			return fail(keys.EINVAL)
+		}
 		return result(cl.AddKey(string(r.Buf(0)), string(r.Buf(1)), r.Buf(2), id))
 	case wire.OpRequestKey:
+		if !typeDescFit(r) {
+			return fail(keys.EINVAL)
+		}
 		return result(cl.RequestKey(string(r.Buf(0)), string(r.Buf(1)), r.Buf(2), id))
 	case wire.OpProcKeys:
 		return okBuf([]byte(cl.ProcKeys()))
