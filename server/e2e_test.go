@@ -218,6 +218,13 @@ func TestSessionToken(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Asking again gives the same token: the table does not grow with
+	// every request of a long-lived session.
+	for range 3 {
+		if again, err := a.SessionToken(); err != nil || again != tok {
+			t.Fatalf("second token %q, %v; first %q", again, err, tok)
+		}
+	}
 	sock := "UKEYS_SOCKET=" + d.path
 	if out := runChild(t, sock, client.SessionEnv+"="+tok); out != fmt.Sprint("found ", id) {
 		t.Fatalf("child holding the token: %q, want found %d", out, id)

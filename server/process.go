@@ -271,6 +271,7 @@ func (s *Server) pruneTokens() {
 	for t, g := range s.sessions {
 		if !held[g.key] {
 			delete(s.sessions, t)
+			delete(s.grants, g)
 		}
 	}
 }

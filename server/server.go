@@ -43,6 +43,7 @@ type Server struct {
 	procs    map[int]*proc // by pid; see process.go
 	perUID   map[uint32]int
 	sessions map[string]sessionGrant // session tokens
+	grants   map[sessionGrant]string // the token of each grant, reused
 	helpers  map[string]*keys.Caller
 	conns    map[*conn]struct{}
 	lns      []net.Listener
@@ -77,6 +78,7 @@ func New(svc *keys.Service, cfg Config) *Server {
 		procs:    make(map[int]*proc),
 		perUID:   make(map[uint32]int),
 		sessions: make(map[string]sessionGrant),
+		grants:   make(map[sessionGrant]string),
 		helpers:  make(map[string]*keys.Caller),
 		conns:    make(map[*conn]struct{}),
 		stop:     make(chan struct{}),
@@ -229,6 +231,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	procs := s.procs
 	s.procs = make(map[int]*proc)
 	clear(s.sessions)
+	clear(s.grants)
 	s.mu.Unlock()
 	for _, p := range procs {
 		p.end() // closing its pidfd also ends its awaitExit
@@ -255,9 +258,16 @@ type sessionGrant struct {
 // session keyring to processes of uid (and root) that present it: another
 // uid that learns the token gains nothing from it.
 func (s *Server) sessionToken(k *keys.Key, uid uint32) string {
-	t := newToken()
+	g := sessionGrant{key: k, uid: uid}
 	s.mu.Lock()
-	s.sessions[t] = sessionGrant{key: k, uid: uid}
-	s.mu.Unlock()
+	defer s.mu.Unlock()
+	// One token per session and uid: a client asking again and again
+	// would otherwise grow the table for as long as the session lives.
+	if t, ok := s.grants[g]; ok {
+		return t
+	}
+	t := newToken()
+	s.sessions[t] = g
+	s.grants[g] = t
 	return t
 }
