@@ -67,7 +67,7 @@ func (s *Service) Check() error {
 			t = &tally{}
 		}
 		u.mu.Lock()
-		qk, qb, nk, refs := u.qnkeys, u.qnbyte, u.nkeys, u.refs
+		qk, qb, nk, refs := u.qnkeys, u.qnbyte, u.nkeys, int(u.refs.Load())
 		u.mu.Unlock()
 		if qk != t.qkeys || qb != t.qbytes || nk != t.keys {
 			return fmt.Errorf("keys: uid %d: quota record %d keys/%d bytes (%d owned); live keys give %d/%d (%d owned)",

@@ -404,10 +404,9 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 		if reason, isDead := g.dead(k, g.start, delay); isDead {
 			if g.reapLinks || reason == ReapInvalidated || reason == ReapDead {
 				k.parentsMu.Lock()
-				for _, ring := range k.parents {
+				units += k.eachParentLocked(func(ring *Key) {
 					prune[ring] = append(prune[ring], deadKey{k: k, why: reason})
-				}
-				units += len(k.parents)
+				})
 				k.parentsMu.Unlock()
 			}
 			continue

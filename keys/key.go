@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"slices"
 	"sync"
 	"sync/atomic"
 )
@@ -72,10 +73,13 @@ type Key struct {
 	restrict *restriction
 	watches  []*watch
 
-	// parents are the keyrings that link this key, so that the collector
-	// can prune a dead key's links in time proportional to its own links
-	// rather than by walking every keyring.
+	// parent and parents are the keyrings that link this key, so that the
+	// collector can prune a dead key's links in time proportional to its
+	// own links rather than by walking every keyring. The first is kept
+	// inline: most keys have one, and a slice of one cost every add_key
+	// an allocation.
 	parentsMu sync.Mutex
+	parent    *Key
 	parents   []*Key
 
 	// constructed is closed when the key stops being under construction.
@@ -202,33 +206,59 @@ func (k *Key) putLast() bool {
 // addParent records that ring links k.
 func (k *Key) addParent(ring *Key) {
 	k.parentsMu.Lock()
-	k.parents = append(k.parents, ring)
+	if k.parent == nil {
+		k.parent = ring
+	} else {
+		k.parents = append(k.parents, ring)
+	}
 	k.parentsMu.Unlock()
 }
 
 // removeParent forgets one link of k from ring.
 func (k *Key) removeParent(ring *Key) {
 	k.parentsMu.Lock()
-	for i, p := range k.parents {
-		if p == ring {
-			last := len(k.parents) - 1
-			k.parents[i] = k.parents[last]
-			k.parents[last] = nil
-			k.parents = k.parents[:last]
-			if len(k.parents) == 0 {
-				k.parents = nil
-			}
-			break
+	defer k.parentsMu.Unlock()
+	last := len(k.parents) - 1
+	if k.parent == ring {
+		k.parent = nil
+		if last < 0 {
+			return
 		}
+		k.parent = k.parents[last] // the inline place stays filled
+	} else {
+		i := slices.Index(k.parents, ring)
+		if i < 0 {
+			return
+		}
+		k.parents[i] = k.parents[last]
 	}
-	k.parentsMu.Unlock()
+	k.parents[last] = nil
+	k.parents = k.parents[:last]
+	if last == 0 {
+		k.parents = nil
+	}
+}
+
+// eachParentLocked calls fn with each keyring that links k and returns
+// how many there are. k.parentsMu is held.
+func (k *Key) eachParentLocked(fn func(ring *Key)) int {
+	if k.parent == nil {
+		return 0
+	}
+	fn(k.parent)
+	for _, p := range k.parents {
+		fn(p)
+	}
+	return 1 + len(k.parents)
 }
 
 // parentList returns the keyrings that link k.
 func (k *Key) parentList() []*Key {
 	k.parentsMu.Lock()
 	defer k.parentsMu.Unlock()
-	return append([]*Key(nil), k.parents...)
+	var out []*Key
+	k.eachParentLocked(func(p *Key) { out = append(out, p) })
+	return out
 }
 
 // Payload is a key's content as its type stores it. Readers reach it only

@@ -119,7 +119,7 @@ func (s *Service) ProcKeyUsers() string {
 	for _, u := range users {
 		maxKeys, maxBytes := s.limits(u.uid)
 		u.mu.Lock()
-		fmt.Fprintf(&b, "%5d: %5d %d/%d %d/%d %d/%d\n", u.uid, u.refs, u.nkeys, u.nikeys,
+		fmt.Fprintf(&b, "%5d: %5d %d/%d %d/%d %d/%d\n", u.uid, u.refs.Load(), u.nkeys, u.nikeys,
 			u.qnkeys, maxKeys, u.qnbyte, maxBytes)
 		u.mu.Unlock()
 	}

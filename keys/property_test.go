@@ -601,7 +601,7 @@ func (m *machine) checkQuota(idx map[Serial]*Key) {
 		}
 		u.mu.Lock()
 		got := tally{u.qnkeys, u.qnbyte, u.nkeys, u.nikeys}
-		refs := u.refs
+		refs := int(u.refs.Load())
 		u.mu.Unlock()
 		if got != *tl {
 			m.rt.Fatalf("uid %d: quota record %d keys/%d bytes, %d owned/%d instantiated; live keys give %d/%d, %d/%d",

@@ -1,6 +1,9 @@
 package keys
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // quotaUser is the kernel's key_user: one per owner uid, counting that
 // owner's keys and the bytes charged to it.
@@ -8,8 +11,10 @@ type quotaUser struct {
 	uid uint32
 	mu  sync.Mutex
 	// refs counts keys owned plus callers whose credentials name the uid;
-	// the record goes away at zero.
-	refs   int
+	// the record goes away at zero. It is atomic so that allocation and
+	// destruction, which take and drop one each, share only a read lock
+	// of the register (the collector destroys while callers add).
+	refs   atomic.Int64
 	nkeys  int // keys owned
 	nikeys int // of which instantiated
 	qnkeys int // keys counted against the quota
@@ -17,29 +22,49 @@ type quotaUser struct {
 }
 
 func (s *Service) quotaFor(uid uint32) *quotaUser {
+	s.usersMu.RLock()
+	u := s.users[uid]
+	if u != nil && u.tryRef() {
+		s.usersMu.RUnlock()
+		return u
+	}
+	s.usersMu.RUnlock()
 	s.usersMu.Lock()
 	defer s.usersMu.Unlock()
-	u := s.users[uid]
+	u = s.users[uid]
 	if u == nil {
 		u = &quotaUser{uid: uid}
 		s.users[uid] = u
 	}
-	u.mu.Lock()
-	u.refs++
-	u.mu.Unlock()
+	// Under the write lock a record at zero is revived, not replaced:
+	// quotaPut removes it only if it is still at zero then.
+	u.refs.Add(1)
 	return u
 }
 
+// tryRef takes a reference unless the record is at zero (on its way out
+// of the register; only quotaFor's locked path may revive it).
+func (u *quotaUser) tryRef() bool {
+	for {
+		n := u.refs.Load()
+		if n <= 0 {
+			return false
+		}
+		if u.refs.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 func (s *Service) quotaPut(u *quotaUser) {
+	if u.refs.Add(-1) != 0 {
+		return
+	}
 	s.usersMu.Lock()
-	defer s.usersMu.Unlock()
-	u.mu.Lock()
-	u.refs--
-	gone := u.refs == 0
-	u.mu.Unlock()
-	if gone && s.users[u.uid] == u {
+	if u.refs.Load() == 0 && s.users[u.uid] == u {
 		delete(s.users, u.uid)
 	}
+	s.usersMu.Unlock()
 }
 
 func (s *Service) limits(uid uint32) (maxKeys, maxBytes int) {

@@ -76,7 +76,7 @@ type Service struct {
 	typesMu sync.RWMutex
 	types   map[string]*Type
 
-	usersMu sync.Mutex
+	usersMu sync.RWMutex
 	users   map[uint32]*quotaUser
 
 	// linkMu serialises links of keyrings into keyrings, so that the cycle
