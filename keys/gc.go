@@ -256,24 +256,14 @@ func (g *collector) scheduleAt(at int64) {
 	g.wq.Reschedule(g.timer, time.Duration(at-now))
 }
 
-// buried takes a key whose last reference went.
-func (g *collector) buried(k *Key) {
-	g.mu.Lock()
-	g.graveyard.push(graveEntry{k: k, died: g.s.now()})
-	g.outstanding.Add(1)
-	g.reapRequested = true
-	g.mu.Unlock()
-	g.wq.Schedule(g.work)
-}
-
-// buriedAll is buried for many keys, under one lock.
+// buriedAll takes keys whose last reference went (already counted in
+// outstanding by Service.unusedBatch), under one lock.
 func (g *collector) buriedAll(ks []*Key) {
 	now := g.s.now()
 	g.mu.Lock()
 	for _, k := range ks {
 		g.graveyard.push(graveEntry{k: k, died: now})
 	}
-	g.outstanding.Add(int64(len(ks)))
 	g.reapRequested = true
 	g.mu.Unlock()
 	g.wq.Schedule(g.work)

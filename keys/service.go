@@ -310,10 +310,7 @@ func (s *Service) callDone() {
 // unused takes a key whose last reference is gone out of the index and
 // destroys it after a grace period, when no reader can hold it.
 func (s *Service) unused(k *Key) {
-	if s.index.remove(k) {
-		s.count.Add(-1)
-	}
-	s.deferUnlessClosed(func() { s.gcol.buried(k) }, func() { s.destroy(k) })
+	s.unusedBatch([]*Key{k})
 }
 
 // unusedBatch is unused for many keys at once: one hand-off to the
@@ -322,14 +319,20 @@ func (s *Service) unusedBatch(ks []*Key) {
 	if len(ks) == 0 {
 		return
 	}
+	// Counted as outstanding before they leave the index, so that WaitGC
+	// never sees a key gone from the index whose destruction it does not
+	// wait for.
+	g := s.gcol
+	g.outstanding.Add(int64(len(ks)))
 	for _, k := range ks {
 		if s.index.remove(k) {
 			s.count.Add(-1)
 		}
 	}
-	s.deferUnlessClosed(func() { s.gcol.buriedAll(ks) }, func() {
+	s.deferUnlessClosed(func() { g.buriedAll(ks) }, func() {
 		for _, k := range ks {
 			s.destroy(k)
+			g.outstanding.Add(-1)
 		}
 	})
 }
