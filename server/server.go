@@ -52,6 +52,8 @@ type Server struct {
 	wg       sync.WaitGroup
 	watchers sync.WaitGroup
 	stop     chan struct{} // closed by Shutdown
+	abort    chan struct{} // closed when Shutdown's context ends: helpers are killed
+	aborted  bool
 }
 
 // New returns a server for svc.
@@ -82,6 +84,7 @@ func New(svc *keys.Service, cfg Config) *Server {
 		helpers:  make(map[string]*keys.Caller),
 		conns:    make(map[*conn]struct{}),
 		stop:     make(chan struct{}),
+		abort:    make(chan struct{}),
 	}
 }
 
@@ -222,6 +225,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.mu.Lock()
 		for c := range s.conns {
 			c.uc.Close()
+		}
+		if !s.aborted {
+			s.aborted = true
+			close(s.abort) // request-key helpers still running are killed
 		}
 		s.mu.Unlock()
 		<-done

@@ -35,9 +35,18 @@ func (s *Server) Upcaller(h Helper) keys.Upcaller {
 }
 
 // Upcall runs the helper and waits for it. A helper still running when ctx
-// ends (the upcall timeout) is killed; the keys package then negates the
-// key.
+// ends (the upcall timeout), or when a shutdown runs out of time, is
+// killed; the keys package then negates the key.
 func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	go func() {
+		select {
+		case <-h.server.abort:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
 	token := newToken()
 	h.server.mu.Lock()
 	h.server.helpers[token] = u.Helper

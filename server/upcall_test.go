@@ -132,3 +132,52 @@ func TestRequestKeyHelperHangs(t *testing.T) {
 		t.Fatalf("Read after the hang: %q, %v", p, err)
 	}
 }
+
+// A shutdown whose context ends while a request-key helper hangs (one
+// that never connects, so closing connections does not end it) kills the
+// helper instead of waiting for the upcall timeout (an hour here).
+func TestShutdownKillsHangingHelper(t *testing.T) {
+	if _, err := exec.LookPath("sleep"); err != nil {
+		t.Skip("needs sleep(1) for the helper")
+	}
+	dir := t.TempDir()
+	var srv atomic.Pointer[server.Server]
+	var sock string
+	const sleeper = `echo $$ > "$1/helper.$$"; exec sleep 3600`
+	up := keys.UpcallFunc(func(ctx context.Context, u *keys.Upcall) error {
+		h := server.Helper{Path: "/bin/sh", Args: []string{"-c", sleeper, "sh", dir}, Socket: sock}
+		return srv.Load().Upcaller(h).Upcall(ctx, u)
+	})
+	d := startDaemonCfg(t, server.Config{}, keys.WithUpcall(up), keys.WithUpcallTimeout(time.Hour))
+	sock = d.path
+	srv.Store(d.srv)
+	c := d.dial(t)
+	asked := make(chan error, 1)
+	go func() {
+		_, err := c.RequestKey("user", "hangs", []byte("info"), 0)
+		asked <- err
+	}()
+	var helpers []string
+	testutil.Eventually(t, "the helper to start", func() bool {
+		helpers, _ = filepath.Glob(filepath.Join(dir, "helper.*"))
+		return len(helpers) == 1
+	})
+	helperPID, _ := strconv.Atoi(strings.TrimPrefix(filepath.Ext(helpers[0]), "."))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- d.srv.Shutdown(ctx) }()
+	select {
+	case err := <-stopped:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown: %v, want the context's deadline", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatal("Shutdown still waits for the hanging helper")
+	}
+	testutil.Eventually(t, "the helper to be killed", func() bool { return !running(helperPID) })
+	if err := <-asked; err == nil {
+		t.Fatal("the request succeeded although its helper was killed")
+	}
+}
