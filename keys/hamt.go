@@ -264,12 +264,39 @@ func hsetp(n *hnode, h uint64, l *link, lv int, rehash func(*Key) uint64) (*hnod
 // is h, and that entry. It returns n itself when there is no such entry,
 // and nil when the entry was the last.
 func hdel(n *hnode, h uint64, typ, desc string, lv int) (*hnode, link, bool) {
+	return hdelWhere(n, h, lv, delMatch{typ: typ, desc: desc}, nil)
+}
+
+// hdelKey is hdel for a batch (see freshNodes): it removes the entry that
+// links key k itself, and only that, whose hash h is where k was linked.
+func hdelKey(n *hnode, h uint64, k *Key, lv int, fresh freshNodes) (*hnode, link, bool) {
+	return hdelWhere(n, h, lv, delMatch{key: k}, fresh)
+}
+
+// delMatch picks the entry a deletion removes: the link to key, or else
+// the entry for (typ, desc).
+type delMatch struct {
+	key       *Key
+	typ, desc string
+}
+
+func (m delMatch) is(e *link) bool {
+	if m.key != nil {
+		return e.key == m.key
+	}
+	return matches(e, m.typ, m.desc)
+}
+
+// hdelWhere is the deletion walk of hdel and hdelKey. With fresh nil every
+// node on the path is copied; with a batch's fresh set, nodes the batch
+// already copied are edited in place.
+func hdelWhere(n *hnode, h uint64, lv int, m delMatch, fresh freshNodes) (*hnode, link, bool) {
 	if n == nil {
 		return nil, link{}, false
 	}
 	if n.collision() {
 		for i, p := range n.kids {
-			if e := (*link)(p); matches(e, typ, desc) {
+			if e := (*link)(p); m.is(e) {
 				// A single survivor is inlined by the parent (below).
 				return n.collisionWith(i, nil), *e, true
 			}
@@ -279,18 +306,18 @@ func hdel(n *hnode, h uint64, typ, desc string, lv int) (*hnode, link, bool) {
 	bit := hbit(h, lv)
 	if n.leafmap&bit != 0 {
 		e := n.leaf(rank(n.leafmap, bit))
-		if !matches(e, typ, desc) {
+		if !m.is(e) {
 			return n, link{}, false
 		}
 		if n.nodemap|n.leafmap == bit {
 			return nil, *e, true
 		}
-		return n.edit(n.nodemap, n.leafmap&^bit, bit, nil), *e, true
+		return n.editFresh(n.nodemap, n.leafmap&^bit, bit, nil, fresh), *e, true
 	}
 	if n.nodemap&bit == 0 {
 		return n, link{}, false
 	}
-	sub, old, ok := hdel(n.node(rank(n.nodemap, bit)), h, typ, desc, lv+1)
+	sub, old, ok := hdelWhere(n.node(rank(n.nodemap, bit)), h, lv+1, m, fresh)
 	switch {
 	case !ok:
 		return n, link{}, false
@@ -298,12 +325,12 @@ func hdel(n *hnode, h uint64, typ, desc string, lv int) (*hnode, link, bool) {
 		if n.nodemap|n.leafmap == bit {
 			return nil, old, true
 		}
-		return n.edit(n.nodemap&^bit, n.leafmap, bit, nil), old, true
+		return n.editFresh(n.nodemap&^bit, n.leafmap, bit, nil, fresh), old, true
 	case sub.nodemap == 0 && len(sub.kids) == 1:
 		// A sub-node left with one leaf gives it back to this level.
-		return n.edit(n.nodemap&^bit, n.leafmap|bit, bit, sub.kids[0]), old, true
+		return n.editFresh(n.nodemap&^bit, n.leafmap|bit, bit, sub.kids[0], fresh), old, true
 	default:
-		return n.edit(n.nodemap, n.leafmap, bit, unsafe.Pointer(sub)), old, true
+		return n.editFresh(n.nodemap, n.leafmap, bit, unsafe.Pointer(sub), fresh), old, true
 	}
 }
 
@@ -345,11 +372,14 @@ func hwalk(n *hnode, fn func(link) bool) bool {
 // place: no reader can see it before the version is published.
 type freshNodes map[*hnode]struct{}
 
-// editFresh is edit for a batch: in place when the batch made n.
+// editFresh is edit for a batch: in place when the batch made n. With no
+// batch (fresh nil) it is edit.
 func (n *hnode) editFresh(nodemap, leafmap, bit uint32, p unsafe.Pointer, fresh freshNodes) *hnode {
 	if _, ok := fresh[n]; !ok {
 		nn := n.edit(nodemap, leafmap, bit, p)
-		fresh[nn] = struct{}{}
+		if fresh != nil {
+			fresh[nn] = struct{}{}
+		}
 		return nn
 	}
 	// Deletions never grow a node, so the kids fit in its array.
@@ -362,49 +392,4 @@ func (n *hnode) editFresh(nodemap, leafmap, bit uint32, p unsafe.Pointer, fresh 
 	n.kids = n.kids[:k]
 	n.nodemap, n.leafmap = nodemap, leafmap
 	return n
-}
-
-// hdelKey is hdel for a batch: it removes the entry that links key k
-// itself (hash h), and only that, copying each node at most once per
-// batch.
-func hdelKey(n *hnode, h uint64, k *Key, lv int, fresh freshNodes) (*hnode, link, bool) {
-	if n == nil {
-		return nil, link{}, false
-	}
-	if n.collision() {
-		for i, p := range n.kids {
-			if e := (*link)(p); e.key == k {
-				return n.collisionWith(i, nil), *e, true
-			}
-		}
-		return n, link{}, false
-	}
-	bit := hbit(h, lv)
-	if n.leafmap&bit != 0 {
-		e := n.leaf(rank(n.leafmap, bit))
-		if e.key != k {
-			return n, link{}, false
-		}
-		if n.nodemap|n.leafmap == bit {
-			return nil, *e, true
-		}
-		return n.editFresh(n.nodemap, n.leafmap&^bit, bit, nil, fresh), *e, true
-	}
-	if n.nodemap&bit == 0 {
-		return n, link{}, false
-	}
-	sub, old, ok := hdelKey(n.node(rank(n.nodemap, bit)), h, k, lv+1, fresh)
-	switch {
-	case !ok:
-		return n, link{}, false
-	case sub == nil:
-		if n.nodemap|n.leafmap == bit {
-			return nil, old, true
-		}
-		return n.editFresh(n.nodemap&^bit, n.leafmap, bit, nil, fresh), old, true
-	case sub.nodemap == 0 && len(sub.kids) == 1:
-		return n.editFresh(n.nodemap&^bit, n.leafmap|bit, bit, sub.kids[0], fresh), old, true
-	default:
-		return n.editFresh(n.nodemap, n.leafmap, bit, unsafe.Pointer(sub), fresh), old, true
-	}
 }
