@@ -46,6 +46,14 @@ type GCStats struct {
 	// spent (on Linux; empty elsewhere); DeathToDestruction how long keys
 	// waited between losing their last reference and being destroyed.
 	ItemTime, ItemCPU, DeathToDestruction rcu.Latency
+	// Sweeps counts keyrings swept whole (the kernel's keyring_gc, in
+	// steps) because many of their links died at once; SweptLinks the links
+	// those sweeps visited.
+	Sweeps, SweptLinks uint64
+	// MaxWorkPerItem is the most work one item did, in the units its
+	// budget counts: keys examined, links visited or pruned, keys
+	// destroyed. At most the chunk size, plus one.
+	MaxWorkPerItem int
 	// ChunkSize is the bound in force (0: unbounded).
 	ChunkSize int
 }
@@ -85,6 +93,14 @@ type collector struct {
 	scanDone   bool               // the cursor has passed the last shard
 	prune      map[*Key][]deadKey // scanChunk's scratch
 	fresh      freshNodes         // pruneFrom's scratch
+	delay      int64              // gc_delay in force for this pass
+	// This pass's large keyrings (see ringSweep), the sweeps under way in
+	// the order they began, and the keyrings whose deferred dead keys are
+	// still to be pruned one by one once the scan is over.
+	sweeps   map[*Key]*ringSweep
+	sweeping []*ringSweep
+	deferred []*ringSweep
+	swept    []sweptLink // sweepStep's scratch
 
 	// outstanding counts keys buried and not yet destroyed; inPass is set
 	// while a scan is under way. WaitGC watches both.
@@ -148,7 +164,7 @@ func (q *graves) drop(k int) {
 
 func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
 	g := &collector{s: s, wq: wq, chunk: chunk, nextRun: math.MaxInt64,
-		prune: map[*Key][]deadKey{}, fresh: freshNodes{},
+		prune: map[*Key][]deadKey{}, fresh: freshNodes{}, sweeps: map[*Key]*ringSweep{},
 		itemH: hdrhistogram.New(1, int64(time.Hour), 3), cpuH: hdrhistogram.New(1, int64(time.Hour), 3), deathH: hdrhistogram.New(1, int64(24*time.Hour), 3)}
 	if g.wq == nil {
 		g.wq = workqueue.New(s.dom, workqueue.WithName("keys-gc"), workqueue.WithWorkers(1))
@@ -294,7 +310,7 @@ func (g *collector) run(t *rcu.Task) {
 	defer runtime.UnlockOSThread()
 	began := time.Now()
 	cpu0, cpuOK := threadCPU()
-	scanned, destroyed := 0, 0
+	scanned, destroyed, work := 0, 0, 0
 	defer func() {
 		d := time.Since(began)
 		cpu1, ok := threadCPU()
@@ -306,6 +322,7 @@ func (g *collector) run(t *rcu.Task) {
 		}
 		g.stats.MaxScannedPerItem = max(g.stats.MaxScannedPerItem, scanned)
 		g.stats.MaxDestroyedPerItem = max(g.stats.MaxDestroyedPerItem, destroyed)
+		g.stats.MaxWorkPerItem = max(g.stats.MaxWorkPerItem, work)
 		g.statsMu.Unlock()
 	}()
 	budget := g.chunk
@@ -316,16 +333,33 @@ func (g *collector) run(t *rcu.Task) {
 		if !g.scanning {
 			g.beginPass()
 		}
-		var more bool
-		scanned, more = g.scanChunk(t, budget)
-		if more {
+		// One budget for the whole item, whatever the work: sweeps under
+		// way first (they unlink the most per unit), then the scan, then
+		// the keys whose pruning the scan deferred.
+	pass:
+		for work < budget {
+			switch {
+			case len(g.sweeping) > 0:
+				work += g.sweepStep(t, budget-work)
+			case len(g.leftover) > 0 || !g.scanDone:
+				u, n := g.scanChunk(t, budget-work)
+				work += u
+				scanned += n
+			case len(g.deferred) > 0:
+				work += g.pruneDeferred(t, budget-work)
+			default:
+				break pass
+			}
+		}
+		if len(g.sweeping) > 0 || len(g.leftover) > 0 || !g.scanDone || len(g.deferred) > 0 {
 			g.wq.Schedule(g.work)
 			return
 		}
 		g.endPass()
 	}
 	var more bool
-	destroyed, more = g.destroyChunk(t, budget)
+	destroyed, more = g.destroyChunk(t, max(budget-work, 0))
+	work += destroyed
 	if more {
 		return // rescheduled by destroyChunk
 	}
@@ -352,19 +386,29 @@ func (g *collector) beginPass() {
 	g.leftover, g.scanDone = nil, false
 	g.start = g.s.now()
 	g.end = math.MaxInt64
+	g.delay = int64(g.s.Tunables().GCDelay)
 	g.foundDead = false
 }
 
-// scanChunk examines up to budget keys after the cursor. It holds the
+// linkDead reports whether this pass prunes links to k, and why.
+func (g *collector) linkDead(k *Key) (int, bool) {
+	why, dead := g.dead(k, g.start, g.delay)
+	if !dead || !(g.reapLinks || why == ReapInvalidated || why == ReapDead) {
+		return 0, false
+	}
+	return why, true
+}
+
+// scanChunk examines up to budget keys after the cursor, and returns the
+// units of work it spent and how many keys it examined. It holds the
 // index lock only while it copies the chunk's keys.
-func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
+func (g *collector) scanChunk(t *rcu.Task, budget int) (int, int) {
 	// Keys fetched by an earlier item that ran out of budget come first.
 	ks := g.leftover
 	if len(ks) == 0 {
 		ks, g.scanDone = g.s.index.scan(&g.cursor, budget, g.scratch[:0])
 		g.scratch = ks
 	}
-	delay := int64(g.s.Tunables().GCDelay)
 	g.mu.Lock()
 	deadType, stage := g.deadType, g.deadStage
 	g.mu.Unlock()
@@ -391,18 +435,21 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 				g.s.killPayload(k)
 			}
 		}
-		if reason, isDead := g.dead(k, g.start, delay); isDead {
+		if reason, isDead := g.dead(k, g.start, g.delay); isDead {
 			if g.reapLinks || reason == ReapInvalidated || reason == ReapDead {
 				k.parentsMu.Lock()
-				units += k.eachParentLocked(func(ring *Key) {
-					prune[ring] = append(prune[ring], deadKey{k: k, why: reason})
-				})
+				if k.parent != nil {
+					units += g.routeDead(k.parent, deadKey{k: k, why: reason})
+					for _, ring := range k.parents {
+						units += g.routeDead(ring, deadKey{k: k, why: reason})
+					}
+				}
 				k.parentsMu.Unlock()
 			}
 			continue
 		}
 		if e := k.expiry.Load(); e != 0 {
-			if at := e + delay; at > g.start && at < g.end {
+			if at := e + g.delay; at > g.start && at < g.end {
 				g.end = at
 			}
 		}
@@ -421,12 +468,144 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, bool) {
 	g.statsMu.Unlock()
 	clear(ks[:n]) // no stale pointers kept alive between items
 	g.leftover = ks[n:]
-	return n, len(g.leftover) > 0 || !g.scanDone
+	return units, n
+}
+
+// Large keyrings are swept rather than pruned key by key once enough of
+// their links are found dead in one pass: sweepMinLinks is the size from
+// which a keyring is considered, sweepShare the share of its links (one
+// in sweepShare) that must be dead. Pruning one link of a million-link
+// keyring costs about as much as visiting a few hundred in a sweep.
+const (
+	sweepMinLinks = 1024
+	sweepShare    = 64
+)
+
+// ringSweep is the collector's plan, for one pass, for one large keyring
+// that links dead keys: defer them while few, sweep it once many.
+type ringSweep struct {
+	ring    *Key
+	state   int
+	pending []deadKey // while deferring: dead keys to prune one by one
+	cursor  uint64    // while sweeping: where the next step resumes
+}
+
+const (
+	sweepDeferring = iota
+	sweepActive
+	sweepDone
+)
+
+// routeDead decides how ring's link to the dead key d goes, and returns
+// what that costs the item's budget now: pruned with this chunk (small
+// keyrings, and links a sweep has passed), deferred (a large keyring,
+// while few of its links are known dead), or left to the keyring's sweep.
+func (g *collector) routeDead(ring *Key, d deadKey) int {
+	st := g.sweeps[ring]
+	if st == nil {
+		if snap := ring.ring.Load(); snap == nil || snap.n < sweepMinLinks {
+			g.prune[ring] = append(g.prune[ring], d)
+			return 1
+		}
+		st = &ringSweep{ring: ring}
+		g.sweeps[ring] = st
+		g.deferred = append(g.deferred, st)
+	}
+	switch st.state {
+	case sweepDeferring:
+		st.pending = append(st.pending, d)
+		if snap := ring.ring.Load(); snap == nil || len(st.pending)*sweepShare >= snap.n {
+			// The sweep's first step starts at the beginning: it meets
+			// every key deferred so far.
+			st.state, st.pending = sweepActive, nil
+			g.sweeping = append(g.sweeping, st)
+		}
+		return 0
+	case sweepActive:
+		if trieOrder(d.k.hash) >= st.cursor {
+			return 0 // the sweep has yet to reach it
+		}
+	}
+	g.prune[ring] = append(g.prune[ring], d)
+	return 1
+}
+
+// sweepStep runs one step of the first sweep under way, spending at most
+// budget units (see sweepWalk), and returns what it spent.
+func (g *collector) sweepStep(t *rcu.Task, budget int) int {
+	st := g.sweeping[0]
+	ring := st.ring
+	w := sweepWalk{dead: g.linkDead, tick: t.Quiescent, budget: budget, removed: g.swept[:0]}
+	ring.mu.Lock()
+	if snap := ring.ring.Load(); snap != nil && snap.n > 0 {
+		if next := snap.sweep(st.cursor, &w); next != snap {
+			ring.ring.Store(next)
+			g.s.chargeLink(ring, -linkCost*len(w.removed))
+		}
+	}
+	ring.mu.Unlock()
+	if w.stopped {
+		st.cursor = w.next
+	} else {
+		st.state = sweepDone
+		g.sweeping[0] = nil
+		g.sweeping = g.sweeping[1:]
+	}
+	var pruned [reapReasons]uint64
+	var dying []*Key
+	for _, r := range w.removed {
+		t.Quiescent()
+		r.l.key.removeParent(ring)
+		pruned[r.why]++
+		if r.l.key.putLast() {
+			dying = append(dying, r.l.key)
+		}
+	}
+	g.s.unusedBatch(dying)
+	g.statsMu.Lock()
+	for i, c := range pruned {
+		g.stats.Pruned[i] += c
+	}
+	g.stats.SweptLinks += uint64(w.used - len(w.removed))
+	if !w.stopped {
+		g.stats.Sweeps++
+	}
+	g.statsMu.Unlock()
+	clear(w.removed)
+	g.swept = w.removed[:0]
+	return max(w.used, 1)
+}
+
+// pruneDeferred prunes up to budget of the links a large keyring's
+// deferral holds, once the scan is over, and returns how many it took.
+func (g *collector) pruneDeferred(t *rcu.Task, budget int) int {
+	st := g.deferred[0]
+	if st.state != sweepDeferring || len(st.pending) == 0 {
+		st.pending = nil
+		g.deferred[0] = nil
+		g.deferred = g.deferred[1:]
+		return 0
+	}
+	t.Quiescent()
+	take := st.pending[:min(budget, len(st.pending))]
+	var pruned [reapReasons]uint64
+	g.s.pruneFrom(st.ring, take, &pruned, g.fresh)
+	clear(g.fresh)
+	clear(take)
+	st.pending = st.pending[len(take):]
+	g.statsMu.Lock()
+	for i, c := range pruned {
+		g.stats.Pruned[i] += c
+	}
+	g.statsMu.Unlock()
+	return len(take)
 }
 
 func (g *collector) endPass() {
 	g.scanning = false
 	defer g.inPass.Store(false)
+	clear(g.sweeps)
+	g.sweeping, g.deferred = nil, nil
 	g.statsMu.Lock()
 	g.stats.Passes++
 	g.statsMu.Unlock()

@@ -220,3 +220,75 @@ func TestGCChunksAndRequestsDuringPass(t *testing.T) {
 		t.Fatal("a pass requested after the others was lost")
 	}
 }
+
+// TestGCSweepOrDefer reaps links from two large keyrings: one where half
+// the links die at once, which the collector sweeps in steps, and one
+// where one link in a hundred dies, which it prunes key by key once the
+// scan is over. In both, every dead link goes, every live one stays, the
+// quota comes back, and no item exceeds its budget.
+func TestGCSweepOrDefer(t *testing.T) {
+	const n, chunk = 6000, 128
+	tun := DefaultTunables()
+	tun.GCDelay = 0
+	e := newEnv(t, WithChunkSize(chunk), WithTunables(tun))
+	c := e.caller(0, 0)
+	many := must(c.AddKey("keyring", "many", nil, SessionKeyring))
+	few := must(c.AddKey("keyring", "few", nil, SessionKeyring))
+	k0, b0 := e.s.QuotaUsage(0)
+	var live []Serial
+	for i := range n {
+		for _, r := range []struct {
+			ring Serial
+			dies bool
+		}{{many, i%2 == 0}, {few, i%100 == 0}} {
+			id := must(c.AddKey("user", fmt.Sprint(r.ring, "-", i), []byte("payload"), r.ring))
+			switch {
+			case !r.dies:
+				live = append(live, id)
+			case i%4 == 0:
+				noErr(c.Revoke(id))
+			default:
+				noErr(c.SetTimeout(id, 1))
+			}
+		}
+	}
+	e.clock.advance(2 * time.Second)
+	e.gcNow()
+	for _, r := range []struct {
+		ring Serial
+		want int
+	}{{many, n / 2}, {few, n - n/100}} {
+		if got := len(must(c.Read(r.ring))) / 4; got != r.want {
+			t.Fatalf("keyring %d holds %d links, want %d", r.ring, got, r.want)
+		}
+	}
+	for _, id := range live {
+		if p, err := c.Read(id); err != nil || string(p) != "payload" {
+			t.Fatalf("live key %d: %q, %v", id, p, err)
+		}
+	}
+	st := e.s.GCStats()
+	if st.Sweeps < 1 || st.SweptLinks < n/2 {
+		t.Fatalf("no sweep of the keyring whose links half died: %d sweeps over %d links", st.Sweeps, st.SweptLinks)
+	}
+	if st.SweptLinks >= 2*n {
+		t.Fatalf("swept %d links: the keyring with few deaths was swept too", st.SweptLinks)
+	}
+	if want := uint64(n/2 + n/100); st.Pruned[ReapExpired]+st.Pruned[ReapRevoked] != want {
+		t.Fatalf("pruned %v, want %d in all", st.Pruned, want)
+	}
+	if st.MaxWorkPerItem > chunk+1 || st.MaxScannedPerItem > chunk || st.MaxDestroyedPerItem > chunk {
+		t.Fatalf("an item did %d units of work (scanned %d, destroyed %d); the chunk is %d",
+			st.MaxWorkPerItem, st.MaxScannedPerItem, st.MaxDestroyedPerItem, chunk)
+	}
+	noErr(c.Clear(many))
+	noErr(c.Clear(few))
+	e.gcNow()
+	if k1, b1 := e.s.QuotaUsage(0); k1 != k0 || b1 != b0 {
+		t.Fatalf("quota %d/%d after reaping everything, want %d/%d", k1, b1, k0, b0)
+	}
+	m := &machine{rt: t, s: e.s, callers: []*Caller{c}}
+	idx := m.indexed()
+	m.checkLinks(idx)
+	checkParents(t, idx)
+}

@@ -1,0 +1,231 @@
+package keys
+
+import (
+	"math/bits"
+	"unsafe"
+)
+
+// A sweep is the collector's walk over one keyring's links, removing those
+// to dead keys, a bounded number of links per step: what the kernel's
+// keyring_gc does in one go, done in steps. Pruning links one dead key at
+// a time costs a path copy each, 3–10 µs in a keyring of a million links
+// (every path is a cache and TLB miss); a sweep touches each node of the
+// keyring once and allocates nothing for a subtree whose links all died,
+// so a keyring most of whose links die at once (a mass expiry) is pruned
+// in a small fraction of that time. The collector sweeps a keyring only
+// when the scan has found enough of its links dead to make the walk pay
+// (see sweepShare); otherwise it prunes key by key.
+//
+// A step resumes at a position in trie order: the trie's in-order walk
+// visits positions by the hash's nibbles, level 0's first, so a position
+// is a hash with its nibbles reversed (trieOrder), and a step stops only
+// at the start of a position, leaving the lower nibbles zero. Between
+// steps the keyring may change: links added before the cursor are new and
+// wait for the next pass; a subtree that has collapsed into a leaf at the
+// cursor's position is visited again, which is harmless, since removing
+// the dead is idempotent.
+
+// trieOrder maps a key's hash to its place in the trie's in-order walk:
+// its nibbles reversed, level 0's nibble on top.
+func trieOrder(h uint64) uint64 {
+	r := bits.ReverseBytes64(h)
+	return (r&0x0f0f0f0f0f0f0f0f)<<4 | (r>>4)&0x0f0f0f0f0f0f0f0f
+}
+
+// orderShift is where level lv's nibble sits in a trie-order position.
+func orderShift(lv int) int { return 64 - hamtBits*(lv+1) }
+
+// sweptLink is a link a sweep removed, and why.
+type sweptLink struct {
+	l   link
+	why int
+}
+
+// sweepWalk is one step of a sweep.
+type sweepWalk struct {
+	// dead reports whether a link to k goes, and why.
+	dead func(k *Key) (int, bool)
+	// tick is called once per node visited (the collector reports a
+	// quiescent state there).
+	tick func()
+	// budget is how many units the step may spend: one per link visited,
+	// one more per link removed. The step stops at the first position
+	// boundary after the budget is spent, so it overshoots by at most one
+	// removal and the rest of a collision node (entries of one 64-bit
+	// hash, in practice never more than one).
+	budget int
+
+	used    int
+	removed []sweptLink
+	stopped bool   // the budget ran out before the walk reached the end
+	next    uint64 // with stopped: where the next step resumes
+}
+
+// sweep runs one step of a sweep over r from position from, returning the
+// version without the links the step removed (r itself if it removed
+// none). w.removed, w.stopped and w.next report the rest.
+func (r *ringSnap) sweep(from uint64, w *sweepWalk) *ringSnap {
+	if r == nil || r.n == 0 {
+		return r
+	}
+	mark := len(w.removed)
+	root := w.node(r.root, 0, 0, true, from)
+	gone := w.removed[mark:]
+	if len(gone) == 0 {
+		return r
+	}
+	if len(gone) == r.n {
+		return &ringSnap{}
+	}
+	nr := &ringSnap{root: root, n: r.n - len(gone), used: r.used, next: r.next, nested: r.nested}
+	rings := false
+	for _, g := range gone {
+		if g.l.slot < 16 {
+			nr.used &^= 1 << g.l.slot
+		}
+		rings = rings || g.l.key.isKeyring()
+	}
+	if rings {
+		var nested []link
+		for _, e := range r.nested {
+			kept := true
+			for _, g := range gone {
+				if g.l.key == e.key {
+					kept = false
+					break
+				}
+			}
+			if kept {
+				nested = append(nested, e)
+			}
+		}
+		nr.nested = nested
+	}
+	return nr
+}
+
+// spent reports whether the budget is gone; if so the step stops at
+// position at.
+func (w *sweepWalk) spent(at uint64) bool {
+	if w.used < w.budget {
+		return false
+	}
+	w.stopped, w.next = true, at
+	return true
+}
+
+// visit examines one leaf and reports whether it stays.
+func (w *sweepWalk) visit(p unsafe.Pointer) bool {
+	l := (*link)(p)
+	w.used++
+	why, dead := w.dead(l.key)
+	if !dead {
+		return true
+	}
+	w.used++
+	w.removed = append(w.removed, sweptLink{l: *l, why: why})
+	return false
+}
+
+// node sweeps n, the node at level lv whose position is path, and returns
+// its replacement: n itself if nothing in it was removed, nil if nothing
+// is left. With tight set, path is from's own position at this level, and
+// positions before from's are skipped (an earlier step visited them).
+func (w *sweepWalk) node(n *hnode, lv int, path uint64, tight bool, from uint64) *hnode {
+	if w.tick != nil {
+		w.tick()
+	}
+	if n.collision() {
+		// Its entries share one hash: visited together, as one position.
+		if w.spent(path) {
+			return n
+		}
+		keep := make([]unsafe.Pointer, 0, len(n.kids))
+		for _, p := range n.kids {
+			if w.visit(p) {
+				keep = append(keep, p)
+			}
+		}
+		switch len(keep) {
+		case len(n.kids):
+			return n
+		case 0:
+			return nil
+		}
+		nn := newNode(0, 0, len(keep))
+		copy(nn.kids, keep)
+		return nn // with one entry left, the parent inlines it
+	}
+	// Only collision nodes sit below the last level, so lv < hamtLevels
+	// here and every position has a nibble.
+	shift := orderShift(lv)
+	start := 0
+	if tight {
+		start = int(from>>shift) & hamtMask
+	}
+	var kids [hamtWidth]unsafe.Pointer // by position, for the rebuild
+	var nodemap, leafmap uint32
+	changed := false
+	ni, li := 0, n.numNodes()
+	for m := n.nodemap | n.leafmap; m != 0; m &= m - 1 {
+		bit := m & -m
+		pos := bits.TrailingZeros32(bit)
+		isLeaf := n.leafmap&bit != 0
+		var p unsafe.Pointer
+		if isLeaf {
+			p = n.kids[li]
+			li++
+		} else {
+			p = n.kids[ni]
+			ni++
+		}
+		if pos >= start && !w.stopped && !w.spent(path|uint64(pos)<<shift) {
+			if isLeaf {
+				if !w.visit(p) {
+					changed = true
+					continue
+				}
+			} else {
+				sub := (*hnode)(p)
+				nsub := w.node(sub, lv+1, path|uint64(pos)<<shift, tight && pos == start, from)
+				switch {
+				case nsub == sub:
+				case nsub == nil:
+					changed = true
+					continue
+				case nsub.nodemap == 0 && len(nsub.kids) == 1:
+					// A sub-node left with one leaf gives it back to this
+					// level.
+					changed = true
+					p, isLeaf = nsub.kids[0], true
+				default:
+					changed = true
+					p = unsafe.Pointer(nsub)
+				}
+			}
+		}
+		kids[pos] = p
+		if isLeaf {
+			leafmap |= bit
+		} else {
+			nodemap |= bit
+		}
+	}
+	if !changed {
+		return n
+	}
+	if nodemap|leafmap == 0 {
+		return nil
+	}
+	nn := newNode(nodemap, leafmap, bits.OnesCount32(nodemap)+bits.OnesCount32(leafmap))
+	i := 0
+	for m := nodemap; m != 0; m &= m - 1 {
+		nn.kids[i] = kids[bits.TrailingZeros32(m)]
+		i++
+	}
+	for m := leafmap; m != 0; m &= m - 1 {
+		nn.kids[i] = kids[bits.TrailingZeros32(m)]
+		i++
+	}
+	return nn
+}
