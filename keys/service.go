@@ -415,9 +415,14 @@ type indexShard struct {
 type indexTable struct {
 	slots []atomic.Pointer[Key]
 	bits  uint
-	// Guarded by the shard's mu.
-	used int // slots not nil
-	live int // slots holding keys
+	// Guarded by the shard's mu. serials holds the serial of the key in
+	// each slot, for writers: probing and rebuilding a table then reads
+	// two arrays in order instead of every key it passes, each a cache
+	// miss in a large index (a rebuild of a 4,096-key shard took 200 µs
+	// that way, and a mass reap crosses every shard's threshold at once).
+	serials []Serial
+	used    int // slots not nil
+	live    int // slots holding keys
 }
 
 // tombstone marks a removed entry.
@@ -495,11 +500,12 @@ func (sh *indexShard) insertLocked(k *Key, id Serial) bool {
 			}
 			continue
 		}
-		if e.serial == id {
+		if t.serials[i] == id {
 			return false
 		}
 	}
 	k.serial = id // before the store that publishes k
+	t.serials[free] = id
 	t.slots[free].Store(k)
 	t.live++
 	return true
@@ -541,7 +547,7 @@ func (sh *indexShard) rebuild(old *indexTable, want int) *indexTable {
 	for 1<<b < want || 1<<b < indexMinSlots {
 		b++
 	}
-	t := &indexTable{slots: make([]atomic.Pointer[Key], 1<<b), bits: b}
+	t := &indexTable{slots: make([]atomic.Pointer[Key], 1<<b), serials: make([]Serial, 1<<b), bits: b}
 	if old != nil {
 		mask := uint64(len(t.slots) - 1)
 		for i := range old.slots {
@@ -549,10 +555,12 @@ func (sh *indexShard) rebuild(old *indexTable, want int) *indexTable {
 			if k == nil || k == tombstone {
 				continue
 			}
-			j := t.home(serialHash(k.serial))
+			id := old.serials[i]
+			j := t.home(serialHash(id))
 			for t.slots[j].Load() != nil {
 				j = (j + 1) & mask
 			}
+			t.serials[j] = id
 			t.slots[j].Store(k)
 			t.used++
 			t.live++
