@@ -112,7 +112,7 @@ var bigKeyType = &Type{
 			return nil, 0, EINVAL
 		}
 		if len(data) <= BigKeyInline {
-			return &Payload{Data: append([]byte(nil), data...), Len: len(data)}, bigKeyCharge, nil
+			return newPayload(data), bigKeyCharge, nil
 		}
 		b, err := seal(data)
 		if err != nil {

@@ -3,6 +3,7 @@ package keys
 import (
 	"fmt"
 	"strings"
+	"unsafe"
 )
 
 // Type is a key type: how keys of the type validate, store, read and
@@ -48,8 +49,38 @@ func userPreparse(data []byte) (*Payload, int, error) {
 	if len(data) == 0 || len(data) > MaxUserPayload {
 		return nil, 0, EINVAL
 	}
-	p := &Payload{Data: append([]byte(nil), data...), Len: len(data)}
+	p := newPayload(data)
 	return p, len(data), nil
+}
+
+// newPayload returns a payload holding a copy of data. Up to 128 bytes
+// (most secrets: passwords, tokens, symmetric keys) the bytes share the
+// payload's allocation: one allocation per key instead of two, and one
+// cache miss instead of two for every cold read and for the wipe when the
+// key is destroyed, which is what a mass reap spends most of its time on.
+func newPayload(data []byte) *Payload {
+	switch n := len(data); {
+	case n <= 16:
+		return payloadWith[[16]byte](data)
+	case n <= 32:
+		return payloadWith[[32]byte](data)
+	case n <= 64:
+		return payloadWith[[64]byte](data)
+	case n <= 128:
+		return payloadWith[[128]byte](data)
+	}
+	return &Payload{Data: append([]byte(nil), data...), Len: len(data)}
+}
+
+func payloadWith[A any](data []byte) *Payload {
+	x := new(struct {
+		p   Payload
+		buf A
+	})
+	b := unsafe.Slice((*byte)(unsafe.Pointer(&x.buf)), unsafe.Sizeof(x.buf))
+	x.p.Data = b[:copy(b, data):len(data)]
+	x.p.Len = len(data)
+	return &x.p
 }
 
 func describeLen(k *Key, p *Payload) string {

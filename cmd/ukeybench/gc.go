@@ -9,6 +9,8 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/rcu"
+	"github.com/ukeys/ukeys/workqueue"
 )
 
 // gcParams are the parameters of the gc scenario.
@@ -56,7 +58,15 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 	// kernel's; leave room for the foreground's keys beside the garbage.
 	tun.RootMaxKeys = max(tun.RootMaxKeys, p.Keys+10_000)
 	tun.RootMaxBytes = max(tun.RootMaxBytes, 64*(p.Keys+10_000))
-	s := keys.New(keys.WithTunables(tun), keys.WithChunkSize(chunk), keys.WithClock(clock.now))
+	// The collector runs on a one-worker queue shared with a probe: another
+	// work item, scheduled every millisecond, whose wait for the worker is
+	// what the kernel calls a workqueue lockup when it grows long.
+	dom := rcu.New(rcu.WithName("ukeybench-gc"))
+	defer dom.Close()
+	wq := workqueue.New(dom, workqueue.WithName("keys-gc"), workqueue.WithWorkers(1))
+	defer wq.Close()
+	s := keys.New(keys.WithTunables(tun), keys.WithChunkSize(chunk), keys.WithClock(clock.now),
+		keys.WithDomain(dom), keys.WithGCQueue(wq))
 	defer s.Close()
 	root := s.NewCaller(keys.Cred{UID: 0, GID: 0, PID: 1})
 	defer root.Release()
@@ -132,6 +142,22 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 			hmu.Unlock()
 		}()
 	}
+	probeH := hdrhistogram.New(1, int64(time.Hour), 3)
+	var probeAt atomic.Int64
+	probe := workqueue.NewWork("probe", func() {
+		_ = probeH.RecordValue(max(time.Now().UnixNano()-probeAt.Load(), 1))
+	})
+	probeDone := make(chan struct{})
+	go func() {
+		defer close(probeDone)
+		for !stop.Load() {
+			if !probe.Pending() {
+				probeAt.Store(time.Now().UnixNano())
+				wq.Schedule(probe)
+			}
+			time.Sleep(time.Millisecond)
+		}
+	}()
 	time.Sleep(20 * time.Millisecond)
 
 	// Make the garbage.
@@ -172,6 +198,8 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 	}
 	stop.Store(true)
 	wg.Wait()
+	<-probeDone
+	wq.Cancel(probe)
 	st := s.GCStats()
 	r := histRow(cs, variant, "us", h, 1e3)
 	r.Extra = map[string]any{
@@ -181,6 +209,8 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 		"p999_work_item_cpu_ms": float64(st.ItemCPU.P999) / 1e6,
 		"reap_all_s":            reap.Seconds(),
 		"make_garbage_s":        made.Seconds(),
+		"max_queue_wait_ms":     float64(probeH.Max()) / 1e6,
+		"p999_queue_wait_ms":    float64(probeH.ValueAtQuantile(99.9)) / 1e6,
 		"stall_ms":              float64(maxGap.Load()) / 1e6,
 		"items":                 st.Items - before.Items,
 		"max_scanned_per_item":  st.MaxScannedPerItem,
