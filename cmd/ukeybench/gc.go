@@ -83,10 +83,14 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 	}
 	n := p.Keys
 	payload := []byte("0123456789abcdef")
+	var unlink []keys.Serial // combined: the half that is unlinked
 	for i := range n {
 		id, err := root.AddKey("user", fmt.Sprintf("g%d", i), payload, garbage)
 		if err != nil {
 			return row{}, 0, fmt.Errorf("adding key %d: %w", i, err)
+		}
+		if cs == "combined" && i%2 == 0 {
+			unlink = append(unlink, id)
 		}
 		expire := cs == "expired" || (cs == "combined" && i%2 == 1)
 		if expire && variant != "baseline" {
@@ -169,10 +173,11 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 		if cs == "unused" {
 			_ = root.Clear(garbage)
 		} else {
-			// Unlink the non-expiring half; the other half expires.
-			for i := 0; i < n; i += 2 {
-				if id, err := root.Search(garbage, "user", fmt.Sprintf("g%d", i), 0); err == nil {
-					_ = root.Unlink(id, garbage)
+			// Unlink the non-expiring half, one keyctl_unlink each; the
+			// other half expires.
+			for _, id := range unlink {
+				if err := root.Unlink(id, garbage); err != nil {
+					return row{}, 0, fmt.Errorf("unlinking key %d: %w", id, err)
 				}
 			}
 		}
