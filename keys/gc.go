@@ -100,7 +100,8 @@ type collector struct {
 	sweeps   map[*Key]*ringSweep
 	sweeping []*ringSweep
 	deferred []*ringSweep
-	swept    []sweptLink // sweepStep's scratch
+	swept    []sweptLink  // sweepStep's scratch
+	quota    quotaReturns // destroyChunk's scratch
 
 	// outstanding counts keys buried and not yet destroyed; inPass is set
 	// while a scan is under way. WaitGC watches both.
@@ -203,10 +204,12 @@ func (g *collector) close() {
 	}
 	_ = g.s.dom.Synchronize(context.Background())
 	for _, b := range rest.blocks {
+		var r quotaReturns
 		for _, e := range b {
-			g.s.destroy(e.k)
-			g.outstanding.Add(-1)
+			g.s.destroyInto(e.k, &r)
 		}
+		g.s.returnQuota(r)
+		g.outstanding.Add(-int64(len(b)))
 	}
 }
 
@@ -654,12 +657,18 @@ func (g *collector) destroyChunk(t *rcu.Task, budget int) (int, bool) {
 			_ = g.deathH.RecordValue(max(now-e.died, 1))
 		}
 		g.statsMu.Unlock()
+		// Outstanding drops only once the owners have their quota back:
+		// WaitGC promises both.
+		r := g.quota[:0]
 		for i := range es {
 			t.Quiescent()
-			g.s.destroy(es[i].k)
+			g.s.destroyInto(es[i].k, &r)
 			es[i] = graveEntry{}
-			g.outstanding.Add(-1)
 		}
+		g.s.returnQuota(r)
+		clear(r)
+		g.quota = r[:0]
+		g.outstanding.Add(-int64(len(es)))
 		g.batch.drop(len(es))
 		n += len(es)
 	}

@@ -242,10 +242,13 @@ func TestGCSweepOrDefer(t *testing.T) {
 			dies bool
 		}{{many, i%2 == 0}, {few, i%100 == 0}} {
 			id := must(c.AddKey("user", fmt.Sprint(r.ring, "-", i), []byte("payload"), r.ring))
+			// Revocation requests a pass at once; expiry waits for the
+			// clock (the test's, which moves only when told), so that the
+			// many deaths come to one pass.
 			switch {
 			case !r.dies:
 				live = append(live, id)
-			case i%4 == 0:
+			case r.ring == few && i%200 == 0:
 				noErr(c.Revoke(id))
 			default:
 				noErr(c.SetTimeout(id, 1))
@@ -268,11 +271,8 @@ func TestGCSweepOrDefer(t *testing.T) {
 		}
 	}
 	st := e.s.GCStats()
-	if st.Sweeps < 1 || st.SweptLinks < n/2 {
-		t.Fatalf("no sweep of the keyring whose links half died: %d sweeps over %d links", st.Sweeps, st.SweptLinks)
-	}
-	if st.SweptLinks >= 2*n {
-		t.Fatalf("swept %d links: the keyring with few deaths was swept too", st.SweptLinks)
+	if st.Sweeps != 1 || st.SweptLinks < n/2 || st.SweptLinks > n {
+		t.Fatalf("%d sweeps over %d links, want one of the keyring whose links half died", st.Sweeps, st.SweptLinks)
 	}
 	if want := uint64(n/2 + n/100); st.Pruned[ReapExpired]+st.Pruned[ReapRevoked] != want {
 		t.Fatalf("pruned %v, want %d in all", st.Pruned, want)

@@ -108,3 +108,54 @@ func (s *Service) uncharge(u *quotaUser, quotalen int) {
 	u.qnbyte -= quotalen
 	u.mu.Unlock()
 }
+
+// quotaReturn is what destroying keys gives back to one owner.
+type quotaReturn struct {
+	u                     *quotaUser
+	keys, ikeys           int // keys owned, instantiated
+	quotaKeys, quotaBytes int // counted against the quota
+}
+
+// quotaReturns gathers the quota of a batch of destroyed keys by owner,
+// so that the collector takes each owner's lock once per batch instead of
+// twice per key: add_key takes the same lock to charge new keys, and a
+// mass reap would otherwise contend with it a thousand times per chunk.
+// A chunk's keys have few owners, so a slice searched linearly will do.
+type quotaReturns []quotaReturn
+
+func (r *quotaReturns) add(u *quotaUser, inQuota bool, quotalen int, instantiated bool) {
+	i := len(*r) - 1
+	for ; i >= 0 && (*r)[i].u != u; i-- {
+	}
+	if i < 0 {
+		*r = append(*r, quotaReturn{u: u})
+		i = len(*r) - 1
+	}
+	e := &(*r)[i]
+	e.keys++
+	if instantiated {
+		e.ikeys++
+	}
+	if inQuota {
+		e.quotaKeys++
+		e.quotaBytes += quotalen
+	}
+}
+
+// returnQuota gives back what r gathered, and drops the destroyed keys'
+// references to their owners' records.
+func (s *Service) returnQuota(r quotaReturns) {
+	for _, e := range r {
+		u := e.u
+		u.mu.Lock()
+		u.nkeys -= e.keys
+		u.nikeys -= e.ikeys
+		u.qnkeys -= e.quotaKeys
+		u.qnbyte -= e.quotaBytes
+		u.mu.Unlock()
+		if u.refs.Add(-int64(e.keys-1)) <= 0 {
+			panic("keys: quota record released while keys it counts remain")
+		}
+		s.quotaPut(u) // the last of the batch's references
+	}
+}

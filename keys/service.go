@@ -339,6 +339,14 @@ func (s *Service) unusedBatch(ks []*Key) {
 
 // destroy wipes and releases an unused key and returns its quota.
 func (s *Service) destroy(k *Key) {
+	var r quotaReturns
+	s.destroyInto(k, &r)
+	s.returnQuota(r)
+}
+
+// destroyInto is destroy with the key's quota gathered into r, which the
+// caller returns (returnQuota) once it has destroyed a batch.
+func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	k.mu.Lock()
 	if p := k.payload.Swap(nil); p != nil {
 		p.wipe()
@@ -363,16 +371,7 @@ func (s *Service) destroy(k *Key) {
 	for _, w := range watches {
 		w.removed(k.serial)
 	}
-	if inQuota {
-		s.uncharge(u, ql)
-	}
-	u.mu.Lock()
-	u.nkeys--
-	if instantiated {
-		u.nikeys--
-	}
-	u.mu.Unlock()
-	s.quotaPut(u)
+	r.add(u, inQuota, ql, instantiated)
 	s.destroyed.Add(1)
 	// A destroyed keyring drops its links.
 	keys := make([]*Key, len(links))
