@@ -2,7 +2,11 @@
 // method per keyctl operation, errors comparable with errors.Is against
 // the keys package's errno values. A Client talks to the ukeyd daemon over
 // its Unix socket, or is served in process (New with a server.Local) with
-// exactly the daemon's behaviour. A Client may be shared by goroutines.
+// exactly the daemon's behaviour. A Client may be shared by goroutines: by
+// default their calls take turns, one round trip at a time; a Client
+// dialled WithPipelining sends concurrent calls without waiting for each
+// other's answers, which multiplies the throughput of one connection
+// shared by many goroutines.
 package client
 
 import (
@@ -39,19 +43,31 @@ type Client struct {
 	in    []byte // its body
 	resp  wire.Response
 	rt    exchange
+
+	// pl, with WithPipelining, replaces all of the above but conn.
+	pl *pipeline
 }
 
 // Dial connects to the daemon at the Unix socket path and, if the
 // environment carries a session (SessionEnv) or a request-key helper
 // token, presents it.
-func Dial(path string) (*Client, error) {
+func Dial(path string, opts ...Option) (*Client, error) {
+	var cfg dialConfig
+	for _, o := range opts {
+		o(&cfg)
+	}
 	conn, err := dialUnix(path, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
 	// Version 2 promises one request at a time, which do keeps: it holds
-	// mu from sending a request until its answer is read.
-	if err := wire.WriteFrame(conn, wire.EncodeHello(wire.Version)); err != nil {
+	// mu from sending a request until its answer is read. A pipelining
+	// client speaks version 1, which may have several in flight.
+	var version uint16 = wire.Version
+	if cfg.pipelined {
+		version = 1
+	}
+	if err := wire.WriteFrame(conn, wire.EncodeHello(version)); err != nil {
 		conn.Close()
 		return nil, err
 	}
@@ -72,6 +88,9 @@ func Dial(path string) (*Client, error) {
 		return nil, err
 	}
 	c := &Client{conn: conn, raw: raw}
+	if cfg.pipelined {
+		c.pl = newPipeline(conn)
+	}
 	if tok := os.Getenv(HelperEnv); tok != "" {
 		if _, err := c.attach(tok); err != nil {
 			c.Close()
@@ -101,6 +120,9 @@ func (c *Client) Close() error {
 		c.local.Close()
 		return nil
 	}
+	if c.pl != nil {
+		return c.pl.close()
+	}
 	return c.conn.Close()
 }
 
@@ -108,6 +130,9 @@ func (c *Client) Close() error {
 var ErrProtocol = errors.New("client: protocol error")
 
 func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, error) {
+	if c.pl != nil {
+		return c.doPipelined(op, ints, bufs)
+	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.tag++
@@ -154,6 +179,25 @@ func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, e
 		}
 	}
 	return out, nil
+}
+
+// doPipelined is do for a client made WithPipelining: no lock is held
+// while the request is in flight.
+func (c *Client) doPipelined(op wire.Op, ints []int64, bufs [][]byte) (*wire.Response, error) {
+	req := wire.Request{Op: op, Ints: ints, Bufs: bufs}
+	cl, err := c.pl.do(&req)
+	if err != nil {
+		return nil, err
+	}
+	defer c.pl.release(cl) // wipes the answer; detach made the caller's copy
+	var resp wire.Response
+	if err := resp.Decode(cl.body); err != nil {
+		return nil, err
+	}
+	if resp.Errno != 0 {
+		return nil, &Error{Op: op.String(), Errno: keys.Errno(resp.Errno)}
+	}
+	return detach(&resp), nil
 }
 
 // roundTrip writes the request frame out and reads the answer's body into

@@ -43,20 +43,26 @@ const benchClients = 16
 //   - process: the 16 clients live in another process (this test binary
 //     run again), as real clients do; the two processes' schedulers then
 //     share the 2 cores through the kernel's.
+//   - pipelined: the 16 clients are goroutines sharing one connection
+//     made with client.WithPipelining, so that requests that meet go out
+//     in one write and are answered in one; pipelined-collector is the
+//     same with the collector reaping as in collector.
 //   - echo: no daemon, the same 16 connections echoing frames of the
 //     same sizes with plain net.Conn reads and writes (six system calls a
 //     round trip, where the daemon and client make four): what a round
 //     trip costs on this machine done the ordinary Go way, before any key
 //     is read.
 func BenchmarkRoundTrip(b *testing.B) {
-	b.Run("daemon", func(b *testing.B) { benchDaemon(b, benchClients, false) })
-	b.Run("collector", func(b *testing.B) { benchDaemon(b, benchClients, true) })
-	b.Run("single", func(b *testing.B) { benchDaemon(b, 1, false) })
+	b.Run("daemon", func(b *testing.B) { benchDaemon(b, benchClients, false, false) })
+	b.Run("collector", func(b *testing.B) { benchDaemon(b, benchClients, true, false) })
+	b.Run("single", func(b *testing.B) { benchDaemon(b, 1, false, false) })
+	b.Run("pipelined", func(b *testing.B) { benchDaemon(b, benchClients, false, true) })
+	b.Run("pipelined-collector", func(b *testing.B) { benchDaemon(b, benchClients, true, true) })
 	b.Run("process", benchProcess)
 	b.Run("echo", benchEcho)
 }
 
-func benchDaemon(b *testing.B, nclients int, reaping bool) {
+func benchDaemon(b *testing.B, nclients int, reaping, pipelined bool) {
 	d := startDaemonCfg(b, server.Config{Metrics: metrics.New(prometheus.NewRegistry())})
 	setup, err := client.Dial(d.path)
 	if err != nil {
@@ -76,7 +82,15 @@ func benchDaemon(b *testing.B, nclients int, reaping bool) {
 	}
 	clients := make([]*client.Client, nclients)
 	for i := range clients {
-		if clients[i], err = client.Dial(d.path); err != nil {
+		if pipelined && i > 0 {
+			clients[i] = clients[0] // goroutines sharing one connection
+			continue
+		}
+		var opts []client.Option
+		if pipelined {
+			opts = append(opts, client.WithPipelining())
+		}
+		if clients[i], err = client.Dial(d.path, opts...); err != nil {
 			b.Fatal(err)
 		}
 		defer clients[i].Close()

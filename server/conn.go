@@ -2,6 +2,7 @@ package server
 
 import (
 	"bufio"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -99,7 +100,13 @@ func (c *conn) serve() {
 			deadline = now.Add(timeout)
 			c.uc.SetReadDeadline(deadline)
 		}
-		if len(out) > 0 {
+		// Answers to requests that arrived together go out together: while
+		// a whole next request is buffered already, its answer is appended
+		// to this one's, up to a bound, and the lot goes out in one write.
+		// A client that shares its connection among goroutines (see
+		// client.WithPipelining) then costs the daemon two system calls per
+		// batch of requests instead of two per request.
+		if len(out) > 0 && (len(out) >= coalesceMax || !wholeFrameBuffered(br)) {
 			quit, err := c.answer(raw, out, !sequential || br.Buffered() > 0)
 			clear(out)
 			out = out[:0]
@@ -121,6 +128,16 @@ func (c *conn) serve() {
 			c.s.log.Debug("ukeyd: malformed request; closing", "uid", c.cred.UID)
 			return
 		}
+		if len(out) > 0 && mayWait(req.Op) {
+			// Gathered answers do not wait behind a request that may wait
+			// (for a helper, for a notification).
+			_, err := c.uc.Write(out)
+			clear(out)
+			out = out[:0]
+			if err != nil {
+				return
+			}
+		}
 		c.mu.Lock()
 		if c.quit {
 			c.mu.Unlock()
@@ -135,9 +152,10 @@ func (c *conn) serve() {
 		resp.Tag = req.Tag
 		// The whole frame is built in one buffer and goes out in one write
 		// (answer, at the top of the loop).
-		out, err = wire.AppendResponse(wire.BeginFrame(out[:0]), resp)
+		at := len(out)
+		out, err = wire.AppendResponse(wire.BeginFrame(out), resp)
 		if err == nil {
-			out, err = wire.EndFrame(out, 0)
+			out, err = wire.EndFrame(out, at)
 		}
 		for _, b := range resp.Bufs {
 			clear(b) // results may hold payloads: do not keep them around
@@ -152,6 +170,27 @@ func (c *conn) serve() {
 			return
 		}
 	}
+}
+
+// mayWait reports whether serving op may wait for something other than
+// the keys package: a request-key helper, a notification.
+func mayWait(op wire.Op) bool { return op == wire.OpRequestKey || op == wire.OpWatchNext }
+
+// coalesceMax bounds the answers gathered for one write.
+const coalesceMax = 64 << 10
+
+// wholeFrameBuffered reports whether br holds a whole frame already, so
+// that reading it will not block.
+func wholeFrameBuffered(br *bufio.Reader) bool {
+	if br.Buffered() < 4 {
+		return false // Peek would wait for the rest
+	}
+	hdr, err := br.Peek(4)
+	if err != nil {
+		return false
+	}
+	n := int(binary.BigEndian.Uint32(hdr))
+	return n <= wire.MaxFrame && br.Buffered() >= 4+n
 }
 
 // answer writes the response frame f and marks the connection idle. It

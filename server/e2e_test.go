@@ -362,4 +362,64 @@ func TestPipelining(t *testing.T) {
 			conn.Write(frame(tag + 2))
 		}
 	}
+	// A burst in one write is answered whole and in order (the daemon
+	// gathers the answers of requests it already holds into one write).
+	var burst []byte
+	for tag := uint32(3000); tag < 3064; tag++ {
+		burst = append(burst, frame(tag)...)
+	}
+	conn.Write(burst)
+	for tag := uint32(3000); tag < 3064; tag++ {
+		b, err := wire.ReadFrame(br, nil)
+		if err != nil {
+			t.Fatalf("burst answer %d: %v", tag, err)
+		}
+		if r, err := wire.DecodeResponse(b); err != nil || r.Tag != tag || r.Errno != 0 {
+			t.Fatalf("burst answer %d: %+v, %v", tag, r, err)
+		}
+	}
+	// An answer gathered for a later write does not wait behind a request
+	// that waits: here for a notification on a watched keyring, which
+	// never comes.
+	conn.Write(frame(3999))
+	b, err := wire.ReadFrame(br, nil)
+	r, derr := wire.DecodeResponse(b)
+	if err != nil || derr != nil || len(r.Ints) != 1 {
+		t.Fatalf("user keyring: %+v, %v, %v", r, err, derr)
+	}
+	watch, _ := wire.AppendRequest(nil, &wire.Request{Tag: 3998, Op: wire.OpWatchKey, Ints: []int64{r.Ints[0], 1}})
+	watchFrame, _ := wire.AppendFrame(nil, watch)
+	conn.Write(watchFrame)
+	if b, err = wire.ReadFrame(br, nil); err != nil {
+		t.Fatal(err)
+	}
+	if r, err := wire.DecodeResponse(b); err != nil || r.Errno != 0 {
+		t.Fatalf("watch: %+v, %v", r, err)
+	}
+	next, _ := wire.AppendRequest(nil, &wire.Request{Tag: 4001, Op: wire.OpWatchNext})
+	nextFrame, _ := wire.AppendFrame(nil, next)
+	conn.Write(append(frame(4000), nextFrame...))
+	// The wait is bounded at 2 s: an answer held behind it would come late.
+	conn.SetReadDeadline(time.Now().Add(time.Second))
+	if b, err = wire.ReadFrame(br, nil); err != nil {
+		t.Fatalf("answer before a waiting request: %v", err)
+	}
+	if r, err := wire.DecodeResponse(b); err != nil || r.Tag != 4000 {
+		t.Fatalf("answer before a waiting request: %+v, %v", r, err)
+	}
+	// A change to the keyring ends the wait.
+	other, err := client.Dial(d.path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer other.Close()
+	if _, err := other.AddKey("user", "wake", []byte("x"), keys.UserKeyring); err != nil {
+		t.Fatal(err)
+	}
+	if b, err = wire.ReadFrame(br, nil); err != nil {
+		t.Fatalf("notification: %v", err)
+	}
+	if r, err := wire.DecodeResponse(b); err != nil || r.Tag != 4001 || r.Errno != 0 {
+		t.Fatalf("notification: %+v, %v", r, err)
+	}
 }

@@ -1,0 +1,211 @@
+package client
+
+import (
+	"bufio"
+	"encoding/binary"
+	"io"
+	"sync"
+
+	"github.com/ukeys/ukeys/wire"
+)
+
+// Option configures Dial.
+type Option func(*dialConfig)
+
+type dialConfig struct {
+	pipelined bool
+}
+
+// WithPipelining makes the client send requests from concurrent goroutines
+// without waiting for each other's answers: requests that meet go out in
+// one write, the daemon serves them in order and answers them in one
+// write, and each caller gets its own answer. A program that shares one
+// client among many goroutines then gets the daemon's throughput instead
+// of one round trip at a time; a program that calls from one goroutine at
+// a time is better served without it (its round trip is a system call
+// shorter).
+//
+// The daemon serves a connection's requests in order, so a request that
+// waits (RequestKey while a helper constructs the key, WatchNext) holds up
+// the ones sent after it: give those a client of their own.
+func WithPipelining() Option { return func(c *dialConfig) { c.pipelined = true } }
+
+// pipeline is a connection shared by concurrent callers: they append their
+// frames to pending, the first to find nobody writing writes for everyone,
+// and one reader goroutine hands each answer to its caller by tag.
+type pipeline struct {
+	conn io.ReadWriteCloser
+
+	mu      sync.Mutex
+	calls   map[uint32]*call // in flight, by tag
+	tag     uint32
+	pending []byte // frames not yet written
+	spare   []byte // the writer's other buffer
+	writing bool   // a caller is writing pending
+	err     error  // the connection's failure: every later call gets it
+
+	done chan struct{} // closed when the reader has stopped
+}
+
+// call is one request in flight.
+type call struct {
+	ch   chan struct{} // signalled once, when body or err is set
+	body []byte        // the answer's body: the caller's own copy
+	err  error
+}
+
+var callPool = sync.Pool{New: func() any { return &call{ch: make(chan struct{}, 1)} }}
+
+func newPipeline(conn io.ReadWriteCloser) *pipeline {
+	p := &pipeline{conn: conn, calls: map[uint32]*call{}, done: make(chan struct{})}
+	go p.read()
+	return p
+}
+
+// read hands every answer to the call with its tag, until the connection
+// fails or closes.
+func (p *pipeline) read() {
+	defer close(p.done)
+	br := bufio.NewReaderSize(p.conn, 16<<10)
+	var buf []byte
+	for {
+		body, err := wire.ReadFrame(br, buf)
+		if err != nil {
+			p.fail(err)
+			return
+		}
+		if len(body) < 4 {
+			clear(body)
+			p.fail(ErrProtocol)
+			return
+		}
+		tag := binary.BigEndian.Uint32(body)
+		p.mu.Lock()
+		cl := p.calls[tag]
+		delete(p.calls, tag)
+		p.mu.Unlock()
+		if cl == nil {
+			clear(body)
+			p.fail(ErrProtocol) // an answer nobody asked for
+			return
+		}
+		cl.body = append(cl.body[:0], body...)
+		clear(body) // answers may carry payloads
+		buf = body
+		if cap(buf) > 64<<10 {
+			buf = nil // one large answer does not pin its buffer
+		}
+		cl.ch <- struct{}{}
+	}
+}
+
+// fail ends the pipeline: every call in flight, and every later one, gets
+// err.
+func (p *pipeline) fail(err error) {
+	p.mu.Lock()
+	if p.err == nil {
+		if err == nil || err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		p.err = err
+	}
+	calls := p.calls
+	p.calls = map[uint32]*call{}
+	clear(p.pending)
+	p.pending = p.pending[:0]
+	p.mu.Unlock()
+	for _, cl := range calls {
+		cl.err = p.err
+		cl.ch <- struct{}{}
+	}
+	p.conn.Close()
+}
+
+// close closes the connection and waits for the reader to stop.
+func (p *pipeline) close() error {
+	err := p.conn.Close()
+	<-p.done
+	return err
+}
+
+// do sends req (its tag is set here) and returns the answer's body, which
+// the caller owns, and the call to give back with release.
+func (p *pipeline) do(req *wire.Request) (*call, error) {
+	cl := callPool.Get().(*call)
+	p.mu.Lock()
+	if p.err != nil {
+		err := p.err
+		p.mu.Unlock()
+		callPool.Put(cl)
+		return nil, err
+	}
+	p.tag++
+	req.Tag = p.tag
+	start := len(p.pending)
+	var err error
+	p.pending, err = wire.AppendRequest(wire.BeginFrame(p.pending), req)
+	if err == nil {
+		p.pending, err = wire.EndFrame(p.pending, start)
+	}
+	if err != nil {
+		clear(p.pending[start:])
+		p.pending = p.pending[:start]
+		p.mu.Unlock()
+		callPool.Put(cl)
+		return nil, err
+	}
+	p.calls[req.Tag] = cl
+	write := !p.writing
+	p.writing = true
+	p.mu.Unlock()
+	if write {
+		p.flush()
+	}
+	<-cl.ch
+	if cl.err != nil {
+		err := cl.err
+		p.release(cl)
+		return nil, err
+	}
+	return cl, nil
+}
+
+// flush writes pending, and whatever others append meanwhile, until
+// nothing is left: concurrent callers' frames go out together.
+func (p *pipeline) flush() {
+	for {
+		p.mu.Lock()
+		if len(p.pending) == 0 || p.err != nil {
+			p.writing = false
+			p.mu.Unlock()
+			return
+		}
+		out := p.pending
+		p.pending, p.spare = p.spare[:0], nil
+		p.mu.Unlock()
+		_, err := p.conn.Write(out)
+		clear(out) // requests may carry payloads
+		p.mu.Lock()
+		if cap(out) <= 64<<10 {
+			p.spare = out[:0]
+		}
+		p.mu.Unlock()
+		if err != nil {
+			p.fail(err)
+			p.mu.Lock()
+			p.writing = false
+			p.mu.Unlock()
+			return
+		}
+	}
+}
+
+// release wipes a call's answer and keeps the call for reuse.
+func (p *pipeline) release(cl *call) {
+	clear(cl.body)
+	cl.body, cl.err = cl.body[:0], nil
+	if cap(cl.body) > 64<<10 {
+		cl.body = nil
+	}
+	callPool.Put(cl)
+}
