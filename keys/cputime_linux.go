@@ -6,9 +6,10 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// threadCPU is the calling thread's CPU time. The collector pins its
-// goroutine to the thread for one work item and reads it at both ends,
-// which tells the work an item did from the time it spent descheduled.
+// threadCPU is the calling thread's CPU time. With WithItemCPUTime the
+// collector pins its goroutine to the thread for one work item and reads
+// it at both ends, which tells the work an item did from the time it
+// spent descheduled.
 func threadCPU() (time.Duration, bool) {
 	var ts unix.Timespec
 	if err := unix.ClockGettime(unix.CLOCK_THREAD_CPUTIME_ID, &ts); err != nil {

@@ -43,8 +43,9 @@ type GCStats struct {
 	MaxScannedPerItem, MaxDestroyedPerItem int
 	// ItemTime summarises how long work items ran (wall time, including
 	// any time the worker was descheduled); ItemCPU the CPU time each
-	// spent (on Linux; empty elsewhere); DeathToDestruction how long keys
-	// waited between losing their last reference and being destroyed.
+	// spent (with WithItemCPUTime, on Linux; empty otherwise);
+	// DeathToDestruction how long keys waited between losing their last
+	// reference and being destroyed.
 	ItemTime, ItemCPU, DeathToDestruction rcu.Latency
 	// Sweeps counts keyrings swept whole (the kernel's keyring_gc, in
 	// steps) because many of their links died at once; SweptLinks the links
@@ -307,16 +308,24 @@ func (g *collector) dead(k *Key, limit int64, delay int64) (int, bool) {
 }
 
 func (g *collector) run(t *rcu.Task) {
-	// The item stays on one thread so that the thread's CPU clock
-	// measures its work alone.
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
+	cpuOK := false
+	var cpu0 time.Duration
+	if g.s.itemCPU {
+		// The item stays on one thread so that the thread's CPU clock
+		// measures its work alone.
+		runtime.LockOSThread()
+		defer runtime.UnlockOSThread()
+		cpu0, cpuOK = threadCPU()
+	}
 	began := time.Now()
-	cpu0, cpuOK := threadCPU()
 	scanned, destroyed, work := 0, 0, 0
 	defer func() {
 		d := time.Since(began)
-		cpu1, ok := threadCPU()
+		var cpu1 time.Duration
+		ok := false
+		if cpuOK {
+			cpu1, ok = threadCPU()
+		}
 		g.statsMu.Lock()
 		g.stats.Items++
 		_ = g.itemH.RecordValue(d.Nanoseconds())

@@ -18,6 +18,8 @@ type gcParams struct {
 	Keys       int `json:"keys"`
 	Chunk      int `json:"chunk"`
 	Foreground int `json:"foreground"`
+	// ItemCPU measures work items' CPU time (keys.WithItemCPUTime).
+	ItemCPU bool `json:"item_cpu"`
 }
 
 // runGC reproduces keygcbench: N keys become garbage (unused: unlinked;
@@ -65,8 +67,12 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 	defer dom.Close()
 	wq := workqueue.New(dom, workqueue.WithName("keys-gc"), workqueue.WithWorkers(1))
 	defer wq.Close()
-	s := keys.New(keys.WithTunables(tun), keys.WithChunkSize(chunk), keys.WithClock(clock.now),
-		keys.WithDomain(dom), keys.WithGCQueue(wq))
+	opts := []keys.Option{keys.WithTunables(tun), keys.WithChunkSize(chunk), keys.WithClock(clock.now),
+		keys.WithDomain(dom), keys.WithGCQueue(wq)}
+	if p.ItemCPU {
+		opts = append(opts, keys.WithItemCPUTime())
+	}
+	s := keys.New(opts...)
 	defer s.Close()
 	root := s.NewCaller(keys.Cred{UID: 0, GID: 0, PID: 1})
 	defer root.Release()
@@ -208,17 +214,19 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 	st := s.GCStats()
 	r := histRow(cs, variant, "us", h, 1e3)
 	r.Extra = map[string]any{
-		"max_work_item_ms":      float64(st.ItemTime.Max) / 1e6,
-		"p999_work_item_ms":     float64(st.ItemTime.P999) / 1e6,
-		"max_work_item_cpu_ms":  float64(st.ItemCPU.Max) / 1e6,
-		"p999_work_item_cpu_ms": float64(st.ItemCPU.P999) / 1e6,
-		"reap_all_s":            reap.Seconds(),
-		"make_garbage_s":        made.Seconds(),
-		"max_queue_wait_ms":     float64(probeH.Max()) / 1e6,
-		"p999_queue_wait_ms":    float64(probeH.ValueAtQuantile(99.9)) / 1e6,
-		"stall_ms":              float64(maxGap.Load()) / 1e6,
-		"items":                 st.Items - before.Items,
-		"max_scanned_per_item":  st.MaxScannedPerItem,
+		"max_work_item_ms":     float64(st.ItemTime.Max) / 1e6,
+		"p999_work_item_ms":    float64(st.ItemTime.P999) / 1e6,
+		"reap_all_s":           reap.Seconds(),
+		"make_garbage_s":       made.Seconds(),
+		"max_queue_wait_ms":    float64(probeH.Max()) / 1e6,
+		"p999_queue_wait_ms":   float64(probeH.ValueAtQuantile(99.9)) / 1e6,
+		"stall_ms":             float64(maxGap.Load()) / 1e6,
+		"items":                st.Items - before.Items,
+		"max_scanned_per_item": st.MaxScannedPerItem,
+	}
+	if p.ItemCPU {
+		r.Extra["max_work_item_cpu_ms"] = float64(st.ItemCPU.Max) / 1e6
+		r.Extra["p999_work_item_cpu_ms"] = float64(st.ItemCPU.P999) / 1e6
 	}
 	return r, reap, nil
 }

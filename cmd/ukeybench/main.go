@@ -89,6 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	keysN := fs.Int("keys", 1_000_000, "keys that become garbage (gc)")
 	chunk := fs.Int("chunk", 1024, "collector chunk size of the chunked variant (gc)")
 	fg := fs.Int("foreground", 2, "foreground goroutines (gc, expiry)")
+	itemCPU := fs.Bool("item-cpu", false, "measure each collector work item's CPU time, pinning the worker to its thread per item, which slows the scheduler's hand-offs (gc)")
 	trials := fs.Int("trials", 60, "grace periods waited for by each poller; Synchronize gets ten times as many (gp)")
 	maxDelay := fs.Duration("max-delay", time.Millisecond, "the holdout passes its quiescent state after a delay uniform in [0, max-delay) (gp)")
 	loop := fs.Duration("loop", 5*time.Second, "length of the long loop (stall)")
@@ -172,7 +173,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch fs.Arg(0) {
 	case "gc":
-		p := gcParams{Keys: *keysN, Chunk: *chunk, Foreground: *fg}
+		p := gcParams{Keys: *keysN, Chunk: *chunk, Foreground: *fg, ItemCPU: *itemCPU}
 		if *quick {
 			p.Keys = min(p.Keys, 20_000)
 		}
