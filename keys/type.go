@@ -60,6 +60,8 @@ func userPreparse(data []byte) (*Payload, int, error) {
 // key is destroyed, which is what a mass reap spends most of its time on.
 func newPayload(data []byte) *Payload {
 	switch n := len(data); {
+	case n <= 8:
+		return payloadWith[[8]byte](data)
 	case n <= 16:
 		return payloadWith[[16]byte](data)
 	case n <= 32:
