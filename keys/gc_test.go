@@ -3,6 +3,7 @@ package keys
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -291,4 +292,68 @@ func TestGCSweepOrDefer(t *testing.T) {
 	idx := m.indexed()
 	m.checkLinks(idx)
 	checkParents(t, idx)
+}
+
+// TestGCUnregisterTypeLargeKeyring unregisters a type whose keys fill a
+// large keyring beside live keys of another type: the collector sweeps
+// the keyring (most of its links died at once) and unregistration
+// returns with every key of the type gone and the live ones linked.
+func TestGCUnregisterTypeLargeKeyring(t *testing.T) {
+	const n = 3000
+	e := newEnv(t, WithChunkSize(100))
+	c := e.caller(0, 0)
+	custom := &Type{Name: "custom", Preparse: userPreparse}
+	noErr(e.s.RegisterType(custom))
+	ring := must(c.AddKey("keyring", "big", nil, SessionKeyring))
+	var doomed []*Key
+	for i := range n {
+		id := must(c.AddKey("custom", fmt.Sprint("c", i), []byte("x"), ring))
+		doomed = append(doomed, e.s.lookup(id))
+		if i%10 == 0 {
+			must(c.AddKey("user", fmt.Sprint("u", i), []byte("live"), ring))
+		}
+	}
+	before := e.s.GCStats().Sweeps
+	noErr(e.s.UnregisterType("custom"))
+	e.settle()
+	if got := len(must(c.Read(ring))) / 4; got != n/10 {
+		t.Fatalf("keyring holds %d links after unregistering, want the %d live ones", got, n/10)
+	}
+	for _, k := range doomed {
+		if e.s.lookup(k.serial) == k {
+			t.Fatalf("key %d of the unregistered type still indexed", k.serial)
+		}
+	}
+	st := e.s.GCStats()
+	if st.Sweeps == before {
+		t.Fatal("the keyring was not swept")
+	}
+	if st.MaxWorkPerItem > 101 {
+		t.Fatalf("an item did %d units of work; the chunk is 100", st.MaxWorkPerItem)
+	}
+}
+
+// TestGCItemCPUTime: items' CPU time is measured only when asked for.
+func TestGCItemCPUTime(t *testing.T) {
+	for _, measured := range []bool{false, true} {
+		var opts []Option
+		if measured {
+			opts = append(opts, WithItemCPUTime())
+		}
+		e := newEnv(t, opts...)
+		c := e.caller(0, 0)
+		ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))
+		for i := range 100 {
+			must(c.AddKey("user", fmt.Sprint("k", i), []byte("x"), ring))
+		}
+		noErr(c.Clear(ring))
+		e.gcNow()
+		st := e.s.GCStats()
+		if st.Items == 0 {
+			t.Fatal("no collector item ran")
+		}
+		if got := st.ItemCPU.Count > 0; got != (measured && runtime.GOOS == "linux") {
+			t.Fatalf("WithItemCPUTime %v: %d items' CPU time measured", measured, st.ItemCPU.Count)
+		}
+	}
 }
