@@ -573,7 +573,7 @@ func (g *collector) sweepStep(t *rcu.Task, budget int) int {
 			dying = append(dying, r.l.key)
 		}
 	}
-	g.s.unusedBatch(dying)
+	g.bury(t, dying)
 	g.statsMu.Lock()
 	for i, c := range pruned {
 		g.stats.Pruned[i] += c
@@ -588,6 +588,21 @@ func (g *collector) sweepStep(t *rcu.Task, budget int) int {
 	return max(w.used, 1)
 }
 
+// bury hands keys that lost their last reference to the graveyard a
+// thousand at a time, reporting a quiescent state between batches: an
+// unbounded item (chunk size 0) sweeping a million-link keyring buries a
+// million at once, and a loop that long without one holds every grace
+// period, and with it every caller of rcu.Call whose backlog is full.
+func (g *collector) bury(t *rcu.Task, dying []*Key) {
+	const batch = 1024
+	for len(dying) > 0 {
+		n := min(batch, len(dying))
+		g.s.unusedBatch(dying[:n])
+		dying = dying[n:]
+		t.Quiescent()
+	}
+}
+
 // pruneDeferred prunes up to budget of the links a large keyring's
 // deferral holds, once the scan is over, and returns how many it took.
 func (g *collector) pruneDeferred(t *rcu.Task, budget int) int {
@@ -599,7 +614,9 @@ func (g *collector) pruneDeferred(t *rcu.Task, budget int) int {
 		return 0
 	}
 	t.Quiescent()
-	take := st.pending[:min(budget, len(st.pending))]
+	// At most a thousand per call even when the item is unbounded: the
+	// batch deletion below reports no quiescent state.
+	take := st.pending[:min(budget, len(st.pending), 1024)]
 	var pruned [reapReasons]uint64
 	g.s.pruneFrom(st.ring, take, &pruned, g.fresh)
 	clear(g.fresh)

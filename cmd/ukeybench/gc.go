@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,6 +111,12 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 			return row{}, 0, err
 		}
 	}
+	// Every variant starts from the same Go heap state: right after the
+	// fill, a mark phase of the million-key heap may or may not be due
+	// within the window, and its workers take both processors for 20 ms
+	// at a time (a runtime trace shows it), which would decide the worst
+	// foreground operation more than the key collector does.
+	runtime.GC()
 	before := s.GCStats()
 	destroyedBefore := s.DestroyedKeys()
 
