@@ -2,7 +2,10 @@ package main
 
 import (
 	"fmt"
+	"os"
+	"path/filepath"
 	"runtime"
+	"runtime/trace"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +24,9 @@ type gcParams struct {
 	Foreground int `json:"foreground"`
 	// ItemCPU measures work items' CPU time (keys.WithItemCPUTime).
 	ItemCPU bool `json:"item_cpu"`
+	// TraceDir, if set, receives a runtime trace of each measuring window
+	// (CASE-VARIANT.trace), for finding where a stall came from.
+	TraceDir string `json:"trace_dir,omitempty"`
 }
 
 // runGC reproduces keygcbench: N keys become garbage (unused: unlinked;
@@ -117,6 +123,17 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 	// at a time (a runtime trace shows it), which would decide the worst
 	// foreground operation more than the key collector does.
 	runtime.GC()
+	if p.TraceDir != "" {
+		f, err := os.Create(filepath.Join(p.TraceDir, cs+"-"+variant+".trace"))
+		if err != nil {
+			return row{}, 0, err
+		}
+		defer f.Close()
+		if err := trace.Start(f); err != nil {
+			return row{}, 0, err
+		}
+		defer trace.Stop()
+	}
 	before := s.GCStats()
 	destroyedBefore := s.DestroyedKeys()
 

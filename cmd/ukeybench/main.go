@@ -89,6 +89,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	keysN := fs.Int("keys", 1_000_000, "keys that become garbage (gc)")
 	chunk := fs.Int("chunk", 1024, "collector chunk size of the chunked variant (gc)")
 	fg := fs.Int("foreground", 2, "foreground goroutines (gc, expiry)")
+	traceDir := fs.String("trace", "", "write a runtime trace of each measuring window into this directory, one file per case and variant (gc)")
 	itemCPU := fs.Bool("item-cpu", false, "measure each collector work item's CPU time, pinning the worker to its thread per item, which slows the scheduler's hand-offs (gc)")
 	trials := fs.Int("trials", 60, "grace periods waited for by each poller; Synchronize gets ten times as many (gp)")
 	maxDelay := fs.Duration("max-delay", time.Millisecond, "the holdout passes its quiescent state after a delay uniform in [0, max-delay) (gp)")
@@ -173,7 +174,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	var err error
 	switch fs.Arg(0) {
 	case "gc":
-		p := gcParams{Keys: *keysN, Chunk: *chunk, Foreground: *fg, ItemCPU: *itemCPU}
+		p := gcParams{Keys: *keysN, Chunk: *chunk, Foreground: *fg, ItemCPU: *itemCPU, TraceDir: *traceDir}
 		if *quick {
 			p.Keys = min(p.Keys, 20_000)
 		}
