@@ -108,22 +108,43 @@ func (s *Service) procLine(b *strings.Builder, k *Key, held int32) {
 // kernel's /proc/key-users: uid, references, keys/instantiated keys,
 // keys/maxkeys, bytes/maxbytes.
 func (s *Service) ProcKeyUsers() string {
+	var b strings.Builder
+	for _, u := range s.QuotaUsers() {
+		fmt.Fprintf(&b, "%5d: %5d %d/%d %d/%d %d/%d\n", u.UID, u.Refs, u.Keys, u.InstantiatedKeys,
+			u.QuotaKeys, u.MaxKeys, u.QuotaBytes, u.MaxBytes)
+	}
+	return b.String()
+}
+
+// QuotaUse is one owner's quota record, as /proc/key-users shows it.
+type QuotaUse struct {
+	UID                    uint32
+	Refs                   int64 // keys owned plus callers naming the uid
+	Keys, InstantiatedKeys int
+	// QuotaKeys and QuotaBytes are what counts against the limits
+	// MaxKeys and MaxBytes.
+	QuotaKeys, QuotaBytes int
+	MaxKeys, MaxBytes     int
+}
+
+// QuotaUsers returns every owner's quota record, by uid.
+func (s *Service) QuotaUsers() []QuotaUse {
 	s.usersMu.Lock()
 	users := make([]*quotaUser, 0, len(s.users))
 	for _, u := range s.users {
 		users = append(users, u)
 	}
 	s.usersMu.Unlock()
-	slices.SortFunc(users, func(a, b *quotaUser) int { return int(a.uid) - int(b.uid) })
-	var b strings.Builder
+	slices.SortFunc(users, func(a, b *quotaUser) int { return cmp.Compare(a.uid, b.uid) })
+	out := make([]QuotaUse, 0, len(users))
 	for _, u := range users {
 		maxKeys, maxBytes := s.limits(u.uid)
 		u.mu.Lock()
-		fmt.Fprintf(&b, "%5d: %5d %d/%d %d/%d %d/%d\n", u.uid, u.refs.Load(), u.nkeys, u.nikeys,
-			u.qnkeys, maxKeys, u.qnbyte, maxBytes)
+		out = append(out, QuotaUse{UID: u.uid, Refs: u.refs.Load(), Keys: u.nkeys, InstantiatedKeys: u.nikeys,
+			QuotaKeys: u.qnkeys, QuotaBytes: u.qnbyte, MaxKeys: maxKeys, MaxBytes: maxBytes})
 		u.mu.Unlock()
 	}
-	return b.String()
+	return out
 }
 
 // QuotaUsage returns the keys and bytes counted against uid's quota.

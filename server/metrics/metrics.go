@@ -98,8 +98,9 @@ func (m *Metrics) Refused() {
 }
 
 // RegisterService adds gauges read from svc at scrape time: keys, quota
-// use per uid, and the rcu domain's statistics.
+// use per uid, the key collector's and the rcu domain's statistics.
 func (m *Metrics) RegisterService(reg prometheus.Registerer, svc *keys.Service) {
+	reg.MustRegister(serviceCollector{svc})
 	reg.MustRegister(
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ukeyd", Name: "keys", Help: "Keys in the serial index."},
 			func() float64 { return float64(svc.Keys()) }),
@@ -112,4 +113,62 @@ func (m *Metrics) RegisterService(reg prometheus.Registerer, svc *keys.Service) 
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ukeyd", Subsystem: "rcu", Name: "grace_period_p99_seconds", Help: "99th percentile of grace-period latency."},
 			func() float64 { return svc.Domain().Stats().GracePeriodLatency.P99.Seconds() }),
 	)
+}
+
+// serviceCollector reads the quota records and the collector's counters
+// at scrape time: one read of each per scrape, whatever the series.
+type serviceCollector struct{ svc *keys.Service }
+
+var (
+	quotaKeysDesc     = prometheus.NewDesc("ukeyd_quota_keys", "Keys counted against the uid's quota (/proc/key-users).", []string{"uid"}, nil)
+	quotaBytesDesc    = prometheus.NewDesc("ukeyd_quota_bytes", "Bytes counted against the uid's quota (/proc/key-users).", []string{"uid"}, nil)
+	quotaMaxKeysDesc  = prometheus.NewDesc("ukeyd_quota_max_keys", "The uid's key quota.", []string{"uid"}, nil)
+	quotaMaxBytesDesc = prometheus.NewDesc("ukeyd_quota_max_bytes", "The uid's byte quota.", []string{"uid"}, nil)
+	gcPassesDesc      = prometheus.NewDesc("ukeyd_gc_passes_total", "Complete passes of the key collector over the serial index.", nil, nil)
+	gcItemsDesc       = prometheus.NewDesc("ukeyd_gc_items_total", "Work items the key collector ran.", nil, nil)
+	gcScannedDesc     = prometheus.NewDesc("ukeyd_gc_scanned_total", "Keys the key collector examined.", nil, nil)
+	gcPrunedDesc      = prometheus.NewDesc("ukeyd_gc_pruned_links_total", "Links to dead keys the key collector removed, by reason.", []string{"reason"}, nil)
+	gcDestroyedDesc   = prometheus.NewDesc("ukeyd_gc_destroyed_total", "Keys the key collector destroyed.", nil, nil)
+	gcSweepsDesc      = prometheus.NewDesc("ukeyd_gc_keyring_sweeps_total", "Keyrings swept whole because many of their links died at once.", nil, nil)
+	gcItemP99Desc     = prometheus.NewDesc("ukeyd_gc_work_item_p99_seconds", "99th percentile of the key collector's work-item run time.", nil, nil)
+	gcItemMaxDesc     = prometheus.NewDesc("ukeyd_gc_work_item_max_seconds", "Longest key-collector work item.", nil, nil)
+	gcDeathP99Desc    = prometheus.NewDesc("ukeyd_gc_death_to_destruction_p99_seconds", "99th percentile of the time from a key's last reference to its destruction.", nil, nil)
+)
+
+var pruneReasons = [...]struct {
+	i    int
+	name string
+}{{keys.ReapExpired, "expired"}, {keys.ReapRevoked, "revoked"}, {keys.ReapInvalidated, "invalidated"}, {keys.ReapDead, "dead_type"}}
+
+func (serviceCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range []*prometheus.Desc{quotaKeysDesc, quotaBytesDesc, quotaMaxKeysDesc, quotaMaxBytesDesc,
+		gcPassesDesc, gcItemsDesc, gcScannedDesc, gcPrunedDesc, gcDestroyedDesc, gcSweepsDesc,
+		gcItemP99Desc, gcItemMaxDesc, gcDeathP99Desc} {
+		ch <- d
+	}
+}
+
+func (c serviceCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, u := range c.svc.QuotaUsers() {
+		uid := strconv.FormatUint(uint64(u.UID), 10)
+		ch <- prometheus.MustNewConstMetric(quotaKeysDesc, prometheus.GaugeValue, float64(u.QuotaKeys), uid)
+		ch <- prometheus.MustNewConstMetric(quotaBytesDesc, prometheus.GaugeValue, float64(u.QuotaBytes), uid)
+		ch <- prometheus.MustNewConstMetric(quotaMaxKeysDesc, prometheus.GaugeValue, float64(u.MaxKeys), uid)
+		ch <- prometheus.MustNewConstMetric(quotaMaxBytesDesc, prometheus.GaugeValue, float64(u.MaxBytes), uid)
+	}
+	st := c.svc.GCStats()
+	counter := func(d *prometheus.Desc, v uint64, labels ...string) {
+		ch <- prometheus.MustNewConstMetric(d, prometheus.CounterValue, float64(v), labels...)
+	}
+	counter(gcPassesDesc, st.Passes)
+	counter(gcItemsDesc, st.Items)
+	counter(gcScannedDesc, st.Scanned)
+	for _, r := range pruneReasons {
+		counter(gcPrunedDesc, st.Pruned[r.i], r.name)
+	}
+	counter(gcDestroyedDesc, st.Destroyed)
+	counter(gcSweepsDesc, st.Sweeps)
+	ch <- prometheus.MustNewConstMetric(gcItemP99Desc, prometheus.GaugeValue, st.ItemTime.P99.Seconds())
+	ch <- prometheus.MustNewConstMetric(gcItemMaxDesc, prometheus.GaugeValue, st.ItemTime.Max.Seconds())
+	ch <- prometheus.MustNewConstMetric(gcDeathP99Desc, prometheus.GaugeValue, st.DeathToDestruction.P99.Seconds())
 }

@@ -1,11 +1,14 @@
 package metrics
 
 import (
+	"context"
+	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
 
@@ -69,4 +72,75 @@ func BenchmarkObserve(b *testing.B) {
 			m.Observe(wire.OpRead, 0, time.Microsecond)
 		}
 	})
+}
+
+// gathered returns every sample of reg by name and label values.
+func gathered(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, mf := range mfs {
+		for _, m := range mf.GetMetric() {
+			name := mf.GetName()
+			for _, l := range m.GetLabel() {
+				name += "/" + l.GetValue()
+			}
+			switch {
+			case m.GetCounter() != nil:
+				out[name] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[name] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
+}
+
+// The service's quota records and the key collector's counters are
+// exported per uid and per reason, and read afresh at every scrape.
+func TestServiceMetrics(t *testing.T) {
+	tun := keys.DefaultTunables()
+	tun.GCDelay = 0
+	svc := keys.New(keys.WithTunables(tun))
+	defer svc.Close()
+	reg := prometheus.NewRegistry()
+	New(reg).RegisterService(reg, svc)
+	c := svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 7})
+	defer c.Release()
+	if _, err := c.JoinSessionKeyring(nil); err != nil {
+		t.Fatal(err)
+	}
+	var ids []keys.Serial
+	for i := range 5 {
+		id, err := c.AddKey("user", "k"+strconv.Itoa(i), []byte("secret-payload"), keys.SessionKeyring)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	k, b := svc.QuotaUsage(1000)
+	got := gathered(t, reg)
+	if got["ukeyd_quota_keys/1000"] != float64(k) || got["ukeyd_quota_bytes/1000"] != float64(b) {
+		t.Fatalf("quota series %v/%v, want %d keys and %d bytes", got["ukeyd_quota_keys/1000"], got["ukeyd_quota_bytes/1000"], k, b)
+	}
+	if got["ukeyd_quota_max_keys/1000"] != float64(tun.MaxKeys) || got["ukeyd_quota_max_bytes/1000"] != float64(tun.MaxBytes) {
+		t.Fatalf("quota limits %v/%v, want %d/%d", got["ukeyd_quota_max_keys/1000"], got["ukeyd_quota_max_bytes/1000"], tun.MaxKeys, tun.MaxBytes)
+	}
+	if err := c.Revoke(ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	svc.RequestGC()
+	if err := svc.WaitGC(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	got = gathered(t, reg)
+	if got["ukeyd_gc_pruned_links_total/revoked"] != 1 || got["ukeyd_gc_destroyed_total"] < 1 || got["ukeyd_gc_passes_total"] < 1 {
+		t.Fatalf("collector series after reaping a revoked key: %v", got)
+	}
+	if k2, _ := svc.QuotaUsage(1000); got["ukeyd_quota_keys/1000"] != float64(k2) || k2 != k-1 {
+		t.Fatalf("quota keys %v after the reap, want %d", got["ukeyd_quota_keys/1000"], k-1)
+	}
 }
