@@ -402,13 +402,29 @@ func (g *collector) beginPass() {
 	g.foundDead = false
 }
 
+// linksDue reports whether this pass prunes links to keys dead for why:
+// invalidated keys and keys of a dead type at once, expired and revoked
+// ones when the pass was asked to.
+func (g *collector) linksDue(why int) bool {
+	return g.reapLinks || why == ReapInvalidated || why == ReapDead
+}
+
 // linkDead reports whether this pass prunes links to k, and why.
 func (g *collector) linkDead(k *Key) (int, bool) {
 	why, dead := g.dead(k, g.start, g.delay)
-	if !dead || !(g.reapLinks || why == ReapInvalidated || why == ReapDead) {
+	if !dead || !g.linksDue(why) {
 		return 0, false
 	}
 	return why, true
+}
+
+// addPruned adds a step's pruned links, by reason, to the statistics.
+func (g *collector) addPruned(pruned *[reapReasons]uint64) {
+	g.statsMu.Lock()
+	for i, c := range pruned {
+		g.stats.Pruned[i] += c
+	}
+	g.statsMu.Unlock()
 }
 
 // scanChunk examines up to budget keys after the cursor, and returns the
@@ -448,14 +464,11 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, int) {
 			}
 		}
 		if reason, isDead := g.dead(k, g.start, g.delay); isDead {
-			if g.reapLinks || reason == ReapInvalidated || reason == ReapDead {
+			if g.linksDue(reason) {
 				k.parentsMu.Lock()
-				if k.parent != nil {
-					units += g.routeDead(k.parent, deadKey{k: k, why: reason})
-					for _, ring := range k.parents {
-						units += g.routeDead(ring, deadKey{k: k, why: reason})
-					}
-				}
+				k.eachParentLocked(func(ring *Key) {
+					units += g.routeDead(ring, deadKey{k: k, why: reason})
+				})
 				k.parentsMu.Unlock()
 			}
 			continue
@@ -472,11 +485,9 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, int) {
 		clear(g.fresh)
 		delete(prune, ring)
 	}
+	g.addPruned(&pruned)
 	g.statsMu.Lock()
 	g.stats.Scanned += uint64(n)
-	for i, c := range pruned {
-		g.stats.Pruned[i] += c
-	}
 	g.statsMu.Unlock()
 	clear(ks[:n]) // no stale pointers kept alive between items
 	g.leftover = ks[n:]
@@ -574,10 +585,8 @@ func (g *collector) sweepStep(t *rcu.Task, budget int) int {
 		}
 	}
 	g.bury(t, dying)
+	g.addPruned(&pruned)
 	g.statsMu.Lock()
-	for i, c := range pruned {
-		g.stats.Pruned[i] += c
-	}
 	g.stats.SweptLinks += uint64(w.used - len(w.removed))
 	if !w.stopped {
 		g.stats.Sweeps++
@@ -622,11 +631,7 @@ func (g *collector) pruneDeferred(t *rcu.Task, budget int) int {
 	clear(g.fresh)
 	clear(take)
 	st.pending = st.pending[len(take):]
-	g.statsMu.Lock()
-	for i, c := range pruned {
-		g.stats.Pruned[i] += c
-	}
-	g.statsMu.Unlock()
+	g.addPruned(&pruned)
 	return len(take)
 }
 

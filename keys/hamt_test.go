@@ -343,6 +343,19 @@ func TestHamtProperty(t *testing.T) {
 	})
 }
 
+// nestedSerials returns the serials of a snapshot's keyring links, in the
+// order it keeps them.
+func nestedSerials(r *ringSnap) []Serial {
+	if r == nil {
+		return nil
+	}
+	var out []Serial
+	for _, l := range r.nested {
+		out = append(out, l.key.serial)
+	}
+	return out
+}
+
 // listing returns the serials of a snapshot's links in listing order.
 func listing(r *ringSnap) []Serial {
 	var out []Serial
@@ -574,18 +587,7 @@ func TestRingSnapBatchDelete(t *testing.T) {
 		if got != nil && want != nil && got.n != want.n {
 			rt.Fatalf("n = %d, want %d", got.n, want.n)
 		}
-		var gn, wn []Serial
-		if got != nil {
-			for _, l := range got.nested {
-				gn = append(gn, l.key.serial)
-			}
-		}
-		if want != nil {
-			for _, l := range want.nested {
-				wn = append(wn, l.key.serial)
-			}
-		}
-		if !slices.Equal(gn, wn) {
+		if gn, wn := nestedSerials(got), nestedSerials(want); !slices.Equal(gn, wn) {
 			rt.Fatalf("nested %v, want %v", gn, wn)
 		}
 		if got != nil {

@@ -367,10 +367,11 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	var links []link
 	// Only keyrings have links: a load first spares every other key an
 	// atomic exchange (and, while Go's collector marks, a write barrier).
-	if k.ring.Load() == nil {
-	} else if snap := k.ring.Swap(nil); snap != nil && snap.n > 0 {
-		links = make([]link, 0, snap.n)
-		hwalk(snap.root, func(l link) bool { links = append(links, l); return true })
+	if k.ring.Load() != nil {
+		if snap := k.ring.Swap(nil); snap != nil && snap.n > 0 {
+			links = make([]link, 0, snap.n)
+			hwalk(snap.root, func(l link) bool { links = append(links, l); return true })
+		}
 	}
 	u, ql := k.quota, k.quotalen
 	inQuota := k.has(flagInQuota)

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"math/bits"
+	"slices"
 	"unsafe"
 )
 
@@ -86,20 +87,9 @@ func (r *ringSnap) sweep(from uint64, w *sweepWalk) *ringSnap {
 		rings = rings || g.l.key.isKeyring()
 	}
 	if rings {
-		var nested []link
-		for _, e := range r.nested {
-			kept := true
-			for _, g := range gone {
-				if g.l.key == e.key {
-					kept = false
-					break
-				}
-			}
-			if kept {
-				nested = append(nested, e)
-			}
-		}
-		nr.nested = nested
+		nr.nested = slices.DeleteFunc(slices.Clone(r.nested), func(e link) bool {
+			return slices.ContainsFunc(gone, func(g sweptLink) bool { return g.l.key == e.key })
+		})
 	}
 	return nr
 }

@@ -224,16 +224,7 @@ func TestRingSnapSweep(t *testing.T) {
 		if got.n != len(listing(want)) {
 			rt.Fatalf("n = %d, want %d", got.n, len(listing(want)))
 		}
-		var gn, wn []Serial
-		for _, l := range got.nested {
-			gn = append(gn, l.key.serial)
-		}
-		if want != nil {
-			for _, l := range want.nested {
-				wn = append(wn, l.key.serial)
-			}
-		}
-		if !slices.Equal(gn, wn) {
+		if gn, wn := nestedSerials(got), nestedSerials(want); !slices.Equal(gn, wn) {
 			rt.Fatalf("nested %v, want %v", gn, wn)
 		}
 		checkTrie(rt, got.root, indexHash)
