@@ -12,7 +12,16 @@
 // The client opens with a Hello frame: the 4 bytes "UKEY" and a 2-byte
 // big-endian protocol version. The server answers with its own Hello
 // carrying the version it will speak (the lower of the two) or closes
-// the connection if it speaks none of the client's.
+// the connection if it speaks none of the client's. A server that will
+// not serve the caller at all answers with a refusal instead: a Hello of
+// version 0 followed by a 2-byte errno (EDQUOT: the caller's uid holds
+// its share of the server already; EMFILE: the server as a whole is
+// full), which DecodeHello returns as a *Refused error. Nothing longer
+// than MaxHello is read before the handshake.
+//
+// Reader reads frames into a buffer that it wipes once each frame has
+// been handled, so that no payload outlives its request in a connection's
+// buffers.
 //
 // # Requests and responses
 //

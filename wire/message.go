@@ -27,12 +27,39 @@ func EncodeHello(v uint16) []byte {
 	return binary.BigEndian.AppendUint16(b, v)
 }
 
-// DecodeHello returns the version of a Hello body.
+// MaxHello bounds the first frame of a connection: a Hello, or a
+// refusal, and nothing larger.
+const MaxHello = 8
+
+// EncodeRefusal returns the body of the Hello with which a server refuses
+// a connection: version 0, followed by the errno that says why (EDQUOT
+// when the caller's uid holds too much of the server already, EMFILE when
+// the server as a whole does).
+func EncodeRefusal(errno uint16) []byte {
+	b := append([]byte(nil), helloMagic[:]...)
+	b = binary.BigEndian.AppendUint16(b, 0)
+	return binary.BigEndian.AppendUint16(b, errno)
+}
+
+// Refused is the error DecodeHello returns for a refusal.
+type Refused struct{ Errno uint16 }
+
+func (r *Refused) Error() string { return fmt.Sprintf("wire: connection refused with errno %d", r.Errno) }
+
+// DecodeHello returns the version of a Hello body, or a *Refused error
+// for a refusal.
 func DecodeHello(b []byte) (uint16, error) {
-	if len(b) != 6 || [4]byte(b[:4]) != helloMagic {
+	if len(b) < 6 || [4]byte(b[:4]) != helloMagic {
 		return 0, fmt.Errorf("%w: bad hello", ErrMalformed)
 	}
-	return binary.BigEndian.Uint16(b[4:]), nil
+	v := binary.BigEndian.Uint16(b[4:])
+	switch {
+	case len(b) == 6 && v != 0:
+		return v, nil
+	case len(b) == 8 && v == 0 && binary.BigEndian.Uint16(b[6:]) != 0:
+		return 0, &Refused{Errno: binary.BigEndian.Uint16(b[6:])}
+	}
+	return 0, fmt.Errorf("%w: bad hello", ErrMalformed)
 }
 
 // Limits on a message's arguments.

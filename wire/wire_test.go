@@ -52,7 +52,15 @@ func TestHello(t *testing.T) {
 	if err != nil || v != Version {
 		t.Fatalf("hello: %d %v", v, err)
 	}
-	for _, bad := range [][]byte{nil, []byte("UKEY"), []byte("NOPE\x00\x01"), []byte("UKEY\x00\x01x")} {
+	var refused *Refused
+	if _, err := DecodeHello(EncodeRefusal(122)); !errors.As(err, &refused) || refused.Errno != 122 {
+		t.Fatalf("refusal decoded as %v", err)
+	}
+	if len(EncodeRefusal(122)) > MaxHello || len(EncodeHello(Version)) > MaxHello {
+		t.Fatal("a hello or refusal is longer than MaxHello")
+	}
+	for _, bad := range [][]byte{nil, []byte("UKEY"), []byte("NOPE\x00\x01"), []byte("UKEY\x00\x01x"),
+		EncodeHello(0), EncodeRefusal(0), []byte("UKEY\x00\x01\x00\x05")} {
 		if _, err := DecodeHello(bad); !errors.Is(err, ErrMalformed) {
 			t.Errorf("DecodeHello(%q) = %v, want ErrMalformed", bad, err)
 		}
@@ -208,9 +216,15 @@ func FuzzReadFrame(f *testing.F) {
 
 func FuzzDecodeHello(f *testing.F) {
 	f.Add(EncodeHello(Version))
+	f.Add(EncodeRefusal(24))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if v, err := DecodeHello(b); err == nil && !bytes.Equal(EncodeHello(v), b) {
+		v, err := DecodeHello(b)
+		if err == nil && !bytes.Equal(EncodeHello(v), b) {
 			t.Fatalf("hello %x decoded to %d", b, v)
+		}
+		var r *Refused
+		if errors.As(err, &r) && !bytes.Equal(EncodeRefusal(r.Errno), b) {
+			t.Fatalf("refusal %x decoded to errno %d", b, r.Errno)
 		}
 	})
 }
