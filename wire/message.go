@@ -44,7 +44,9 @@ func EncodeRefusal(errno uint16) []byte {
 // Refused is the error DecodeHello returns for a refusal.
 type Refused struct{ Errno uint16 }
 
-func (r *Refused) Error() string { return fmt.Sprintf("wire: connection refused with errno %d", r.Errno) }
+func (r *Refused) Error() string {
+	return fmt.Sprintf("wire: connection refused with errno %d", r.Errno)
+}
 
 // DecodeHello returns the version of a Hello body, or a *Refused error
 // for a refusal.
