@@ -48,6 +48,9 @@ type Client struct {
 	pl *pipeline
 }
 
+// handshakeTimeout bounds the wait for the daemon's hello.
+var handshakeTimeout = 10 * time.Second
+
 // Dial connects to the daemon at the Unix socket path and, if the
 // environment carries a session (SessionEnv) or a request-key helper
 // token, presents it.
@@ -67,17 +70,40 @@ func Dial(path string, opts ...Option) (*Client, error) {
 	if cfg.pipelined {
 		version = 1
 	}
-	if err := wire.WriteFrame(conn, wire.EncodeHello(version)); err != nil {
-		conn.Close()
-		return nil, err
+	// A daemon answers the hello at once; one that does not (its
+	// descriptor table is full and this connection waits in its backlog)
+	// is reported rather than waited for forever.
+	f, _ := conn.(*os.File)
+	if f != nil {
+		f.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	}
+	werr := wire.WriteFrame(conn, wire.EncodeHello(version))
+	if werr != nil && f != nil {
+		// A daemon that refuses this process writes why and closes at
+		// once, perhaps before the hello arrived (EPIPE): the refusal is
+		// still there to read, briefly.
+		f.SetReadDeadline(time.Now().Add(time.Second))
 	}
 	hello, err := wire.ReadFrame(conn, nil)
+	if f != nil {
+		f.SetReadDeadline(time.Time{})
+	}
 	if err != nil {
 		conn.Close()
+		if werr != nil {
+			return nil, werr
+		}
 		return nil, fmt.Errorf("client: handshake: %w", err)
 	}
 	if _, err := wire.DecodeHello(hello); err != nil {
 		conn.Close()
+		var refused *wire.Refused
+		if errors.As(err, &refused) {
+			// The daemon will not serve this process: its uid holds its
+			// share of the daemon already (EDQUOT), or the daemon is full
+			// (EMFILE).
+			return nil, &Error{Op: "connect", Errno: keys.Errno(refused.Errno)}
+		}
 		return nil, err
 	}
 	// The file from dialUnix reads and writes through the runtime's

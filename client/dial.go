@@ -23,7 +23,9 @@ const HelperEnv = endpoint.HelperEnv
 // DefaultSocket returns where the daemon listens for the calling user:
 // $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root; else
 // $XDG_RUNTIME_DIR/ukeys/ukeyd.sock, or a per-user directory under the
-// temporary directory.
+// temporary directory. Dial refuses a socket there, as anywhere, unless
+// the caller or root owns its directory and the daemon answering on it
+// runs as one of them (ErrUntrusted).
 func DefaultSocket() string { return endpoint.Socket() }
 
 // Handler serves requests in process; server.Local is one.
@@ -45,7 +47,16 @@ func New(h Handler) *Client {
 // writes through the runtime's poller. Errors wrap the errno, so that
 // errors.Is(err, syscall.ENOENT) and ECONNREFUSED tell that no daemon
 // listens.
+//
+// Nothing is written before the socket is trusted: its directory must be
+// the caller's or root's and closed to others (checkSocketPath), and the
+// process answering must run as the caller or root (checkPeer); otherwise
+// the error wraps ErrUntrusted.
 func dialUnix(path string, timeout time.Duration) (io.ReadWriteCloser, error) {
+	euid := os.Geteuid()
+	if err := checkSocketPath(path, euid); err != nil {
+		return nil, err
+	}
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
 	if err != nil {
 		return nil, os.NewSyscallError("socket", err)
@@ -66,6 +77,12 @@ func dialUnix(path string, timeout time.Duration) (io.ReadWriteCloser, error) {
 	if err != nil {
 		syscall.Close(fd)
 		return nil, &os.PathError{Op: "dial", Path: path, Err: err}
+	}
+	// Asked of the connected socket itself, so that nothing renamed into
+	// place after checkSocketPath can pass.
+	if err := checkPeer(fd, path, euid); err != nil {
+		syscall.Close(fd)
+		return nil, err
 	}
 	var none syscall.Timeval
 	if err := syscall.SetsockoptTimeval(fd, syscall.SOL_SOCKET, syscall.SO_SNDTIMEO, &none); err != nil {

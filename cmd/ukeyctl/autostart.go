@@ -9,7 +9,10 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/keys"
 )
 
 // autostartWait bounds how long ukeyctl waits for a daemon it started to
@@ -24,6 +27,21 @@ func (a *app) connect() (*client.Client, error) {
 	cl, err := client.Dial(path)
 	if err == nil {
 		return cl, nil
+	}
+	if ue := (*client.UntrustedError)(nil); errors.As(err, &ue) {
+		// Never a reason to start a daemon: one started there would
+		// serve in a place another user controls.
+		return nil, fmt.Errorf("refusing to use ukeyd at %s: %s\n"+
+			"ukeyctl: another user may be impersonating ukeyd there: nothing was sent to it and no daemon was started; "+
+			"use a directory of your own (set XDG_RUNTIME_DIR or UKEYS_SOCKET)", ue.Path, ue.Reason)
+	}
+	if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Op == "connect" {
+		// The daemon answered, and refused this process.
+		why := "it is full"
+		if ce.Errno == keys.EDQUOT {
+			why = "your uid holds its share of its connections and client processes already"
+		}
+		return nil, fmt.Errorf("ukeyd at %s refuses this process: %s (%v)", path, why, ce.Errno)
 	}
 	if !daemonAbsent(err) {
 		return nil, fmt.Errorf("cannot talk to ukeyd at %s: %v", path, err)
@@ -71,28 +89,25 @@ func findDaemon() (string, error) {
 	return "", errors.New("no ukeyd found next to ukeyctl or in $PATH to start")
 }
 
+// logName is the autostarted daemon's log, beside its socket.
+const logName = "ukeyd.log"
+
 // daemonLog is where an autostarted daemon's log goes: beside its socket.
 func daemonLog(socket string) string {
-	return filepath.Join(filepath.Dir(socket), "ukeyd.log")
+	return filepath.Join(filepath.Dir(socket), logName)
 }
 
 // spawnDaemon starts ukeyd on socket in a session of its own, detached
 // from this process's terminal and streams, logging beside the socket.
 func spawnDaemon(bin, socket string) error {
-	dir := filepath.Dir(socket)
-	mode := os.FileMode(0o700)
-	if os.Geteuid() == 0 {
-		mode = 0o755
-	}
-	if err := os.MkdirAll(dir, mode); err != nil {
+	dir, err := openDaemonDir(filepath.Dir(socket))
+	if err != nil {
 		return err
 	}
-	logf, err := os.OpenFile(daemonLog(socket), os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o600)
+	defer dir.Close()
+	logf, err := openDaemonLog(dir)
 	if err != nil {
-		logf, err = os.OpenFile(os.DevNull, os.O_WRONLY, 0)
-		if err != nil {
-			return err
-		}
+		return err
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, "-socket", socket)
@@ -106,6 +121,99 @@ func spawnDaemon(bin, socket string) error {
 	// The daemon outlives this process; reap it if it dies first.
 	go cmd.Wait()
 	return nil
+}
+
+// openDaemonDir makes the daemon's directory if it does not exist and
+// opens it without following a link. Whatever is there must be a real
+// directory that belongs to this user or root and that no one else may
+// write (unless sticky, as /tmp is): another user who made it first, or
+// planted a link in its place, would otherwise choose where the log goes
+// and who else may bind the socket.
+func openDaemonDir(dir string) (*os.File, error) {
+	mode := uint32(0o700)
+	if os.Geteuid() == 0 {
+		mode = 0o755
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), os.FileMode(mode)); err != nil {
+		return nil, err
+	}
+	// mkdir never follows a link in the last component: a planted one
+	// makes it fail with EEXIST, and the open below refuses it.
+	if err := syscall.Mkdir(dir, mode); err != nil && err != syscall.EEXIST {
+		return nil, &os.PathError{Op: "mkdir", Path: dir, Err: err}
+	}
+	fd, err := unix.Open(dir, unix.O_RDONLY|unix.O_DIRECTORY|unix.O_NOFOLLOW|unix.O_CLOEXEC, 0)
+	if err == unix.ELOOP || err == unix.ENOTDIR {
+		what := "not a directory"
+		if st, lerr := os.Lstat(dir); lerr == nil && st.Mode()&os.ModeSymlink != 0 {
+			what = "a symbolic link"
+		}
+		return nil, fmt.Errorf("refusing to start ukeyd in %s: it is %s", dir, what)
+	}
+	if err != nil {
+		return nil, &os.PathError{Op: "open", Path: dir, Err: err}
+	}
+	f := os.NewFile(uintptr(fd), dir)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		f.Close()
+		return nil, &os.PathError{Op: "fstat", Path: dir, Err: err}
+	}
+	euid := os.Geteuid()
+	switch {
+	case int(st.Uid) != euid && st.Uid != 0:
+		err = fmt.Errorf("refusing to start ukeyd in %s: it belongs to uid %d, not to you (uid %d) or root", dir, st.Uid, euid)
+	case st.Mode&0o022 != 0 && st.Mode&unix.S_ISVTX == 0:
+		err = fmt.Errorf("refusing to start ukeyd in %s: it is writable by other users (mode %#o)", dir, st.Mode&0o7777)
+	}
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	return f, nil
+}
+
+// openDaemonLog opens (creating it if need be) ukeyd.log in dir for
+// appending, without following a link and without blocking on a FIFO,
+// and only if it is a regular file of this user's with no other name: a
+// link or a second hard link would make the daemon's output land in a
+// file someone else chose.
+func openDaemonLog(dir *os.File) (*os.File, error) {
+	path := filepath.Join(dir.Name(), logName)
+	fd, err := unix.Openat(int(dir.Fd()), logName,
+		unix.O_WRONLY|unix.O_CREAT|unix.O_APPEND|unix.O_NOFOLLOW|unix.O_NONBLOCK|unix.O_CLOEXEC, 0o600)
+	switch err {
+	case unix.ELOOP:
+		return nil, fmt.Errorf("refusing to write ukeyd's log to %s: it is a symbolic link", path)
+	case unix.ENXIO: // a FIFO or socket with no one at the other end
+		return nil, fmt.Errorf("refusing to write ukeyd's log to %s: it is not a regular file", path)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("cannot open ukeyd's log: %w", &os.PathError{Op: "open", Path: path, Err: err})
+	}
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		unix.Close(fd)
+		return nil, &os.PathError{Op: "fstat", Path: path, Err: err}
+	}
+	switch {
+	case st.Mode&unix.S_IFMT != unix.S_IFREG:
+		err = fmt.Errorf("refusing to write ukeyd's log to %s: it is not a regular file", path)
+	case int(st.Uid) != os.Geteuid():
+		err = fmt.Errorf("refusing to write ukeyd's log to %s: it belongs to uid %d, not to you (uid %d)", path, st.Uid, os.Geteuid())
+	case st.Nlink != 1:
+		err = fmt.Errorf("refusing to write ukeyd's log to %s: it has %d hard links", path, st.Nlink)
+	}
+	if err == nil {
+		// O_NONBLOCK was for the open alone; the daemon inherits the
+		// file's status flags.
+		err = unix.SetNonblock(fd, false)
+	}
+	if err != nil {
+		unix.Close(fd)
+		return nil, err
+	}
+	return os.NewFile(uintptr(fd), path), nil
 }
 
 // daemonEnv drops what belongs to this process's session from the

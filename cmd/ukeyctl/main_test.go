@@ -68,6 +68,7 @@ func fakeDaemon(args []string) int {
 		return 2
 	}
 	path := args[1]
+	os.Stderr.WriteString("ukeyd (test): starting on " + path + "\n") // as ukeyd logs, so that tests see where its log goes
 	svc := keys.New()
 	defer svc.Close()
 	srv := server.New(svc, server.Config{})
