@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"sync/atomic"
 )
 
 // BigKeyInline is the largest big_key payload kept in memory ("buff");
@@ -17,6 +18,40 @@ const BigKeyInline = 1024
 // bigKeyCharge is what a big_key costs its owner's byte quota whatever its
 // size: the kernel charges the fixed size of its handle.
 const bigKeyCharge = 16
+
+// bigKeyFiles counts the big_key payload files open in this process, each
+// of which holds a descriptor, against a limit (0: none). Descriptors
+// belong to the process, not to one Service, so the count does too: a
+// daemon whose every user may add big keys must not let them fill its
+// descriptor table, where accept, pidfds and logs need room.
+var bigKeyFiles struct {
+	open, limit atomic.Int64
+}
+
+// SetBigKeyFileLimit bounds how many big_key payloads this process keeps
+// in files at once (n <= 0: no bound) and returns the previous bound.
+// Adding or updating a big_key whose payload would need one more file
+// fails with EMFILE; payloads of up to BigKeyInline bytes need none.
+// (Each non-root uid is bounded already by its key quota, maxkeys.)
+func SetBigKeyFileLimit(n int) int {
+	return int(bigKeyFiles.limit.Swap(int64(max(n, 0))))
+}
+
+// BigKeyFiles returns how many big_key payload files are open.
+func BigKeyFiles() int { return int(bigKeyFiles.open.Load()) }
+
+// takeBigKeyFile counts one more file, unless the limit is reached.
+func takeBigKeyFile() bool {
+	for {
+		n, lim := bigKeyFiles.open.Load(), bigKeyFiles.limit.Load()
+		if lim > 0 && n >= lim {
+			return false
+		}
+		if bigKeyFiles.open.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
 
 // sealed is a big_key payload kept encrypted in an unlinked file.
 type sealed struct {
@@ -38,6 +73,7 @@ func (b *sealed) Wipe() {
 		}
 		_ = b.f.Close()
 		b.f = nil
+		bigKeyFiles.open.Add(-1)
 	}
 }
 
@@ -92,15 +128,22 @@ func seal(data []byte) (*sealed, error) {
 		return nil, ENOMEM
 	}
 	box := aead.Seal(nonce, nonce, data, nil)
+	if !takeBigKeyFile() {
+		clear(box)
+		return nil, EMFILE
+	}
 	f, err := os.CreateTemp("", "ukeys-big_key-*")
 	if err != nil {
+		bigKeyFiles.open.Add(-1)
 		return nil, ENOMEM
 	}
 	_ = os.Remove(f.Name()) // unlinked: reachable only through this handle
 	if _, err := f.Write(box); err != nil {
 		_ = f.Close()
+		bigKeyFiles.open.Add(-1)
 		return nil, ENOMEM
 	}
+	clear(box)
 	b.f = f
 	return b, nil
 }

@@ -27,6 +27,7 @@ const (
 	ENOTDIR      Errno = 20
 	EINVAL       Errno = 22
 	ENFILE       Errno = 23
+	EMFILE       Errno = 24
 	EDEADLK      Errno = 35
 	ELOOP        Errno = 40
 	EBADSLT      Errno = 57
@@ -56,6 +57,7 @@ var errnoText = map[Errno]string{
 	ENOTDIR:      "Not a directory",
 	EINVAL:       "Invalid argument",
 	ENFILE:       "Too many open files in system",
+	EMFILE:       "Too many open files",
 	EDEADLK:      "Resource deadlock avoided",
 	ELOOP:        "Too many levels of symbolic links",
 	EBADSLT:      "Invalid slot",
