@@ -36,6 +36,40 @@ type Upcall struct {
 	// with a session keyring (_req.N) holding the authorisation key. The
 	// service releases it when the upcall returns.
 	Helper *Caller
+
+	// auth is the authorisation key AuthKey names (nil in an Upcall that
+	// construct did not make), for Authorized.
+	auth *Key
+}
+
+// Authorized reports whether the upcall's authorisation is still in
+// force. Like the kernel's request_key_auth key, it is used up once the
+// helper instantiates, negates or rejects the key (invalidated), and
+// revoked when the upcall times out or ends; whatever acts with the
+// helper's authority loses it then.
+func (u *Upcall) Authorized() bool {
+	a := u.auth
+	return a != nil && a.validate(a.s.now()) == nil
+}
+
+// PossessesNonKeyring reports whether id names a key that is not a
+// keyring and that the caller possesses: one found by searching its own
+// keyrings or, for a caller that assumed a request-key authority, its
+// requestor's, with the requestor's credentials. That is what a
+// request-key helper may read on its requestor's behalf (keyutils'
+// %{type:description} macros) without being able to list the requestor's
+// keyrings.
+func (c *Caller) PossessesNonKeyring(id Serial) bool {
+	if id <= 0 {
+		return false
+	}
+	sec := c.s.dom.Read()
+	defer sec.End()
+	k := c.s.lookup(id)
+	if k == nil || k.usage.Load() <= 0 || k.isKeyring() {
+		return false
+	}
+	return c.possessesIn(k)
 }
 
 // Args returns the helper's argument vector after the program name, in
@@ -374,6 +408,7 @@ func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key
 	up := &Upcall{
 		Op: "create", Key: k.serial, AuthKey: auth.serial, Type: t.Name, Description: desc,
 		CalloutInfo: append([]byte(nil), callout...), UID: c.cred.UID, GID: c.cred.GID,
+		auth: auth,
 	}
 	th, pr, se := c.keyrings()
 	if th != nil {

@@ -1,7 +1,6 @@
 package server
 
 import (
-	"bufio"
 	"encoding/binary"
 	"errors"
 	"io"
@@ -23,6 +22,7 @@ type conn struct {
 	cred   keys.Cred
 	proc   *proc
 	caller *keys.Caller // the process's caller, or a request-key helper's
+	helper *helperConn  // set once a helper token is accepted (helper.go)
 
 	mu   sync.Mutex
 	busy bool // a request is being served
@@ -32,6 +32,10 @@ type conn struct {
 
 	ans  answering // the serving goroutine's own
 	rbuf []byte    // payloads read (dispatch.go), wiped after each answer
+
+	// Bytes charged to the uid for buffers larger than the allowance:
+	// the request buffer and the answer buffer.
+	reservedIn, reservedOut int
 }
 
 // closeIdle closes the connection now if it is between requests, or
@@ -62,10 +66,16 @@ func (c *conn) serve() {
 	timeout := c.s.cfg.ReadTimeout
 	deadline := time.Now().Add(timeout)
 	c.uc.SetReadDeadline(deadline)
-	// One buffered reader per connection: a frame's header and body then
-	// usually arrive in one read system call.
-	br := bufio.NewReaderSize(c.uc, 16<<10)
-	hello, err := wire.ReadFrame(br, nil)
+	c.armWrite()
+	// One reader per connection, whose buffer is wiped as each request is
+	// answered: a frame's header and body then usually arrive in one read
+	// system call, and no payload stays behind in it. Nothing longer than
+	// a Hello is read before the handshake.
+	fr := wire.NewReader(c.uc, smallFrame)
+	defer fr.Release()
+	defer c.unreserveAll()
+	fr.SetLimit(wire.MaxHello)
+	hello, err := fr.Next()
 	if err != nil {
 		return
 	}
@@ -74,6 +84,7 @@ func (c *conn) serve() {
 		c.s.log.Debug("ukeyd: bad handshake", "uid", c.cred.UID, "pid", c.cred.PID)
 		return
 	}
+	fr.SetLimit(wire.MaxFrame)
 	v = min(v, wire.Version)
 	if err := wire.WriteFrame(c.uc, wire.EncodeHello(v)); err != nil {
 		return
@@ -85,11 +96,11 @@ func (c *conn) serve() {
 	if err != nil {
 		return
 	}
-	// The request, its body and the response frame are reused from one
-	// request to the next: serving a request allocates only what the keys
-	// package returns.
+	// The request and the response frame are reused from one request to
+	// the next: serving a request allocates only what the keys package
+	// returns.
 	var req wire.Request
-	var body, out []byte
+	var out []byte
 	for {
 		// Moving the deadline re-arms a runtime timer; doing it on every
 		// request costs more than the rest of a key read. Move it only
@@ -99,6 +110,7 @@ func (c *conn) serve() {
 		if now := time.Now(); deadline.Sub(now) < timeout-timeout/8 {
 			deadline = now.Add(timeout)
 			c.uc.SetReadDeadline(deadline)
+			c.armWrite()
 		}
 		// Answers to requests that arrived together go out together: while
 		// a whole next request is buffered already, its answer is appended
@@ -106,25 +118,45 @@ func (c *conn) serve() {
 		// A client that shares its connection among goroutines (see
 		// client.WithPipelining) then costs the daemon two system calls per
 		// batch of requests instead of two per request.
-		if len(out) > 0 && (len(out) >= coalesceMax || !wholeFrameBuffered(br)) {
-			quit, err := c.answer(raw, out, !sequential || br.Buffered() > 0)
-			clear(out)
-			out = out[:0]
-			if cap(out) > 64<<10 {
-				out = nil // one large answer does not pin its buffer
-			}
+		if len(out) > 0 && (len(out) >= coalesceMax || !fr.WholeFrameBuffered()) {
+			quit, err := c.answer(raw, out, !sequential || fr.Buffered() > 0)
+			out = c.dropAnswer(out)
 			if err != nil || quit {
 				return
 			}
 		}
-		body, err = wire.ReadFrame(br, body)
+		n, err := fr.NextLen()
 		if err != nil {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				c.s.log.Debug("ukeyd: connection ended", "uid", c.cred.UID, "err", err)
 			}
 			return
 		}
-		if err := req.Decode(body); err != nil {
+		// A request larger than the reader's own buffer is held only if
+		// the caller's uid has room for it; otherwise it is skipped and
+		// refused, keeping just its tag.
+		var body []byte
+		var refused keys.Errno
+		if n > smallFrame-4 && n+4 > c.reservedIn {
+			if refused = c.reserveIn(n + 4); refused != 0 {
+				body, err = fr.Skip(8)
+			}
+		}
+		if refused == 0 {
+			body, err = fr.Next()
+		}
+		if err != nil {
+			return
+		}
+		var resp *wire.Response
+		if refused != 0 {
+			if len(body) < 8 {
+				return // not even a request's header: malformed
+			}
+			req = wire.Request{Tag: binary.BigEndian.Uint32(body), Op: wire.Op(binary.BigEndian.Uint16(body[4:])), Ints: req.Ints[:0], Bufs: req.Bufs[:0]}
+			resp = fail(refused)
+			c.s.cfg.Metrics.Observe(req.Op, resp.Errno, 0)
+		} else if err := req.Decode(body); err != nil {
 			c.s.log.Debug("ukeyd: malformed request; closing", "uid", c.cred.UID)
 			return
 		}
@@ -132,8 +164,7 @@ func (c *conn) serve() {
 			// Gathered answers do not wait behind a request that may wait
 			// (for a helper, for a notification).
 			_, err := c.uc.Write(out)
-			clear(out)
-			out = out[:0]
+			out = c.dropAnswer(out)
 			if err != nil {
 				return
 			}
@@ -146,29 +177,105 @@ func (c *conn) serve() {
 		c.busy = true
 		c.mu.Unlock()
 
-		start := time.Now()
-		resp := c.dispatch(&req)
-		c.s.cfg.Metrics.Observe(req.Op, resp.Errno, time.Since(start))
+		if resp == nil {
+			start := time.Now()
+			resp = c.dispatch(&req)
+			c.s.cfg.Metrics.Observe(req.Op, resp.Errno, time.Since(start))
+		}
 		resp.Tag = req.Tag
 		// The whole frame is built in one buffer and goes out in one write
 		// (answer, at the top of the loop).
-		at := len(out)
-		out, err = wire.AppendResponse(wire.BeginFrame(out), resp)
-		if err == nil {
-			out, err = wire.EndFrame(out, at)
-		}
+		out, err = c.appendAnswer(out, resp)
 		for _, b := range resp.Bufs {
 			clear(b) // results may hold payloads: do not keep them around
 		}
-		clear(body)
-		clear(req.Bufs) // aliases of body, already cleared; drop the slices
-		if cap(body) > 64<<10 {
-			body = nil // one large payload does not pin a megabyte per connection
+		// The request has been handled: its bytes are wiped, and a buffer
+		// grown for it shrinks back (and its reservation is returned)
+		// unless more of a large pipelined request is buffered behind it.
+		fr.Done()
+		clear(req.Bufs) // aliases of the wiped body; drop the slices
+		if fr.Held() <= smallFrame {
+			c.unreserveIn()
 		}
 		if err != nil {
 			clear(out)
 			return
 		}
+	}
+}
+
+// appendAnswer appends resp's frame to out. An answer that would make out
+// larger than the allowance every connection has is charged to the
+// caller's uid; if that uid (or the daemon) has no room left, the caller
+// gets EDQUOT (or ENOMEM) instead of the answer.
+func (c *conn) appendAnswer(out []byte, resp *wire.Response) ([]byte, error) {
+	at := len(out)
+	grown, err := wire.AppendResponse(wire.BeginFrame(out), resp)
+	if err == nil {
+		grown, err = wire.EndFrame(grown, at)
+	}
+	if err != nil {
+		return grown, err
+	}
+	if cap(grown) <= smallAnswer || cap(grown) <= c.reservedOut {
+		return grown, nil
+	}
+	if e := c.s.reserve(c.cred.UID, cap(grown)-c.reservedOut); e != 0 {
+		clear(grown[at:])
+		refusal := &wire.Response{Tag: resp.Tag, Errno: uint16(e)}
+		grown, err = wire.AppendResponse(wire.BeginFrame(grown[:at]), refusal)
+		if err == nil {
+			grown, err = wire.EndFrame(grown, at)
+		}
+		return grown, err
+	}
+	c.reservedOut = cap(grown)
+	return grown, nil
+}
+
+// dropAnswer wipes the answers written and returns the buffer for the
+// next ones; one that grew beyond the allowance is dropped, and its
+// reservation returned.
+func (c *conn) dropAnswer(out []byte) []byte {
+	clear(out)
+	if cap(out) > smallAnswer {
+		c.s.unreserve(c.cred.UID, c.reservedOut)
+		c.reservedOut = 0
+		return nil // one large answer does not pin its buffer
+	}
+	return out[:0]
+}
+
+// reserveIn charges a request buffer of n bytes to the caller's uid.
+func (c *conn) reserveIn(n int) keys.Errno {
+	if e := c.s.reserve(c.cred.UID, n-c.reservedIn); e != 0 {
+		return e
+	}
+	c.reservedIn = n
+	return 0
+}
+
+// unreserveIn returns the request buffer's reservation.
+func (c *conn) unreserveIn() {
+	c.s.unreserve(c.cred.UID, c.reservedIn)
+	c.reservedIn = 0
+}
+
+func (c *conn) unreserveAll() {
+	c.unreserveIn()
+	c.s.unreserve(c.cred.UID, c.reservedOut)
+	c.reservedOut = 0
+}
+
+// armWrite moves the write deadline WriteTimeout ahead, unless Shutdown
+// has shortened it. Like the read deadline it is moved only every eighth
+// of the timeout (see serve), not on every answer: it matters only when
+// an answer cannot leave.
+func (c *conn) armWrite() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if !c.quit {
+		c.uc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
 	}
 }
 
@@ -178,20 +285,6 @@ func mayWait(op wire.Op) bool { return op == wire.OpRequestKey || op == wire.OpW
 
 // coalesceMax bounds the answers gathered for one write.
 const coalesceMax = 64 << 10
-
-// wholeFrameBuffered reports whether br holds a whole frame already, so
-// that reading it will not block.
-func wholeFrameBuffered(br *bufio.Reader) bool {
-	if br.Buffered() < 4 {
-		return false // Peek would wait for the rest
-	}
-	hdr, err := br.Peek(4)
-	if err != nil {
-		return false
-	}
-	n := int(binary.BigEndian.Uint32(hdr))
-	return n <= wire.MaxFrame && br.Buffered() >= 4+n
-}
 
 // answer writes the response frame f and marks the connection idle. It
 // reports whether the connection is to close.

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"fmt"
 	"os"
 	"strconv"
@@ -23,8 +24,26 @@ func errnoOf(err error) uint16 {
 // (buffers 0 and 1) are within the kernel's limits. Longer ones fail with
 // EINVAL, as the kernel's copies from user space do, before they are
 // copied into strings here: a description may be as long as a frame.
+//
+// Like the kernel's copies (strncpy_from_user, strndup_user), a string
+// ends at its first NUL byte: "name\x00rest" is the description "name".
+// It cuts the request's strings in place.
 func typeDescFit(r *wire.Request) bool {
+	cutStrings(r, 0, 1)
 	return len(r.Buf(0)) <= keys.MaxTypeName+1 && len(r.Buf(1)) <= keys.MaxDescription
+}
+
+// cutStrings ends each of the request's buffers at index in idx at its
+// first NUL byte, as the kernel reads a C string from user space. An
+// absent buffer stays absent.
+func cutStrings(r *wire.Request, idx ...int) {
+	for _, i := range idx {
+		if i < len(r.Bufs) && r.Bufs[i] != nil {
+			if n := bytes.IndexByte(r.Bufs[i], 0); n >= 0 {
+				r.Bufs[i] = r.Bufs[i][:n:n]
+			}
+		}
+	}
 }
 
 func fail(err error) *wire.Response { return &wire.Response{Errno: errnoOf(err)} }
@@ -64,12 +83,18 @@ func optString(b []byte) *string {
 // about permissions is the keys package's, made against the credentials
 // the kernel reported for the socket.
 func (c *conn) dispatch(r *wire.Request) *wire.Response {
+	// A request-key helper's connection acts for its requestor only
+	// within the authority it was given, and only while it lasts.
+	if h := c.helper; h != nil && !h.admitted {
+		return c.dispatchHelper(r)
+	}
 	cl := c.caller
 	id := keys.Serial(r.Int(0))
 	switch r.Op {
 	case wire.OpGetKeyringID:
 		return result(cl.GetKeyringID(id, r.Int(1) != 0))
 	case wire.OpJoinSession:
+		cutStrings(r, 0)
 		return result(cl.JoinSessionKeyring(optString(r.Buf(0))))
 	case wire.OpUpdate:
 		return done(cl.Update(id, r.Buf(0)))
@@ -133,6 +158,7 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 	case wire.OpDHCompute:
 		return c.dhCompute(r)
 	case wire.OpRestrictKeyring:
+		cutStrings(r, 0, 1)
 		return done(cl.RestrictKeyring(id, optString(r.Buf(0)), optString(r.Buf(1))))
 	case wire.OpMove:
 		return done(cl.Move(id, keys.Serial(r.Int(1)), keys.Serial(r.Int(2)), uint32(r.Int(3))))
@@ -169,6 +195,7 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 		if !typeDescFit(r) {
 			return fail(keys.EINVAL)
 		}
+		cutStrings(r, 2) // the callout information is a string too
 		return result(cl.RequestKey(string(r.Buf(0)), string(r.Buf(1)), r.Buf(2), id))
 	case wire.OpProcKeys:
 		return okBuf([]byte(cl.ProcKeys()))
@@ -180,6 +207,7 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 		if c.cred.UID != 0 {
 			return fail(keys.EACCES)
 		}
+		cutStrings(r, 0, 1)
 		return done(setSysctl(c.s.svc, string(r.Buf(0)), string(r.Buf(1))))
 	case wire.OpStatus:
 		return okBuf([]byte(c.s.status()))
@@ -218,32 +246,29 @@ func (c *conn) read(cl *keys.Caller, id keys.Serial) ([]byte, error) {
 
 // attach lets a process present a token: a session token makes it
 // possess that session keyring; a helper token makes the connection act
-// as the request-key helper it was started as.
+// for the request-key helper it was given to, if the process is that
+// helper or one of its descendants (attachHelper).
 func (c *conn) attach(token string) (keys.Serial, error) {
 	c.s.mu.Lock()
 	grant, isSession := c.s.sessions[token]
 	helper := c.s.helpers[token]
 	c.s.mu.Unlock()
+	if helper != nil {
+		return c.attachHelper(helper)
+	}
 	// A token replayed by another uid is refused; root may join, as a
 	// process keeps its session keyring across su in the kernel.
 	k := grant.key
 	if isSession && grant.uid != c.cred.UID && c.cred.UID != 0 {
 		k = nil
 	}
-	switch {
-	case helper != nil:
-		c.caller = helper
-		if k := helper.Session(); k != nil {
-			return k.Serial(), nil
-		}
-		return 0, nil
-	case k != nil:
-		if err := c.caller.SetSession(k); err != nil {
-			return 0, err
-		}
-		return k.Serial(), nil
+	if k == nil {
+		return 0, keys.EACCES
 	}
-	return 0, keys.EACCES
+	if err := c.caller.SetSession(k); err != nil {
+		return 0, err
+	}
+	return k.Serial(), nil
 }
 
 // sessionToParent gives the caller's session keyring to its parent
@@ -341,12 +366,13 @@ func setSysctl(svc *keys.Service, name, value string) error {
 // status reports the daemon's state in "name: value" lines.
 func (s *Server) status() string {
 	s.mu.Lock()
-	nconn, nproc := len(s.conns), len(s.procs)
+	nconn, nproc, nbuf := len(s.conns), s.nprocs, s.nbuffered
 	s.mu.Unlock()
 	st := s.svc.Domain().Stats()
 	var b strings.Builder
 	fmt.Fprintf(&b, "keys: %d\n", s.svc.Keys())
 	fmt.Fprintf(&b, "connections: %d\nprocesses: %d\n", nconn, nproc)
+	fmt.Fprintf(&b, "buffered_bytes: %d\nexpensive_running: %d\nbig_key_files: %d\n", nbuf, s.expensiveRunning.Load(), keys.BigKeyFiles())
 	fmt.Fprintf(&b, "rcu_grace_periods: %d\n", st.GracePeriods)
 	fmt.Fprintf(&b, "rcu_grace_period_p50: %v\nrcu_grace_period_p99: %v\nrcu_grace_period_max: %v\n",
 		st.GracePeriodLatency.P50, st.GracePeriodLatency.P99, st.GracePeriodLatency.Max)

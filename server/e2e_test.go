@@ -37,6 +37,11 @@ func TestMain(m *testing.M) {
 	case "bench":
 		childBench()
 		return
+	case "connect": // connect to UKEYS_SOCKET and exit at once
+		if c, err := net.Dial("unix", os.Getenv("UKEYS_SOCKET")); err == nil {
+			c.Close()
+		}
+		return
 	}
 	if len(os.Args) > 2 && os.Args[1] == "hang-helper" && os.Getenv(server.HelperEnv) != "" {
 		childHang()

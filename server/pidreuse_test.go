@@ -21,13 +21,21 @@ func TestPIDReuseReleasesTheOldProcess(t *testing.T) {
 	open := func(cred keys.Cred) *conn {
 		s.mu.Lock()
 		defer s.mu.Unlock()
+		if e := s.admitConn(cred.UID); e != 0 {
+			t.Fatal(e)
+		}
 		p := s.procs[cred.PID]
 		if p == nil || p.caller.Cred().UID != cred.UID {
-			p = &proc{caller: svc.NewCaller(cred)}
+			if p != nil {
+				s.dropProcLocked(p)
+			}
+			if e := s.admitProc(cred.UID); e != 0 {
+				t.Fatal(e)
+			}
+			p = &proc{caller: svc.NewCaller(cred), uid: cred.UID, tracked: true, handle: procHandle{pid: cred.PID, fd: -1}}
 			s.procs[cred.PID] = p
 		}
 		p.conns++
-		s.perUID[cred.UID]++
 		c := &conn{s: s, cred: cred, proc: p, caller: p.caller}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
@@ -52,7 +60,7 @@ func TestPIDReuseReleasesTheOldProcess(t *testing.T) {
 		// Only uid 1000's user and user-session keyrings may remain.
 		t.Fatalf("the old process's session and key outlived it: uid 1000 holds %d keys", n)
 	}
-	if len(s.procs) != 0 {
-		t.Fatalf("%d process entries left", len(s.procs))
+	if len(s.procs) != 0 || len(s.usage) != 0 || s.nprocs != 0 || s.nconns != 0 {
+		t.Fatalf("%d process entries, %d uids' usage, %d processes and %d connections counted after both ended", len(s.procs), len(s.usage), s.nprocs, s.nconns)
 	}
 }

@@ -156,8 +156,25 @@ func startTime(pid int) string {
 type proc struct {
 	caller   *keys.Caller
 	handle   procHandle
+	uid      uint32
 	conns    int
 	awaiting bool // awaitExit runs for it
+	tracked  bool // counted in the server's usage (admitProc)
+	private  bool // a caller whose pid the daemon cannot see: one connection's
+}
+
+// dropProcLocked forgets p: it leaves the table of processes (if still
+// there) and its uid's count. The caller ends it (p.end) once s.mu is
+// released. s.mu is held.
+func (s *Server) dropProcLocked(p *proc) {
+	if !p.tracked {
+		return
+	}
+	p.tracked = false
+	if !p.private && s.procs[p.handle.pid] == p {
+		delete(s.procs, p.handle.pid)
+	}
+	s.dropProc(p.uid)
 }
 
 // linger keeps a process that has closed its last connection, until it
@@ -199,7 +216,7 @@ func (s *Server) awaitExit(p *proc, f *os.File) {
 	pid := p.handle.pid
 	ended := s.procs[pid] == p && p.conns == 0
 	if ended {
-		delete(s.procs, pid)
+		s.dropProcLocked(p)
 		s.pruneTokens()
 	}
 	s.mu.Unlock()
@@ -225,12 +242,12 @@ func (s *Server) reapProcs() {
 		s.mu.Lock()
 		var gone []*proc
 		lingering := 0
-		for pid, p := range s.procs {
+		for _, p := range s.procs {
 			if p.conns > 0 || p.handle.file != nil {
 				continue
 			}
 			if p.handle.exited() {
-				delete(s.procs, pid)
+				s.dropProcLocked(p)
 				gone = append(gone, p)
 			} else {
 				lingering++

@@ -8,9 +8,11 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/wire"
 )
 
 // Config tunes a Server. The zero value is usable: every field has a
@@ -22,9 +24,16 @@ type Config struct {
 	// requests (default 5 minutes) and how long a request may take to
 	// arrive once begun.
 	ReadTimeout time.Duration
-	// MaxConnsPerUID bounds simultaneous connections of one uid (default
-	// 256); more are refused.
+	// WriteTimeout bounds how long an answer may take to leave (default
+	// 10 seconds): a client that stops reading loses its connection
+	// instead of pinning it.
+	WriteTimeout time.Duration
+	// MaxConnsPerUID bounds simultaneous connections of one uid; it
+	// overrides Limits.MaxConnsPerUID when set.
 	MaxConnsPerUID int
+	// Limits bounds what callers can make the daemon hold; zero fields
+	// take DefaultLimits for the process's descriptor limit.
+	Limits Limits
 	// Metrics, if set, observes operation counts and latencies.
 	Metrics Observer
 	// ProcessPoll is how often the daemon checks whether client processes
@@ -39,21 +48,31 @@ type Server struct {
 	cfg Config
 	log *slog.Logger
 
-	mu       sync.Mutex
-	procs    map[int]*proc // by pid; see process.go
-	perUID   map[uint32]int
-	sessions map[string]sessionGrant // session tokens
-	grants   map[sessionGrant]string // the token of each grant, reused
-	helpers  map[string]*keys.Caller
-	conns    map[*conn]struct{}
-	lns      []net.Listener
-	closing  bool
-	watching bool // reapProcs runs
-	wg       sync.WaitGroup
-	watchers sync.WaitGroup
-	stop     chan struct{} // closed by Shutdown
-	abort    chan struct{} // closed when Shutdown's context ends: helpers are killed
-	aborted  bool
+	lim   Limits
+	heavy chan struct{} // a slot per expensive operation running
+
+	expensiveRunning atomic.Int64 // for tests and status
+	refusals         rateLimiter  // of the log lines about refused connections
+	failures         rateLimiter  // of the log lines about failed accepts
+
+	mu        sync.Mutex
+	procs     map[int]*proc // by pid; see process.go
+	usage     map[uint32]*usage
+	nconns    int                     // connections open
+	nprocs    int                     // processes tracked, in procs or not (pid 0)
+	nbuffered int                     // bytes reserved for buffers
+	sessions  map[string]sessionGrant // session tokens
+	grants    map[sessionGrant]string // the token of each grant, reused
+	helpers   map[string]*helperGrant // request-key helper tokens (helper.go)
+	conns     map[*conn]struct{}
+	lns       []net.Listener
+	closing   bool
+	watching  bool // reapProcs runs
+	wg        sync.WaitGroup
+	watchers  sync.WaitGroup
+	stop      chan struct{} // closed by Shutdown
+	abort     chan struct{} // closed when Shutdown's context ends: helpers are killed
+	aborted   bool
 }
 
 // New returns a server for svc.
@@ -67,21 +86,29 @@ func New(svc *keys.Service, cfg Config) *Server {
 	if cfg.Metrics == nil {
 		cfg.Metrics = nopObserver{}
 	}
-	if cfg.MaxConnsPerUID <= 0 {
-		cfg.MaxConnsPerUID = 256
+	if cfg.WriteTimeout <= 0 {
+		cfg.WriteTimeout = 10 * time.Second
+	}
+	if cfg.MaxConnsPerUID > 0 {
+		cfg.Limits.MaxConnsPerUID = cfg.MaxConnsPerUID
 	}
 	if cfg.ProcessPoll <= 0 {
 		cfg.ProcessPoll = time.Second
 	}
+	lim := cfg.Limits.withDefaults()
 	return &Server{
 		svc:      svc,
 		cfg:      cfg,
 		log:      cfg.Logger,
+		lim:      lim,
+		heavy:    make(chan struct{}, lim.MaxExpensive),
+		refusals: rateLimiter{interval: 10 * time.Second, burst: 5},
+		failures: rateLimiter{interval: 10 * time.Second, burst: 5},
 		procs:    make(map[int]*proc),
-		perUID:   make(map[uint32]int),
+		usage:    make(map[uint32]*usage),
 		sessions: make(map[string]sessionGrant),
 		grants:   make(map[sessionGrant]string),
-		helpers:  make(map[string]*keys.Caller),
+		helpers:  make(map[string]*helperGrant),
 		conns:    make(map[*conn]struct{}),
 		stop:     make(chan struct{}),
 		abort:    make(chan struct{}),
@@ -92,7 +119,11 @@ func New(svc *keys.Service, cfg Config) *Server {
 var ErrClosed = errors.New("server: closed")
 
 // Serve accepts connections on ln until Shutdown. It returns ErrClosed
-// after a shutdown, or the listener's error.
+// after a shutdown, or the listener's error once the listener is closed
+// by someone else. Any other error of accept (a full descriptor table,
+// EMFILE, above all) never ends the service: Serve backs off, from 5 ms
+// up to a second, and tries again, as net/http does, while the
+// connections it serves go on and free what the table needs.
 func (s *Server) Serve(ln *net.UnixListener) error {
 	s.mu.Lock()
 	if s.closing {
@@ -101,6 +132,7 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
+	var delay time.Duration
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
@@ -110,49 +142,101 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 			if closing {
 				return ErrClosed
 			}
-			var ne net.Error
-			if errors.As(err, &ne) && ne.Timeout() {
-				continue
+			if errors.Is(err, net.ErrClosed) {
+				return err
 			}
-			return err
+			delay = min(max(2*delay, 5*time.Millisecond), time.Second)
+			s.logLimited(&s.failures, "ukeyd: accept failed; retrying", "err", err, "retry_in", delay)
+			select {
+			case <-time.After(delay):
+			case <-s.stop:
+			}
+			continue
 		}
+		delay = 0
 		s.accept(c)
 	}
+}
+
+// logRefusal logs a refused connection, at most a few lines per interval
+// however many there are.
+func (s *Server) logRefusal(msg string, args ...any) {
+	s.logLimited(&s.refusals, msg, args...)
+}
+
+// logLimited logs msg unless lim has let through enough lately.
+func (s *Server) logLimited(lim *rateLimiter, msg string, args ...any) {
+	ok, suppressed := lim.allow(time.Now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed_since_last", suppressed)
+	}
+	s.log.Warn(msg, args...)
+}
+
+// refuse tells the caller why it is not served, and closes. The refusal
+// is a dozen bytes written to a socket that has just been accepted, whose
+// buffer is empty: it does not block the accept loop.
+func (s *Server) refuse(uc *net.UnixConn, cred keys.Cred, errno keys.Errno, what string) {
+	s.cfg.Metrics.Refused()
+	s.logRefusal("ukeyd: refusing connection", "uid", cred.UID, "pid", cred.PID, "reason", what, "errno", errno.Error())
+	uc.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_ = wire.WriteFrame(uc, wire.EncodeRefusal(uint16(errno)))
+	uc.Close()
 }
 
 func (s *Server) accept(uc *net.UnixConn) {
 	cred, err := peerCred(uc)
 	if err != nil {
-		s.log.Warn("ukeyd: cannot learn peer credentials; closing", "err", err)
+		s.logRefusal("ukeyd: cannot learn peer credentials; closing", "err", err)
 		uc.Close()
 		return
 	}
 	s.mu.Lock()
-	if s.closing || s.perUID[cred.UID] >= s.cfg.MaxConnsPerUID {
-		refused := !s.closing
+	if s.closing {
 		s.mu.Unlock()
-		if refused {
-			s.log.Warn("ukeyd: too many connections for uid; refusing", "uid", cred.UID, "limit", s.cfg.MaxConnsPerUID)
-			s.cfg.Metrics.Refused()
-		}
 		uc.Close()
 		return
 	}
-	s.perUID[cred.UID]++
+	if e := s.admitConn(cred.UID); e != 0 {
+		s.mu.Unlock()
+		s.refuse(uc, cred, e, "too many connections")
+		return
+	}
 	var ended *proc
 	p := s.procs[cred.PID]
 	if p != nil && (p.caller.Cred().UID != cred.UID || p.handle.exited()) {
 		// The pid belonged to a process that is gone: its keyrings go now
 		// (or with its last connection), and this is a new process.
-		delete(s.procs, cred.PID)
+		s.dropProcLocked(p)
 		if p.conns == 0 {
 			ended = p
 		}
 		p = nil
 	}
 	if p == nil {
-		p = &proc{caller: s.svc.NewCaller(cred), handle: openProc(uc, cred.PID)}
-		s.procs[cred.PID] = p
+		if e := s.admitProc(cred.UID); e != 0 {
+			s.dropConn(cred.UID)
+			s.mu.Unlock()
+			if ended != nil {
+				ended.end()
+			}
+			s.refuse(uc, cred, e, "too many client processes")
+			return
+		}
+		p = &proc{caller: s.svc.NewCaller(cred), uid: cred.UID, tracked: true}
+		if cred.PID > 0 {
+			p.handle = openProc(uc, cred.PID)
+			s.procs[cred.PID] = p
+		} else {
+			// A caller in a pid namespace the daemon cannot see: its pid
+			// says nothing, so it is a process of its own for as long as
+			// this connection lasts, and shares nothing with others.
+			p.handle = procHandle{fd: -1}
+			p.private = true
+		}
 	}
 	p.conns++
 	c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller}
@@ -170,18 +254,18 @@ func (s *Server) accept(uc *net.UnixConn) {
 func (s *Server) release(c *conn) {
 	s.mu.Lock()
 	delete(s.conns, c)
-	s.perUID[c.cred.UID]--
-	if s.perUID[c.cred.UID] <= 0 {
-		delete(s.perUID, c.cred.UID)
-	}
+	s.dropConn(c.cred.UID)
 	c.proc.conns--
 	var ended *proc
 	if c.proc.conns == 0 {
 		switch {
+		case c.proc.private:
+			s.dropProcLocked(c.proc)
+			ended = c.proc
 		case s.procs[c.cred.PID] != c.proc:
 			ended = c.proc // displaced by a new process with its pid
 		case s.closing || c.proc.handle.leaving():
-			delete(s.procs, c.cred.PID)
+			s.dropProcLocked(c.proc)
 			ended = c.proc
 		default:
 			// The process lives on without a connection: it keeps its
@@ -214,6 +298,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	for c := range s.conns {
 		c.closeIdle()
+		// An answer that a client does not read holds its connection
+		// only a moment longer: Shutdown does not wait WriteTimeout.
+		c.uc.SetWriteDeadline(time.Now().Add(shutdownWriteGrace))
 	}
 	s.mu.Unlock()
 	done := make(chan struct{})
@@ -237,6 +324,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Lock()
 	procs := s.procs
 	s.procs = make(map[int]*proc)
+	for _, p := range procs {
+		s.dropProcLocked(p)
+	}
 	clear(s.sessions)
 	clear(s.grants)
 	s.mu.Unlock()
@@ -246,6 +336,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.watchers.Wait()
 	return err
 }
+
+// shutdownWriteGrace is how long Shutdown lets an answer in flight take
+// to leave.
+const shutdownWriteGrace = time.Second
 
 func newToken() string {
 	var b [16]byte

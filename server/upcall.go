@@ -6,6 +6,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/keys"
 )
@@ -37,6 +39,11 @@ func (s *Server) Upcaller(h Helper) keys.Upcaller {
 // Upcall runs the helper and waits for it. A helper still running when ctx
 // ends (the upcall timeout), or when a shutdown runs out of time, is
 // killed; the keys package then negates the key.
+//
+// The helper's token (helper.go) is good only for the helper's own
+// process tree and only until the helper exits: the grant ends when the
+// helper has exited and before the daemon reaps it, so that while a grant
+// lasts the helper's pid cannot name another process.
 func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -47,15 +54,8 @@ func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
 		case <-ctx.Done():
 		}
 	}()
-	token := newToken()
-	h.server.mu.Lock()
-	h.server.helpers[token] = u.Helper
-	h.server.mu.Unlock()
-	defer func() {
-		h.server.mu.Lock()
-		delete(h.server.helpers, token)
-		h.server.mu.Unlock()
-	}()
+	token, grant := h.server.addHelper(u)
+	defer h.server.dropHelper(token, grant)
 	args := append(append([]string(nil), h.Args...), u.Args()...)
 	cmd := exec.CommandContext(ctx, h.Path, args...)
 	cmd.Env = []string{"HOME=/", "PATH=/sbin:/bin:/usr/sbin:/usr/bin", "UKEYS_SOCKET=" + h.Socket, HelperEnv + "=" + token}
@@ -65,9 +65,29 @@ func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
 		return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 	}
 	cmd.WaitDelay = time.Second
-	err := cmd.Run()
+	err := cmd.Start()
+	if err == nil {
+		grant.started(cmd.Process.Pid)
+		awaitHelperExit(cmd.Process.Pid)
+		grant.end()
+		err = cmd.Wait()
+	}
 	if err != nil {
 		h.server.log.Warn("ukeyd: request-key helper failed", "key", int32(u.Key), "type", u.Type, "err", err)
 	}
 	return err
+}
+
+// awaitHelperExit waits until the child process pid has exited, without
+// reaping it (WNOWAIT): until it is reaped, its pid cannot be given to
+// another process. The context's kill (exec.Cmd's Cancel) still applies
+// meanwhile.
+func awaitHelperExit(pid int) {
+	for {
+		var info unix.Siginfo
+		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+		if err != unix.EINTR {
+			return
+		}
+	}
 }

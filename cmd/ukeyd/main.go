@@ -63,7 +63,10 @@ func run(args []string) int {
 	persist := fs.Duration("persistent-expiry", envDuration("UKEYD_PERSISTENT_EXPIRY", def.PersistentExpiry), "persistent keyring timeout (env UKEYD_PERSISTENT_EXPIRY)")
 	helper := fs.String("request-key", envOr("UKEYD_REQUEST_KEY", defaultHelper()), "request-key helper command run to construct keys (env UKEYD_REQUEST_KEY; empty: none)")
 	upcallTimeout := fs.Duration("upcall-timeout", envDuration("UKEYD_UPCALL_TIMEOUT", 60*time.Second), "kill a request-key helper after this long and negate the key")
-	maxConns := fs.Int("max-conns-per-uid", envInt("UKEYD_MAX_CONNS_PER_UID", 256), "simultaneous connections allowed per uid")
+	lim := server.DefaultLimits(server.NoFile())
+	maxConns := fs.Int("max-conns-per-uid", envInt("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "simultaneous connections allowed per uid (default from the descriptor limit; env UKEYD_MAX_CONNS_PER_UID)")
+	maxProcs := fs.Int("max-procs-per-uid", envInt("UKEYD_MAX_PROCS_PER_UID", lim.MaxProcsPerUID), "client processes of one uid the daemon keeps keyrings for (env UKEYD_MAX_PROCS_PER_UID)")
+	maxBuf := fs.Int("max-buffer-per-uid", envInt("UKEYD_MAX_BUFFER_PER_UID", lim.MaxBufferedPerUID), "bytes of large requests and answers one uid may have in flight (env UKEYD_MAX_BUFFER_PER_UID)")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -100,7 +103,9 @@ func run(args []string) int {
 		svc.Close()
 		return 2
 	}
-	srv = server.New(svc, server.Config{Logger: log, Metrics: m, MaxConnsPerUID: *maxConns})
+	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
+	keys.SetBigKeyFileLimit(lim.BigKeyFiles)
+	srv = server.New(svc, server.Config{Logger: log, Metrics: m, Limits: lim})
 	m.RegisterService(reg, svc)
 
 	ln, err := server.Listen(*socket)
@@ -122,7 +127,10 @@ func run(args []string) int {
 		go hs.Serve(mln)
 		log.Info("ukeyd: metrics", "addr", mln.Addr().String())
 	}
-	log.Info("ukeyd: listening", "socket", *socket, "pid", os.Getpid())
+	log.Info("ukeyd: listening", "socket", *socket, "pid", os.Getpid(),
+		"max_conns", lim.MaxConns, "max_conns_per_uid", lim.MaxConnsPerUID,
+		"max_procs", lim.MaxProcs, "max_procs_per_uid", lim.MaxProcsPerUID,
+		"max_buffer_per_uid", lim.MaxBufferedPerUID, "big_key_files", lim.BigKeyFiles)
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

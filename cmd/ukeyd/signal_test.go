@@ -26,7 +26,14 @@ import (
 const childArg = "ukeyd-child"
 
 func TestMain(m *testing.M) {
+	if len(os.Args) > 1 && os.Args[1] == clientArg {
+		os.Exit(clientMain(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == childArg {
+		if err := childLimits(); err != nil {
+			fmt.Fprintln(os.Stderr, "ukeyd child:", err)
+			os.Exit(4)
+		}
 		code := run(os.Args[2:])
 		if code == 0 {
 			if err := goleak.Find(); err != nil {
@@ -41,15 +48,51 @@ func TestMain(m *testing.M) {
 
 type child struct {
 	cmd    *exec.Cmd
-	stderr *bytes.Buffer
+	stderr *syncBuffer
 	done   chan error
 }
 
+// syncBuffer is a buffer that the daemon's output may be written to while
+// the test reads it.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (s *syncBuffer) Write(p []byte) (int, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.Write(p)
+}
+
+func (s *syncBuffer) String() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.b.String()
+}
+
+// stderrText returns what the daemon has logged so far.
+func (c *child) stderrText() string { return c.stderr.String() }
+
+// childOpts adds to a daemon child's environment and flags, and sets its
+// process attributes.
+type childOpts struct {
+	env, args []string
+	attr      *syscall.SysProcAttr
+}
+
 // startChild runs the daemon on socket and waits until it serves.
-func startChild(t *testing.T, socket string) *child {
+func startChild(t *testing.T, socket string, opts ...childOpts) *child {
 	t.Helper()
-	c := &child{stderr: &bytes.Buffer{}, done: make(chan error, 1)}
-	c.cmd = exec.Command(os.Args[0], childArg, "-socket", socket, "-request-key", "", "-metrics", "127.0.0.1:0", "-log-level", "debug")
+	c := &child{stderr: &syncBuffer{}, done: make(chan error, 1)}
+	args := []string{childArg, "-socket", socket, "-request-key", "", "-metrics", "127.0.0.1:0", "-log-level", "debug"}
+	var o childOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
+	c.cmd = exec.Command(os.Args[0], append(args, o.args...)...)
+	c.cmd.Env = append(os.Environ(), o.env...)
+	c.cmd.SysProcAttr = o.attr
 	c.cmd.Stderr = c.stderr
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)

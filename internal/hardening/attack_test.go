@@ -314,7 +314,8 @@ func TestQuotaFloodAndOversizedArguments(t *testing.T) {
 		call{Op: "add", A: int64(keys.SessionKeyring), S: "big_key", T: "big", P: big(keys.MaxPayload + 1)},
 		call{Op: "update", A: 0, P: big(keys.MaxUpdatePayload + 1)},
 		call{Op: "request", A: 0, S: "user", T: strings.Repeat("d", keys.MaxDescription+1)},
-		call{Op: "request", A: 0, S: "user", T: "d", P: big(keys.MaxCalloutInfo + 1)},
+		// Non-NUL bytes: a callout, like any string, ends at its first NUL.
+		call{Op: "request", A: 0, S: "user", T: "d", P: []byte(strings.Repeat("c", keys.MaxCalloutInfo+1))},
 		call{Op: "join", S: strings.Repeat("n", keys.MaxDescription+1)},
 		call{Op: "add", A: int64(keys.SessionKeyring), S: strings.Repeat("t", 64), T: "d", P: []byte("x")},
 	)

@@ -4,7 +4,11 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 	"time"
 
 	"github.com/ukeys/ukeys/client"
@@ -19,7 +23,8 @@ const helperArg = "hardening-helper"
 // helperCmd is the helper command line for the daemon: mode then args.
 func helperCmd(mode string) []string { return []string{binPath, helperArg, mode} }
 
-// helperMain is a request-key helper that behaves as mode says.
+// helperMain is a request-key helper that behaves as mode says; a mode
+// may carry a parameter after '=' ("agent=DIR").
 // args are the kernel's: create <key> <uid> <gid> <thread> <process> <session>.
 func helperMain(mode string, args []string) int {
 	if len(args) < 2 {
@@ -27,7 +32,49 @@ func helperMain(mode string, args []string) int {
 	}
 	id, _ := strconv.Atoi(args[1])
 	key := keys.Serial(id)
+	mode, param, _ := strings.Cut(mode, "=")
 	switch mode {
+	case "agent": // leaks its token into DIR/token, then serves calls as an agent
+		if err := leakToken(param, args[1]); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		in, out, err := openFIFOs(param)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		defer in.Close()
+		defer out.Close()
+		return agentMain(in, out) // its client presents the token
+	case "child": // as "agent", but the agent is a child in a process group of its own
+		if err := leakToken(param, args[1]); err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		in, out, err := openFIFOs(param)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(), agentEnv+"=1")
+		cmd.Stdin, cmd.Stdout = in, out
+		// Its own process group: the kill at the upcall timeout, which
+		// takes the helper's group, leaves it running, so that the test
+		// can see what its connection may do afterwards.
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+		err = cmd.Start()
+		in.Close()
+		out.Close()
+		if err != nil {
+			fmt.Fprintln(os.Stderr, "helper:", err)
+			return 1
+		}
+		if err := cmd.Wait(); err != nil {
+			return 1
+		}
+		return 0
 	case "instantiate": // the well-behaved helper
 		c, err := client.Dial(os.Getenv("UKEYS_SOCKET"))
 		if err != nil {
@@ -70,4 +117,29 @@ func helperMain(mode string, args []string) int {
 		return 0
 	}
 	return 2
+}
+
+// leakToken writes "<token> <pid> <key>" into dir/token, whole or not at
+// all: what a helper that leaks its token would let others see.
+func leakToken(dir, key string) error {
+	tmp := filepath.Join(dir, "token.tmp")
+	line := fmt.Sprintf("%s %d %s\n", os.Getenv(client.HelperEnv), os.Getpid(), key)
+	if err := os.WriteFile(tmp, []byte(line), 0o600); err != nil {
+		return err
+	}
+	return os.Rename(tmp, filepath.Join(dir, "token"))
+}
+
+// openFIFOs opens the helper's ends of the named pipes dir/in and dir/out
+// through which the test sends calls and reads the replies; each open
+// waits for the test to open the other end.
+func openFIFOs(dir string) (in, out *os.File, err error) {
+	if in, err = os.OpenFile(filepath.Join(dir, "in"), os.O_RDONLY, 0); err != nil {
+		return nil, nil, err
+	}
+	if out, err = os.OpenFile(filepath.Join(dir, "out"), os.O_WRONLY, 0); err != nil {
+		in.Close()
+		return nil, nil, err
+	}
+	return in, out, nil
 }

@@ -97,6 +97,10 @@ type daemonConfig struct {
 	readTimeout time.Duration
 	// maxConns, if set, bounds each uid's connections (default 64).
 	maxConns int
+	// limits, if set, are the server's other bounds.
+	limits server.Limits
+	// writeTimeout, if set, bounds how long an answer may take to leave.
+	writeTimeout time.Duration
 }
 
 func startDaemon(t testing.TB, cfg daemonConfig) *daemon {
@@ -133,7 +137,8 @@ func startDaemon(t testing.TB, cfg daemonConfig) *daemon {
 	if mc == 0 {
 		mc = 64
 	}
-	d.srv = server.New(d.svc, server.Config{Logger: log, Metrics: m, ReadTimeout: rt, MaxConnsPerUID: mc})
+	d.srv = server.New(d.svc, server.Config{Logger: log, Metrics: m, ReadTimeout: rt, MaxConnsPerUID: mc,
+		Limits: cfg.limits, WriteTimeout: cfg.writeTimeout})
 	ln, err := server.Listen(d.path)
 	if err != nil {
 		t.Fatal(err)
@@ -415,7 +420,7 @@ func agentMain(r io.Reader, w io.Writer) int {
 		}
 		out := make([]reply, len(calls))
 		for i, c := range calls {
-			if strings.HasPrefix(c.Op, "raw") || c.Op == "listen" {
+			if strings.HasPrefix(c.Op, "raw") || c.Op == "listen" || strings.HasPrefix(c.Op, "hog") {
 				out[i] = st.run(c)
 				continue
 			}
@@ -623,5 +628,5 @@ func (st *agentState) run(c call) reply {
 		}
 		return reply{Out: []byte(fmt.Sprintf("%o %o", sock.Mode().Perm(), dir.Mode().Perm()))}
 	}
-	return reply{Errno: -1, Err: "agent: unknown op " + c.Op}
+	return runHog(c)
 }

@@ -1,0 +1,303 @@
+package server
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/wire"
+)
+
+// A request-key helper's token stands for the kernel's authorisation key,
+// which a helper possesses only through its own session, which grants
+// only what request_key_auth grants, and which dies when the key is
+// constructed or the wait times out. So a token is bound three ways:
+//
+//   - to the helper process the daemon started and its descendants: a
+//     connection whose peer is any other process (whatever its uid, root
+//     included) is refused with EACCES. A refusal leaves the grant alone:
+//     burning the token would let anyone who learns it (it sits in the
+//     helper's environment) make the daemon negate the key, and the wrong
+//     process gains nothing from it anyway;
+//   - to the authority's lifetime: once the helper exits, the upcall times
+//     out or the daemon kills the helper, or once the authorisation is
+//     used up (instantiated, negated, rejected) or revoked, every request
+//     on a connection that attached with the token fails with
+//     EKEYREVOKED, what keyctl users get from a dead authorisation key; it
+//     never falls back to acting as the requestor;
+//   - to the authority's rights (permits): assume it, instantiate, negate
+//     or reject the key (the keys package allows only the key of the
+//     assumed authority, with the kernel's EPERM for others), describe the
+//     key, set its timeout, read and describe the authorisation key (the
+//     callout information), search and request_key without a callout
+//     through the requestor's keyrings and read a non-keyring key found
+//     that way, resolve special keyring ids, capabilities. Everything else
+//     is refused with EACCES.
+
+// helperGrant is what one request-key helper token grants: the authority
+// of one upcall, to the process tree of the helper the daemon started, for
+// as long as the upcall and its authorisation last.
+type helperGrant struct {
+	up *keys.Upcall
+	// caller acts for the helper: a fork of up.Helper (same credentials,
+	// same _req.N session), which the grant releases itself once it has
+	// ended and no request is using it, so that a request admitted just
+	// before the end never runs on a released caller.
+	caller *keys.Caller
+
+	// ready is closed once pid is set: the helper's pid, or 0 if it could
+	// not be started.
+	ready chan struct{}
+	once  sync.Once
+	pid   int
+
+	mu       sync.Mutex
+	ended    bool // the helper exited (not yet reaped) or the upcall ended
+	inflight int  // requests admitted (enter) and not yet done (leave)
+}
+
+// helperConn is a connection's state once it has attached with a helper
+// token.
+type helperConn struct {
+	grant *helperGrant
+	// admitted is set while a request that the grant permitted is being
+	// dispatched (dispatchHelper).
+	admitted bool
+}
+
+// addHelper registers a new token for u's helper.
+func (s *Server) addHelper(u *keys.Upcall) (string, *helperGrant) {
+	g := &helperGrant{up: u, caller: u.Helper.Fork(0), ready: make(chan struct{})}
+	token := newToken()
+	s.mu.Lock()
+	s.helpers[token] = g
+	s.mu.Unlock()
+	return token, g
+}
+
+// dropHelper forgets a token and ends its grant.
+func (s *Server) dropHelper(token string, g *helperGrant) {
+	s.mu.Lock()
+	delete(s.helpers, token)
+	s.mu.Unlock()
+	g.started(0) // if the helper never started: attach waits no longer
+	g.end()
+}
+
+// started records the helper's pid (0: it did not start); only the first
+// call counts.
+func (g *helperGrant) started(pid int) {
+	g.once.Do(func() {
+		g.pid = pid
+		close(g.ready)
+	})
+}
+
+// end ends the grant: no request is admitted any more, and the caller is
+// released once the requests in flight are done.
+func (g *helperGrant) end() {
+	g.mu.Lock()
+	g.ended = true
+	idle := g.inflight == 0
+	g.mu.Unlock()
+	if idle {
+		g.caller.Release() // idempotent
+	}
+}
+
+// enter admits a request: EKEYREVOKED once the grant or its authorisation
+// is over. Every successful enter is followed by leave.
+func (g *helperGrant) enter() error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.ended || !g.up.Authorized() {
+		return keys.EKEYREVOKED
+	}
+	g.inflight++
+	return nil
+}
+
+// leave ends a request that enter admitted.
+func (g *helperGrant) leave() {
+	g.mu.Lock()
+	g.inflight--
+	release := g.ended && g.inflight == 0
+	g.mu.Unlock()
+	if release {
+		g.caller.Release()
+	}
+}
+
+// isAuthKey reports whether id names the upcall's authorisation key.
+func (g *helperGrant) isAuthKey(id keys.Serial) bool {
+	return id == keys.ReqKeyAuthKey || id == g.up.AuthKey
+}
+
+// permits reports whether the authority allows request r (nil) or not
+// (EACCES). It runs between enter and leave, so cl is not released.
+func (g *helperGrant) permits(cl *keys.Caller, r *wire.Request) error {
+	id := keys.Serial(r.Int(0))
+	target := g.up.Key
+	switch r.Op {
+	case wire.OpCapabilities:
+		return nil
+	case wire.OpAssumeAuthority:
+		// Its own authorisation only (or 0, which drops it).
+		if id == target || id == 0 {
+			return nil
+		}
+	case wire.OpInstantiate, wire.OpNegate, wire.OpReject:
+		// The keys package lets only the key of the assumed authority be
+		// settled (EPERM otherwise, as the kernel's
+		// keyctl_instantiate_key_common), and links it only into a keyring
+		// that the requestor may write.
+		return nil
+	case wire.OpDescribe, wire.OpGetSecurity:
+		// The kernel lets the holder of the authorisation describe the key
+		// without View, and the authorisation key is the helper's own.
+		if id == target || g.isAuthKey(id) {
+			return nil
+		}
+	case wire.OpSetTimeout:
+		// Allowed by the kernel to the holder of the authorisation.
+		if id == target {
+			return nil
+		}
+	case wire.OpRead:
+		// The callout information, or a key found through the requestor's
+		// keyrings; never a keyring's listing.
+		if g.isAuthKey(id) || cl.PossessesNonKeyring(id) {
+			return nil
+		}
+	case wire.OpSearch:
+		// A search on the requestor's behalf, linking nothing.
+		if r.Int(1) == 0 {
+			return nil
+		}
+	case wire.OpRequestKey:
+		// Without a callout and a destination: a search through the
+		// requestor's keyrings (keyutils' %{type:description}). With a
+		// callout it would create a key in the requestor's name and start
+		// another upcall; with a destination, link into its keyrings.
+		if r.Buf(2) == nil && id == 0 {
+			return nil
+		}
+	case wire.OpGetKeyringID:
+		// Special ids only, and creating no thread or process keyring.
+		if id < 0 && (r.Int(1) == 0 || id != keys.ThreadKeyring && id != keys.ProcessKeyring) {
+			return nil
+		}
+	}
+	return keys.EACCES
+}
+
+// dispatchHelper serves a request on a connection that attached with a
+// helper token: only while the grant lasts, and only what it permits.
+func (c *conn) dispatchHelper(r *wire.Request) *wire.Response {
+	h := c.helper
+	if err := h.grant.enter(); err != nil {
+		return fail(err)
+	}
+	defer h.grant.leave()
+	if err := h.grant.permits(c.caller, r); err != nil {
+		return fail(err)
+	}
+	h.admitted = true
+	defer func() { h.admitted = false }()
+	return c.dispatch(r)
+}
+
+// attachHelper makes the connection act for the request-key helper whose
+// grant is g, if its peer is that helper or one of its descendants.
+func (c *conn) attachHelper(g *helperGrant) (keys.Serial, error) {
+	<-g.ready // the helper may connect before the daemon learns its pid
+	if g.pid <= 0 || !inProcessTree(c.cred.PID, &c.proc.handle, g.pid) {
+		// The token itself is never logged: it is a secret.
+		c.s.log.Warn("ukeyd: request-key helper token presented by a process outside the helper's tree; refused",
+			"uid", c.cred.UID, "pid", c.cred.PID, "key", int32(g.up.Key))
+		return 0, keys.EACCES
+	}
+	// Checked after the walk: while the grant has not ended, the helper
+	// has not been reaped, so its pid, where the walk ended, was still
+	// the helper's.
+	if err := g.enter(); err != nil {
+		return 0, err
+	}
+	defer g.leave()
+	c.helper = &helperConn{grant: g}
+	c.caller = g.caller
+	if k := g.caller.Session(); k != nil {
+		return k.Serial(), nil
+	}
+	return 0, nil
+}
+
+// maxTreeDepth bounds the walk from a process up to a helper.
+const maxTreeDepth = 128
+
+// inProcessTree reports whether the process with pid pid, which h
+// identifies against pid reuse, is the process root or a descendant of
+// it, by walking its parents in /proc. The caller must make sure that
+// root's pid has not been reused meanwhile (a helper the daemon has not
+// reaped). A pid of 0 (a process in a pid namespace the daemon cannot
+// see) or a host without /proc is refused.
+func inProcessTree(pid int, h *procHandle, root int) bool {
+	if pid <= 0 || root <= 0 || h == nil {
+		return false
+	}
+	cur := pid
+	ppid, start, ok := procStat(cur)
+	if !ok {
+		return false
+	}
+	for depth := 0; cur != root; depth++ {
+		if depth >= maxTreeDepth || ppid <= 0 {
+			return false
+		}
+		parent := ppid
+		pppid, pstart, ok := procStat(parent)
+		if !ok {
+			return false
+		}
+		// cur is still the same process and still parent's child: had
+		// parent exited before its stat was read (and its pid gone to
+		// another process), cur would have been reparented before that
+		// pid was free, so what was read is parent's.
+		if again, againStart, ok := procStat(cur); !ok || again != parent || againStart != start {
+			return false
+		}
+		cur, ppid, start = parent, pppid, pstart
+	}
+	// The walk began at the pid the kernel reported for the connection:
+	// if that process is still there, its pid was not reused meanwhile,
+	// and the walk was its ancestry.
+	return !h.exited()
+}
+
+// procStat returns a process's parent pid and start time (fields 4 and 22
+// of /proc/<pid>/stat), read at once.
+func procStat(pid int) (ppid int, start string, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return 0, "", false
+	}
+	// The command name may hold spaces and parentheses: count fields from
+	// after the last ')', where field 3 (state) begins.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, "", false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 20 {
+		return 0, "", false
+	}
+	ppid, err = strconv.Atoi(f[1])
+	if err != nil {
+		return 0, "", false
+	}
+	return ppid, f[19], true
+}

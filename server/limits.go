@@ -1,0 +1,274 @@
+package server
+
+import (
+	"runtime"
+	"sync"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/keys"
+)
+
+// Every resource a caller can make the daemon hold has a bound per uid
+// and a bound in total: descriptors (connections, and the pidfd of each
+// client process the daemon tracks), memory (request and answer buffers
+// beyond a small allowance per connection) and CPU (operations that cost
+// far more than the rest, such as dh_compute). A uid that reaches its
+// bound is refused with EDQUOT, the errno of the kernel's per-user key
+// quota; the total bounds (EMFILE for descriptors, ENOMEM for memory)
+// keep the daemon alive when many uids push at once. The per-uid bounds
+// are a fraction of the totals, so that one uid alone never reaches a
+// total and so never costs anyone else.
+
+// fdReserve is how many descriptors the daemon keeps for itself: the
+// listeners, its log, the metrics endpoint, a request-key helper's pipes,
+// big_key files (those have their own bound in the keys package).
+const fdReserve = 64
+
+// smallFrame is the reader's buffer: requests up to this size cost no
+// reservation. It is also the largest answer kept without one.
+const (
+	smallFrame  = 4 << 10
+	smallAnswer = 64 << 10
+)
+
+// Limits are the bounds a Server enforces. Zero fields take defaults
+// derived from the process's descriptor limit (RLIMIT_NOFILE) and from
+// GOMAXPROCS; see DefaultLimits.
+type Limits struct {
+	// MaxConns bounds the connections open at once; MaxConnsPerUID those
+	// of one uid.
+	MaxConns, MaxConnsPerUID int
+	// MaxProcs bounds the client processes the daemon keeps state for
+	// (each holds a pidfd while it lives, with or without a connection);
+	// MaxProcsPerUID those of one uid.
+	MaxProcs, MaxProcsPerUID int
+	// MaxBuffered bounds the bytes held in request and answer buffers
+	// beyond each connection's small allowance; MaxBufferedPerUID those
+	// of one uid.
+	MaxBuffered, MaxBufferedPerUID int
+	// MaxExpensive bounds how many expensive operations (dh_compute) run
+	// at once; MaxExpensivePerUID how many of one uid. Callers beyond
+	// them wait: the cost is their time, not others'.
+	MaxExpensive, MaxExpensivePerUID int
+	// BigKeyFiles is the share of the descriptor limit DefaultLimits
+	// leaves for big_key payload files (see keys.WithBigKeyFiles).
+	BigKeyFiles int
+}
+
+// DefaultLimits returns the bounds for a daemon whose descriptor limit is
+// nofile: a quarter of what is left after a reserve goes to big_key
+// files, the rest is split between connections and tracked processes
+// (each of which may hold a descriptor); a uid gets an eighth of each
+// total (at most 256 connections and processes), so that eight uids are
+// needed to fill the daemon. Memory: 256 MiB in total, 32 MiB per uid.
+// Expensive operations: one per uid, and GOMAXPROCS-1 in all (at least
+// one), so that a processor stays free for everything else.
+func DefaultLimits(nofile int) Limits {
+	budget := max(nofile-fdReserve, 16)
+	big := budget / 4
+	rest := budget - big
+	l := Limits{
+		MaxConns:           rest / 2,
+		MaxProcs:           rest / 2,
+		MaxBuffered:        256 << 20,
+		MaxBufferedPerUID:  32 << 20,
+		MaxExpensive:       max(runtime.GOMAXPROCS(0)-1, 1),
+		MaxExpensivePerUID: 1,
+		BigKeyFiles:        big,
+	}
+	l.MaxConnsPerUID = min(max(l.MaxConns/8, 2), 256)
+	l.MaxProcsPerUID = min(max(l.MaxProcs/8, 2), 256)
+	return l
+}
+
+// NoFile returns the process's descriptor limit (the soft RLIMIT_NOFILE,
+// which the Go runtime raises to the hard limit at start-up), or 1024 if
+// it cannot be read.
+func NoFile() int {
+	var rl unix.Rlimit
+	if err := unix.Getrlimit(unix.RLIMIT_NOFILE, &rl); err != nil || rl.Cur == unix.RLIM_INFINITY || rl.Cur > 1<<30 {
+		if err == nil {
+			return 1 << 30
+		}
+		return 1024
+	}
+	return int(rl.Cur)
+}
+
+// withDefaults fills l's zero fields from DefaultLimits.
+func (l Limits) withDefaults() Limits {
+	d := DefaultLimits(NoFile())
+	fill := func(v *int, def int) {
+		if *v <= 0 {
+			*v = def
+		}
+	}
+	fill(&l.MaxConns, d.MaxConns)
+	fill(&l.MaxConnsPerUID, min(d.MaxConnsPerUID, l.MaxConns))
+	fill(&l.MaxProcs, d.MaxProcs)
+	fill(&l.MaxProcsPerUID, min(d.MaxProcsPerUID, l.MaxProcs))
+	fill(&l.MaxBuffered, d.MaxBuffered)
+	fill(&l.MaxBufferedPerUID, min(d.MaxBufferedPerUID, l.MaxBuffered))
+	fill(&l.MaxExpensive, d.MaxExpensive)
+	fill(&l.MaxExpensivePerUID, min(d.MaxExpensivePerUID, l.MaxExpensive))
+	fill(&l.BigKeyFiles, d.BigKeyFiles)
+	return l
+}
+
+// usage is what one uid holds of the server. s.mu guards it.
+type usage struct {
+	conns, procs int
+	buffered     int
+	expensive    chan struct{} // a slot per expensive operation running
+}
+
+// usageOf returns uid's usage, creating it. s.mu is held.
+func (s *Server) usageOf(uid uint32) *usage {
+	u := s.usage[uid]
+	if u == nil {
+		u = &usage{expensive: make(chan struct{}, s.lim.MaxExpensivePerUID)}
+		s.usage[uid] = u
+	}
+	return u
+}
+
+// forget drops uid's usage once it holds nothing. An expensive operation
+// only runs on a connection, so with no connection nothing holds a slot
+// of its channel. s.mu is held.
+func (s *Server) forget(uid uint32) {
+	if u := s.usage[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.buffered == 0 {
+		delete(s.usage, uid)
+	}
+}
+
+// admitConn counts a new connection of uid, or says why it cannot be
+// served. s.mu is held.
+func (s *Server) admitConn(uid uint32) keys.Errno {
+	u := s.usageOf(uid)
+	switch {
+	case u.conns >= s.lim.MaxConnsPerUID:
+		return keys.EDQUOT
+	case s.nconns >= s.lim.MaxConns:
+		return keys.EMFILE
+	}
+	u.conns++
+	s.nconns++
+	return 0
+}
+
+// dropConn undoes admitConn. s.mu is held.
+func (s *Server) dropConn(uid uint32) {
+	s.usage[uid].conns--
+	s.nconns--
+	s.forget(uid)
+}
+
+// admitProc counts a new tracked process of uid. s.mu is held.
+func (s *Server) admitProc(uid uint32) keys.Errno {
+	u := s.usageOf(uid)
+	switch {
+	case u.procs >= s.lim.MaxProcsPerUID:
+		return keys.EDQUOT
+	case s.nprocs >= s.lim.MaxProcs:
+		return keys.EMFILE
+	}
+	u.procs++
+	s.nprocs++
+	return 0
+}
+
+// dropProc undoes admitProc. s.mu is held.
+func (s *Server) dropProc(uid uint32) {
+	if u := s.usage[uid]; u != nil {
+		u.procs--
+		s.nprocs--
+		s.forget(uid)
+	}
+}
+
+// reserve charges n buffered bytes to uid, or says why it cannot.
+func (s *Server) reserve(uid uint32, n int) keys.Errno {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.usageOf(uid)
+	switch {
+	case u.buffered+n > s.lim.MaxBufferedPerUID:
+		s.forget(uid)
+		return keys.EDQUOT
+	case s.nbuffered+n > s.lim.MaxBuffered:
+		s.forget(uid)
+		return keys.ENOMEM
+	}
+	u.buffered += n
+	s.nbuffered += n
+	return 0
+}
+
+// unreserve returns n buffered bytes of uid.
+func (s *Server) unreserve(uid uint32, n int) {
+	if n == 0 {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.usage[uid].buffered -= n
+	s.nbuffered -= n
+	s.forget(uid)
+}
+
+// expensive runs f once uid has a free slot for an expensive operation
+// and the server has one: a uid that asks for many at once waits for its
+// own, and the rest of the machine keeps a processor. It gives up with
+// EINTR if the daemon shuts down meanwhile.
+func (s *Server) expensive(uid uint32, f func()) error {
+	s.mu.Lock()
+	mine := s.usageOf(uid).expensive
+	s.mu.Unlock()
+	select {
+	case mine <- struct{}{}:
+	case <-s.stop:
+		return keys.EINTR
+	}
+	defer func() { <-mine }()
+	select {
+	case s.heavy <- struct{}{}:
+	case <-s.stop:
+		return keys.EINTR
+	}
+	defer func() { <-s.heavy }()
+	s.expensiveRunning.Add(1)
+	defer s.expensiveRunning.Add(-1)
+	f()
+	return nil
+}
+
+// rateLimiter lets through at most burst events per interval and counts
+// the rest, so that a flood of refused connections costs a few log lines
+// instead of one each.
+type rateLimiter struct {
+	mu         sync.Mutex
+	interval   time.Duration
+	burst      int
+	start      time.Time
+	n          int
+	suppressed int
+}
+
+// allow reports whether an event may be logged now, and how many were
+// suppressed since the last one that was.
+func (r *rateLimiter) allow(now time.Time) (ok bool, suppressed int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Sub(r.start) >= r.interval {
+		r.start, r.n = now, 0
+	}
+	if r.n >= r.burst {
+		r.suppressed++
+		return false, 0
+	}
+	r.n++
+	suppressed, r.suppressed = r.suppressed, 0
+	return true, suppressed
+}
