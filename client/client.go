@@ -46,6 +46,8 @@ type Client struct {
 
 	// pl, with WithPipelining, replaces all of the above but conn.
 	pl *pipeline
+
+	sessionErr error // see SessionLost
 }
 
 // handshakeTimeout bounds the wait for the daemon's hello.
@@ -124,7 +126,12 @@ func Dial(path string, opts ...Option) (*Client, error) {
 		}
 	} else if s := os.Getenv(SessionEnv); s != "" {
 		if _, tok, ok := cut(s); ok {
-			_, _ = c.attach(tok) // a stale session falls back to the user session
+			if _, err := c.attach(tok); err != nil {
+				// The session is gone (the daemon restarted): the daemon
+				// gave this process a revoked session keyring, so that
+				// what it adds to @s fails instead of being lost.
+				c.sessionErr = err
+			}
 		}
 	}
 	return c, nil
@@ -138,6 +145,12 @@ func cut(s string) (string, string, bool) {
 	}
 	return "", "", false
 }
+
+// SessionLost returns why the session that SessionEnv named could not be
+// joined when the client was dialled (nil if it was, or if there was
+// none). The process then has a revoked session keyring: operations on
+// @s fail with EKEYREVOKED until it joins another session.
+func (c *Client) SessionLost() error { return c.sessionErr }
 
 // Close closes the connection; the daemon releases the process's keyrings
 // when its last connection closes.

@@ -298,6 +298,24 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 	return k.serial, nil
 }
 
+// RevokeSession gives the caller a revoked session keyring in place of
+// its own, as a process whose session keyring was revoked has: every use
+// of @s then fails with EKEYREVOKED, and searches find nothing there,
+// until the process joins or starts another session. The daemon uses it
+// for a process that presents a session token naming no live session
+// (the daemon restarted, say): falling back to a fresh session instead
+// would lose whatever the process then adds to @s. The keyring is not
+// charged to the caller's quota.
+func (c *Caller) RevokeSession() error {
+	k, err := c.s.newKeyring("_ses", c.cred.UID, c.cred.GID, PermSessionAnon, false, true, 0)
+	if err != nil {
+		return err
+	}
+	c.s.revoke(k)
+	c.replaceSession(k)
+	return nil
+}
+
 // replaceSession installs k (whose reference it takes over) as the session
 // keyring.
 func (c *Caller) replaceSession(k *Key) {

@@ -262,13 +262,17 @@ func (c *conn) attach(token string) (keys.Serial, error) {
 	if isSession && grant.uid != c.cred.UID && c.cred.UID != 0 {
 		k = nil
 	}
-	if k == nil {
-		return 0, keys.EACCES
+	if k != nil && c.caller.SetSession(k) == nil {
+		return k.Serial(), nil
 	}
-	if err := c.caller.SetSession(k); err != nil {
+	// A session token that names no live session (the daemon restarted,
+	// or every process of the session is gone), or another uid's: the
+	// process's session is lost, and says so (EKEYREVOKED on @s) rather
+	// than quietly becoming a fresh one that nobody else shares.
+	if err := c.caller.RevokeSession(); err != nil {
 		return 0, err
 	}
-	return k.Serial(), nil
+	return 0, keys.EACCES
 }
 
 // sessionToParent gives the caller's session keyring to its parent

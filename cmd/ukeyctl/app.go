@@ -102,9 +102,17 @@ func (a *app) perror(msg string, err error) {
 	a.eprintf("%s: %s\n", msg, strerror(err))
 }
 
-// fail is keyctl's error(): perror and exit 1.
+// fail is keyctl's error(): perror and exit 1. A failure that comes from
+// a lost session (UKEYS_SESSION names a session the daemon no longer
+// has) says so on a second line.
 func (a *app) fail(msg string, err error) {
 	a.perror(msg, err)
+	if a.cl != nil && errors.Is(err, keys.EKEYREVOKED) {
+		if lost := a.cl.SessionLost(); lost != nil {
+			a.eprintf("ukeyctl: the session in %s is gone (was ukeyd restarted?) and its keyring is revoked: "+
+				"start a new one with 'ukeyctl new_session' or 'ukeyctl session', or unset %s\n", client.SessionEnv, client.SessionEnv)
+		}
+	}
 	a.exit(1)
 }
 

@@ -132,7 +132,15 @@ func TestKilledClients(t *testing.T) {
 	}
 	d.quiet(t)
 	// Only the uid's user and user-session keyrings may remain (Check has
-	// verified that the quota records match the live keys).
+	// verified that the quota records match the live keys). The upcall of
+	// the killed requester may still be returning (its helper is reaped
+	// after its key was negated and its connection closed), and it holds
+	// the requester's keyrings until it has: wait for it, within limits.
+	deadline := time.Now().Add(5 * time.Second)
+	for k, _ := d.svc.QuotaUsage(victim.uid); k > max(keys0, 2) && time.Now().Before(deadline); k, _ = d.svc.QuotaUsage(victim.uid) {
+		time.Sleep(10 * time.Millisecond)
+		d.settle(t)
+	}
 	if k, b := d.svc.QuotaUsage(victim.uid); k > max(keys0, 2) {
 		as := d.svc.NewCaller(keys.Cred{UID: victim.uid, GID: victim.gid, PID: 1})
 		defer as.Release()
