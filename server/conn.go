@@ -33,6 +33,8 @@ type conn struct {
 	ans  answering // the serving goroutine's own
 	rbuf []byte    // payloads read (dispatch.go), wiped after each answer
 
+	fr *wire.Reader // the serving goroutine's own
+
 	// Bytes charged to the uid for buffers larger than the allowance:
 	// the request buffer and the answer buffer.
 	reservedIn, reservedOut int
@@ -72,6 +74,7 @@ func (c *conn) serve() {
 	// system call, and no payload stays behind in it. Nothing longer than
 	// a Hello is read before the handshake.
 	fr := wire.NewReader(c.uc, smallFrame)
+	c.fr = fr
 	defer fr.Release()
 	defer c.unreserveAll()
 	fr.SetLimit(wire.MaxHello)
