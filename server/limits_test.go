@@ -103,13 +103,26 @@ func TestConnectionBuffersKeepNoPayload(t *testing.T) {
 		}
 	}
 	s.mu.Lock()
-	var held [][]byte
+	var conns []*conn
 	for sc := range s.conns {
-		// The server is idle on this connection: reading its reader's
-		// buffer races with nothing.
-		held = append(held, reflect.ValueOf(sc.fr).Elem().FieldByName("buf").Bytes(), sc.rbuf)
+		conns = append(conns, sc)
 	}
 	s.mu.Unlock()
+	var held [][]byte
+	for _, sc := range conns {
+		// Once the connection is idle (marked so under its lock after its
+		// last answer), its buffers are not touched until the next
+		// request: reading them races with nothing.
+		testutil.Eventually(t, "the connection to be idle", func() bool {
+			sc.mu.Lock()
+			defer sc.mu.Unlock()
+			if sc.busy {
+				return false
+			}
+			held = append(held, bytes.Clone(reflect.ValueOf(sc.fr).Elem().FieldByName("buf").Bytes()), bytes.Clone(sc.rbuf))
+			return true
+		})
+	}
 	for _, b := range held {
 		if i := bytes.Index(b, marker[:16]); i >= 0 {
 			t.Fatalf("a connection's buffer of %d bytes still holds the payload at %d", len(b), i)
