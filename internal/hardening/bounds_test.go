@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"runtime"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -234,4 +235,86 @@ func TestWriteTimeoutClosesTheConnection(t *testing.T) {
 	testutil.Eventually(t, "the unread connection to be closed", func() bool {
 		return d.status(t, "connections") == "3"
 	})
+}
+
+// dhOperands adds a 16,384-bit prime, base and private key for a
+// dh_compute as the agent's uid, and returns their serials.
+func dhOperands(t testing.TB, a *agent) (priv, prime, base int64) {
+	t.Helper()
+	num := func(seed byte) []byte {
+		b := bytes.Repeat([]byte{seed, 0x5a, 0xc3, 0x91}, 2048/4)
+		b[0] |= 0x80
+		b[len(b)-1] |= 1
+		return b
+	}
+	s := int64(keys.UserKeyring)
+	rs := a.do(
+		call{Op: "add", A: s, S: "user", T: "dh-priv", P: num(0x17)},
+		call{Op: "add", A: s, S: "user", T: "dh-prime", P: num(0xe5)},
+		call{Op: "add", A: s, S: "user", T: "dh-base", P: []byte{2}},
+	)
+	for _, r := range rs {
+		if r.Errno != 0 {
+			t.Fatalf("dh operand: %+v", r)
+		}
+	}
+	return rs[0].N, rs[1].N, rs[2].N
+}
+
+// One uid running many 16,384-bit dh_computes at once (seconds of CPU
+// each) and another uid's reads: with the daemon's bounds (one expensive
+// operation per uid, GOMAXPROCS-1 in all) the reads keep a processor;
+// "unbounded" lifts them, as before. Compare p99 and max across the
+// variants of one run:
+//
+//	go test -run xxx -bench ReadDuringDHFlood -benchtime 3000x ./internal/hardening
+func BenchmarkReadDuringDHFlood(b *testing.B) {
+	needRoot(b)
+	for _, v := range []struct {
+		name   string
+		flood  int
+		limits server.Limits
+	}{
+		{"idle", 0, server.Limits{}},
+		{"flood", 8, server.Limits{}},
+		{"flood-unbounded", 8, server.Limits{MaxExpensive: 1000, MaxExpensivePerUID: 1000}},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			d := startDaemon(b, daemonConfig{limits: v.limits})
+			reader := d.dial(b)
+			key, err := reader.AddKey("user", "probe", []byte("payload"), keys.UserKeyring)
+			if err != nil {
+				b.Fatal(err)
+			}
+			var agents []*agent
+			for range v.flood {
+				a := startAgent(b, d, asOwner)
+				priv, prime, base := dhOperands(b, a)
+				a.send(call{Op: "loop", Seq: []call{{Op: "dh", A: priv, B: prime, C: base}}})
+				agents = append(agents, a)
+			}
+			defer func() {
+				for _, a := range agents {
+					a.kill()
+				}
+			}()
+			if v.flood > 0 {
+				time.Sleep(500 * time.Millisecond) // the computations are under way
+			}
+			lat := make([]time.Duration, 0, b.N)
+			b.ResetTimer()
+			for range b.N {
+				start := time.Now()
+				if _, err := reader.Read(key); err != nil {
+					b.Fatal(err)
+				}
+				lat = append(lat, time.Since(start))
+			}
+			b.StopTimer()
+			slices.Sort(lat)
+			b.ReportMetric(float64(lat[len(lat)/2].Microseconds()), "p50-µs")
+			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
+			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
+		})
+	}
 }

@@ -544,6 +544,8 @@ func runCall(clp **client.Client, dial func() error, c call) reply {
 				}
 			}
 		}
+	case "dh": // dh_compute with private A, prime B, base C
+		out, err = cl.DHCompute(id, keys.Serial(c.B), keys.Serial(c.C))
 	case "sleep":
 		time.Sleep(time.Duration(c.A) * time.Millisecond)
 	default:
