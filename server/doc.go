@@ -3,16 +3,27 @@
 // daemon.
 //
 // The server learns every caller from the socket (SO_PEERCRED: uid, gid,
-// pid; supplementary groups from /proc), never from what the client says,
-// and lets the keys package decide every permission against those
-// credentials. Each client process gets one keys.Caller, shared by all
+// pid; SO_PEERGROUPS: supplementary groups), never from what the client
+// says, and lets the keys package decide every permission against those
+// credentials. A caller whose pid it cannot see (another pid namespace)
+// is a process of its own per connection. Each client process gets one keys.Caller, shared by all
 // its connections and kept, with its process and session keyrings, until
 // the process exits (process.go). Sessions cross to other processes by
 // token (OpSessionToken, OpSessionAttach); request-key helpers are run by
-// Helper with a token that grants the authority to construct one key.
+// Helper with a token that grants the authority to construct one key,
+// to the helper's process tree only, for as long as that authority lasts
+// (helper.go).
+//
+// Everything a caller can make the server hold (connections, tracked
+// processes and their pidfds, buffered bytes, expensive operations) is
+// bounded per uid and in total (Limits, limits.go); a uid past its bound
+// is refused with EDQUOT and nobody else is. accept errors never end
+// Serve.
 //
 // Each connection is served by one goroutine that reads a request, runs
 // it and writes the answer with one write; the request, its body and the
 // response frame are reused from one request to the next, so reading and
-// writing frames allocates nothing per request.
+// writing frames allocates nothing per request, and each is wiped once
+// answered (wire.Reader), so that no payload stays in a connection's
+// buffers.
 package server

@@ -64,7 +64,7 @@ func run(args []string) int {
 	helper := fs.String("request-key", envOr("UKEYD_REQUEST_KEY", defaultHelper()), "request-key helper command run to construct keys (env UKEYD_REQUEST_KEY; empty: none)")
 	upcallTimeout := fs.Duration("upcall-timeout", envDuration("UKEYD_UPCALL_TIMEOUT", 60*time.Second), "kill a request-key helper after this long and negate the key")
 	lim := server.DefaultLimits(server.NoFile())
-	maxConns := fs.Int("max-conns-per-uid", envInt("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "simultaneous connections allowed per uid (default from the descriptor limit; env UKEYD_MAX_CONNS_PER_UID)")
+	maxConns := fs.Int("max-conns-per-uid", envInt("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
 	maxProcs := fs.Int("max-procs-per-uid", envInt("UKEYD_MAX_PROCS_PER_UID", lim.MaxProcsPerUID), "client processes of one uid the daemon keeps keyrings for (env UKEYD_MAX_PROCS_PER_UID)")
 	maxBuf := fs.Int("max-buffer-per-uid", envInt("UKEYD_MAX_BUFFER_PER_UID", lim.MaxBufferedPerUID), "bytes of large requests and answers one uid may have in flight (env UKEYD_MAX_BUFFER_PER_UID)")
 	if err := fs.Parse(args); err != nil {
