@@ -237,12 +237,12 @@ func TestWriteTimeoutClosesTheConnection(t *testing.T) {
 	})
 }
 
-// dhOperands adds a 16,384-bit prime, base and private key for a
+// dhOperands adds a prime of size bytes, a base and a private key for a
 // dh_compute as the agent's uid, and returns their serials.
-func dhOperands(t testing.TB, a *agent) (priv, prime, base int64) {
+func dhOperands(t testing.TB, a *agent, size int) (priv, prime, base int64) {
 	t.Helper()
 	num := func(seed byte) []byte {
-		b := bytes.Repeat([]byte{seed, 0x5a, 0xc3, 0x91}, 2048/4)
+		b := bytes.Repeat([]byte{seed, 0x5a, 0xc3, 0x91}, size/4)
 		b[0] |= 0x80
 		b[len(b)-1] |= 1
 		return b
@@ -289,7 +289,7 @@ func BenchmarkReadDuringDHFlood(b *testing.B) {
 			var agents []*agent
 			for range v.flood {
 				a := startAgent(b, d, asOwner)
-				priv, prime, base := dhOperands(b, a)
+				priv, prime, base := dhOperands(b, a, 2048) // 16,384 bits
 				a.send(call{Op: "loop", Seq: []call{{Op: "dh", A: priv, B: prime, C: base}}})
 				agents = append(agents, a)
 			}
@@ -316,5 +316,52 @@ func BenchmarkReadDuringDHFlood(b *testing.B) {
 			b.ReportMetric(float64(lat[len(lat)*99/100].Microseconds()), "p99-µs")
 			b.ReportMetric(float64(lat[len(lat)-1].Microseconds()), "max-µs")
 		})
+	}
+}
+
+// A uid that asks for several dh_computes at once runs them one after
+// another: the daemon never runs more than one of its expensive
+// operations at a time, and another uid is served meanwhile.
+func TestDHComputeOneAtATimePerUID(t *testing.T) {
+	needRoot(t)
+	d := startDaemon(t, daemonConfig{limits: server.Limits{MaxExpensive: 4, MaxExpensivePerUID: 1}})
+	const n = 2
+	var agents []*agent
+	var ops [n][3]int64
+	for i := range n {
+		a := startAgent(t, d, asOwner)
+		priv, prime, base := dhOperands(t, a, 2048) // 16,384 bits: a second of CPU or more, so that runs overlap unless bounded
+		ops[i] = [3]int64{priv, prime, base}
+		agents = append(agents, a)
+	}
+	victim := startAgent(t, d, asOther)
+	for i, a := range agents {
+		a.send(call{Op: "dh", A: ops[i][0], B: ops[i][1], C: ops[i][2]})
+	}
+	peak, samples := 0, 0
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, a := range agents {
+			if r := a.recv(1)[0]; r.Errno != 0 || len(r.Out) != 2048 {
+				t.Errorf("dh_compute: errno %d, %d bytes", r.Errno, len(r.Out))
+			}
+		}
+	}()
+	for running := true; running; {
+		select {
+		case <-done:
+			running = false
+		case <-time.After(5 * time.Millisecond):
+			v, _ := strconv.Atoi(d.status(t, "expensive_running"))
+			peak = max(peak, v)
+			samples++
+			if r := victim.one(call{Op: "getid", A: int64(keys.UserKeyring)}); r.Errno != 0 {
+				t.Fatalf("another uid during the dh_computes: %+v", r)
+			}
+		}
+	}
+	if peak != 1 {
+		t.Fatalf("%d of one uid's dh_computes ran at once (bound 1; %d samples)", peak, samples)
 	}
 }
