@@ -26,8 +26,9 @@ import (
 // big_key files (those have their own bound in the keys package).
 const fdReserve = 64
 
-// smallFrame is the reader's buffer: requests up to this size cost no
-// reservation. It is also the largest answer kept without one.
+// smallFrame is the size of a connection's read buffer: requests up to
+// this size cost no reservation. smallAnswer is the answer buffer a
+// connection keeps without one.
 const (
 	smallFrame  = 4 << 10
 	smallAnswer = 64 << 10
@@ -53,7 +54,8 @@ type Limits struct {
 	// them wait: the cost is their time, not others'.
 	MaxExpensive, MaxExpensivePerUID int
 	// BigKeyFiles is the share of the descriptor limit DefaultLimits
-	// leaves for big_key payload files (see keys.WithBigKeyFiles).
+	// leaves for big_key payload files; ukeyd passes it to
+	// keys.SetBigKeyFileLimit.
 	BigKeyFiles int
 }
 
