@@ -145,19 +145,26 @@ func (s *Server) forget(uid uint32) {
 	}
 }
 
+// admit counts one more of something of which uid holds *mine and the
+// server *all, or says which bound it would pass: EDQUOT for the uid's,
+// EMFILE for the server's (both are counts of descriptors).
+func admit(mine, all *int, perUID, total int) keys.Errno {
+	switch {
+	case *mine >= perUID:
+		return keys.EDQUOT
+	case *all >= total:
+		return keys.EMFILE
+	}
+	*mine++
+	*all++
+	return 0
+}
+
 // admitConn counts a new connection of uid, or says why it cannot be
 // served. s.mu is held.
 func (s *Server) admitConn(uid uint32) keys.Errno {
 	u := s.usageOf(uid)
-	switch {
-	case u.conns >= s.lim.MaxConnsPerUID:
-		return keys.EDQUOT
-	case s.nconns >= s.lim.MaxConns:
-		return keys.EMFILE
-	}
-	u.conns++
-	s.nconns++
-	return 0
+	return admit(&u.conns, &s.nconns, s.lim.MaxConnsPerUID, s.lim.MaxConns)
 }
 
 // dropConn undoes admitConn. s.mu is held.
@@ -170,15 +177,7 @@ func (s *Server) dropConn(uid uint32) {
 // admitProc counts a new tracked process of uid. s.mu is held.
 func (s *Server) admitProc(uid uint32) keys.Errno {
 	u := s.usageOf(uid)
-	switch {
-	case u.procs >= s.lim.MaxProcsPerUID:
-		return keys.EDQUOT
-	case s.nprocs >= s.lim.MaxProcs:
-		return keys.EMFILE
-	}
-	u.procs++
-	s.nprocs++
-	return 0
+	return admit(&u.procs, &s.nprocs, s.lim.MaxProcsPerUID, s.lim.MaxProcs)
 }
 
 // dropProc undoes admitProc. s.mu is held.

@@ -184,12 +184,11 @@ func TestRequestMemoryBoundedPerUID(t *testing.T) {
 	t.Logf("%d partial requests of %d bytes: the heap grew by %d bytes (bound %d)", conns, size, grown, perUID)
 }
 
-// An answer that its client never reads holds the connection for the
-// write timeout at most, and does not hold up a shutdown: the daemon
-// stops within a moment, not after the timeout.
-func TestUnreadAnswersDoNotPinTheDaemon(t *testing.T) {
-	needRoot(t)
-	d := startDaemon(t, daemonConfig{writeTimeout: 10 * time.Minute})
+// stuff has an agent ask, on a connection of its own, for 200 answers
+// of 32 KB each and read none, while the test keeps a connection open as
+// the key's owner.
+func stuff(t *testing.T, d *daemon) {
+	t.Helper()
 	owner := d.dial(t)
 	key, err := owner.AddKey("user", "large", bytes.Repeat([]byte{7}, 32000), keys.UserKeyring)
 	if err != nil {
@@ -202,6 +201,15 @@ func TestUnreadAnswersDoNotPinTheDaemon(t *testing.T) {
 	if r := stuffer.one(call{Op: "hogstuff", A: 200, B: int64(key)}); r.Errno != 0 {
 		t.Fatalf("hogstuff: %+v", r)
 	}
+}
+
+// An answer that its client never reads holds the connection for the
+// write timeout at most, and does not hold up a shutdown: the daemon
+// stops within a moment, not after the timeout.
+func TestUnreadAnswersDoNotPinTheDaemon(t *testing.T) {
+	needRoot(t)
+	d := startDaemon(t, daemonConfig{writeTimeout: 10 * time.Minute})
+	stuff(t, d)
 	testutil.Eventually(t, "the daemon's answers to fill the socket", func() bool {
 		return d.status(t, "connections") == "4" // owner, the stuffer's client and its pipelined connection, this status
 	})
@@ -218,18 +226,7 @@ func TestUnreadAnswersDoNotPinTheDaemon(t *testing.T) {
 func TestWriteTimeoutClosesTheConnection(t *testing.T) {
 	needRoot(t)
 	d := startDaemon(t, daemonConfig{writeTimeout: 300 * time.Millisecond})
-	owner := d.dial(t)
-	key, err := owner.AddKey("user", "large", bytes.Repeat([]byte{7}, 32000), keys.UserKeyring)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := owner.SetPerm(key, keys.PermMask); err != nil {
-		t.Fatal(err)
-	}
-	stuffer := startAgent(t, d, asOwner)
-	if r := stuffer.one(call{Op: "hogstuff", A: 200, B: int64(key)}); r.Errno != 0 {
-		t.Fatalf("hogstuff: %+v", r)
-	}
+	stuff(t, d)
 	// The stuffer's own client and its pipelined connection, the owner,
 	// and this status: 4 while stuck; 3 once the stuck one is closed.
 	testutil.Eventually(t, "the unread connection to be closed", func() bool {
