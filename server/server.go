@@ -36,6 +36,11 @@ type Config struct {
 	Limits Limits
 	// Metrics, if set, observes operation counts and latencies.
 	Metrics Observer
+	// Helper, if set, is the request-key helper that the keys.Service was
+	// given (keys.WithUpcall): New binds it to the server, which serves
+	// its helpers' tokens. It must be given to New before any request_key
+	// can reach the Service.
+	Helper *Helper
 	// ProcessPoll is how often the daemon checks whether client processes
 	// that have closed all their connections still exist (default 1
 	// second); their keyrings are released once they do not.
@@ -96,7 +101,7 @@ func New(svc *keys.Service, cfg Config) *Server {
 		cfg.ProcessPoll = time.Second
 	}
 	lim := cfg.Limits.withDefaults()
-	return &Server{
+	s := &Server{
 		svc:      svc,
 		cfg:      cfg,
 		log:      cfg.Logger,
@@ -113,6 +118,10 @@ func New(svc *keys.Service, cfg Config) *Server {
 		stop:     make(chan struct{}),
 		abort:    make(chan struct{}),
 	}
+	if cfg.Helper != nil {
+		cfg.Helper.server = s
+	}
+	return s
 }
 
 // ErrClosed is returned by Serve after Shutdown.

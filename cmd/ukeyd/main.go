@@ -8,8 +8,9 @@
 //
 // With no flags it listens on the default socket ($UKEYS_SOCKET, or
 // /run/ukeys/ukeyd.sock for root, or $XDG_RUNTIME_DIR/ukeys/ukeyd.sock).
-// SIGTERM and SIGINT stop it cleanly; SIGHUP reloads the request-key
-// configuration.
+// SIGTERM and SIGINT stop it cleanly. SIGHUP is logged and changes
+// nothing else: the request-key helper reads its configuration at every
+// upcall, so an edit applies to the next one without a signal.
 package main
 
 import (
@@ -24,6 +25,8 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -51,23 +54,34 @@ func envOr(name, def string) string {
 
 func run(args []string) int {
 	fs := flag.NewFlagSet("ukeyd", flag.ContinueOnError)
+	ev := &envs{}
 	def := keys.DefaultTunables()
 	socket := fs.String("socket", server.DefaultSocket(), "Unix socket to listen on (env UKEYS_SOCKET)")
 	metricsAddr := fs.String("metrics", envOr("UKEYD_METRICS", ""), "address for a Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (env UKEYD_METRICS)")
 	logLevel := fs.String("log-level", envOr("UKEYD_LOG_LEVEL", "info"), "debug, info, warn or error (env UKEYD_LOG_LEVEL)")
-	gcDelay := fs.Duration("gc-delay", envDuration("UKEYD_GC_DELAY", def.GCDelay), "how long expired and revoked keys stay linked (gc_delay; env UKEYD_GC_DELAY)")
-	maxKeys := fs.Int("maxkeys", envInt("UKEYD_MAXKEYS", def.MaxKeys), "keys per non-root user (env UKEYD_MAXKEYS)")
-	maxBytes := fs.Int("maxbytes", envInt("UKEYD_MAXBYTES", def.MaxBytes), "bytes per non-root user (env UKEYD_MAXBYTES)")
-	rootKeys := fs.Int("root-maxkeys", envInt("UKEYD_ROOT_MAXKEYS", def.RootMaxKeys), "keys for root (env UKEYD_ROOT_MAXKEYS)")
-	rootBytes := fs.Int("root-maxbytes", envInt("UKEYD_ROOT_MAXBYTES", def.RootMaxBytes), "bytes for root (env UKEYD_ROOT_MAXBYTES)")
-	persist := fs.Duration("persistent-expiry", envDuration("UKEYD_PERSISTENT_EXPIRY", def.PersistentExpiry), "persistent keyring timeout (env UKEYD_PERSISTENT_EXPIRY)")
+	gcDelay := fs.Duration("gc-delay", ev.duration("UKEYD_GC_DELAY", def.GCDelay), "how long expired and revoked keys stay linked (gc_delay; env UKEYD_GC_DELAY)")
+	maxKeys := fs.Int("maxkeys", ev.int("UKEYD_MAXKEYS", def.MaxKeys), "keys per non-root user (env UKEYD_MAXKEYS)")
+	maxBytes := fs.Int("maxbytes", ev.int("UKEYD_MAXBYTES", def.MaxBytes), "bytes per non-root user (env UKEYD_MAXBYTES)")
+	rootKeys := fs.Int("root-maxkeys", ev.int("UKEYD_ROOT_MAXKEYS", def.RootMaxKeys), "keys for root (env UKEYD_ROOT_MAXKEYS)")
+	rootBytes := fs.Int("root-maxbytes", ev.int("UKEYD_ROOT_MAXBYTES", def.RootMaxBytes), "bytes for root (env UKEYD_ROOT_MAXBYTES)")
+	persist := fs.Duration("persistent-expiry", ev.duration("UKEYD_PERSISTENT_EXPIRY", def.PersistentExpiry), "persistent keyring timeout (env UKEYD_PERSISTENT_EXPIRY)")
 	helper := fs.String("request-key", envOr("UKEYD_REQUEST_KEY", defaultHelper()), "request-key helper command run to construct keys (env UKEYD_REQUEST_KEY; empty: none)")
-	upcallTimeout := fs.Duration("upcall-timeout", envDuration("UKEYD_UPCALL_TIMEOUT", 60*time.Second), "kill a request-key helper after this long and negate the key")
+	upcallTimeout := fs.Duration("upcall-timeout", ev.duration("UKEYD_UPCALL_TIMEOUT", 60*time.Second), "kill a request-key helper after this long and negate the key")
 	lim := server.DefaultLimits(server.NoFile())
-	maxConns := fs.Int("max-conns-per-uid", envInt("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
-	maxProcs := fs.Int("max-procs-per-uid", envInt("UKEYD_MAX_PROCS_PER_UID", lim.MaxProcsPerUID), "client processes of one uid the daemon keeps keyrings for (env UKEYD_MAX_PROCS_PER_UID)")
-	maxBuf := fs.Int("max-buffer-per-uid", envInt("UKEYD_MAX_BUFFER_PER_UID", lim.MaxBufferedPerUID), "bytes of large requests and answers one uid may have in flight (env UKEYD_MAX_BUFFER_PER_UID)")
+	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
+	maxProcs := fs.Int("max-procs-per-uid", ev.int("UKEYD_MAX_PROCS_PER_UID", lim.MaxProcsPerUID), "client processes of one uid the daemon keeps keyrings for (env UKEYD_MAX_PROCS_PER_UID)")
+	maxBuf := fs.Int("max-buffer-per-uid", ev.int("UKEYD_MAX_BUFFER_PER_UID", lim.MaxBufferedPerUID), "bytes of large requests and answers one uid may have in flight (env UKEYD_MAX_BUFFER_PER_UID)")
 	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	for name, v := range map[string]int{"-max-conns-per-uid": *maxConns, "-max-procs-per-uid": *maxProcs, "-max-buffer-per-uid": *maxBuf} {
+		if v < 1 {
+			ev.bad = append(ev.bad, fmt.Sprintf("%s %d: must be at least 1", name, v))
+		}
+	}
+	if len(ev.bad) > 0 {
+		slices.Sort(ev.bad)
+		fmt.Fprintf(os.Stderr, "ukeyd: %s\n", strings.Join(ev.bad, "; "))
 		return 2
 	}
 	var level slog.Level
@@ -89,13 +103,13 @@ func run(args []string) int {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	m := metrics.New(reg)
 
-	var srv *server.Server
+	// The Service needs its upcaller and the Server its Service: the
+	// Helper goes to both, and server.New binds it.
 	var upcaller keys.Upcaller
-	if *helper != "" {
-		f := strings.Fields(*helper)
-		upcaller = keys.UpcallFunc(func(ctx context.Context, u *keys.Upcall) error {
-			return srv.Upcaller(server.Helper{Path: f[0], Args: f[1:], Socket: *socket}).Upcall(ctx, u)
-		})
+	var helperProg *server.Helper
+	if f := strings.Fields(*helper); len(f) > 0 {
+		helperProg = &server.Helper{Path: f[0], Args: f[1:], Socket: *socket}
+		upcaller = helperProg
 	}
 	svc := keys.New(keys.WithUpcall(upcaller), keys.WithUpcallTimeout(*upcallTimeout))
 	if err := svc.SetTunables(tun); err != nil {
@@ -105,7 +119,7 @@ func run(args []string) int {
 	}
 	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
 	keys.SetBigKeyFileLimit(lim.BigKeyFiles)
-	srv = server.New(svc, server.Config{Logger: log, Metrics: m, Limits: lim})
+	srv := server.New(svc, server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg})
 	m.RegisterService(reg, svc)
 
 	ln, err := server.Listen(*socket)
@@ -140,7 +154,7 @@ func run(args []string) int {
 		select {
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
-				log.Info("ukeyd: SIGHUP: the request-key helper reads its configuration at each upcall")
+				log.Info("ukeyd: SIGHUP: nothing to reload; the request-key helper reads its configuration at every upcall")
 				continue
 			}
 			log.Info("ukeyd: stopping", "signal", sig.String())
@@ -180,21 +194,33 @@ func defaultHelper() string {
 	return p + " request-key"
 }
 
-func envInt(name string, def int) int {
-	var v int
-	if s := os.Getenv(name); s != "" {
-		if _, err := fmt.Sscan(s, &v); err == nil {
-			return v
-		}
+// envs reads the UKEYD_* variables that give flags their defaults, and
+// remembers each value it cannot parse, so that a typo stops the daemon
+// with a message instead of quietly leaving a default in force.
+type envs struct{ bad []string }
+
+func (e *envs) int(name string, def int) int {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
 	}
-	return def
+	v, err := strconv.Atoi(strings.TrimSpace(s))
+	if err != nil {
+		e.bad = append(e.bad, fmt.Sprintf("%s=%q is not an integer", name, s))
+		return def
+	}
+	return v
 }
 
-func envDuration(name string, def time.Duration) time.Duration {
-	if s := os.Getenv(name); s != "" {
-		if d, err := time.ParseDuration(s); err == nil {
-			return d
-		}
+func (e *envs) duration(name string, def time.Duration) time.Duration {
+	s := os.Getenv(name)
+	if s == "" {
+		return def
 	}
-	return def
+	d, err := time.ParseDuration(strings.TrimSpace(s))
+	if err != nil {
+		e.bad = append(e.bad, fmt.Sprintf("%s=%q is not a duration (such as 30s or 5m)", name, s))
+		return def
+	}
+	return d
 }
