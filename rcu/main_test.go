@@ -19,6 +19,14 @@ func stillBlocked[T any](t testing.TB, what string, ch <-chan T) {
 	testutil.StillBlocked(t, what, ch)
 }
 
+// recv waits for a value from ch and fails the test after a generous
+// limit instead of hanging until the whole binary's -timeout: what names
+// the awaited event in the failure.
+func recv[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	return testutil.Recv(t, what, ch)
+}
+
 func newDomain(t testing.TB, opts ...Option) *Domain {
 	t.Helper()
 	d := New(opts...)

@@ -21,7 +21,7 @@ func TestSectionBeforeGracePeriodHoldsIt(t *testing.T) {
 	done := syncAsync(d)
 	stillBlocked(t, "Synchronize with a section open since before it", done)
 	s.End()
-	if err := <-done; err != nil {
+	if err := recv(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -35,7 +35,7 @@ func TestNestedSectionsHoldUntilOutermostEnds(t *testing.T) {
 	stillBlocked(t, "Synchronize with the outer section still open", done)
 	again := d.Read() // a new nested section after the grace period began
 	outer.End()
-	if err := <-done; err != nil {
+	if err := recv(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 	again.End()
@@ -54,8 +54,8 @@ func TestSectionMayBlockAndEndOnAnotherProcessor(t *testing.T) {
 	done := syncAsync(d)
 	stillBlocked(t, "Synchronize while a handed-off section is open", done)
 	close(release)
-	<-ended
-	if err := <-done; err != nil {
+	recv(t, "ended", ended)
+	if err := recv(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -123,7 +123,7 @@ func TestSynchronizeHonoursContextAndHandsOff(t *testing.T) {
 	c := d.Snapshot()
 	done := syncAsync(d)
 	end()
-	if err := <-done; err != nil {
+	if err := recv(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 	if !d.Done(c) {

@@ -32,3 +32,18 @@ func StillBlocked[T any](t testing.TB, what string, ch <-chan T) {
 	case <-time.After(30 * time.Millisecond):
 	}
 }
+
+// Recv waits for a value from ch, failing the test after a generous limit
+// instead of hanging until the test binary's -timeout kills every test at
+// once: a liveness check, never speed.
+func Recv[T any](t testing.TB, what string, ch <-chan T) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(60 * time.Second):
+		t.Fatalf("timed out waiting for %s", what)
+		var zero T
+		return zero
+	}
+}
