@@ -369,14 +369,12 @@ func setSysctl(svc *keys.Service, name, value string) error {
 
 // status reports the daemon's state in "name: value" lines.
 func (s *Server) status() string {
-	s.mu.Lock()
-	nconn, nproc, nbuf := len(s.conns), s.nprocs, s.nbuffered
-	s.mu.Unlock()
+	ss := s.Stats()
 	st := s.svc.Domain().Stats()
 	var b strings.Builder
 	fmt.Fprintf(&b, "keys: %d\n", s.svc.Keys())
-	fmt.Fprintf(&b, "connections: %d\nprocesses: %d\n", nconn, nproc)
-	fmt.Fprintf(&b, "buffered_bytes: %d\nexpensive_running: %d\nbig_key_files: %d\n", nbuf, s.expensiveRunning.Load(), keys.BigKeyFiles())
+	fmt.Fprintf(&b, "connections: %d\nprocesses: %d\n", ss.Conns, ss.Procs)
+	fmt.Fprintf(&b, "buffered_bytes: %d\nexpensive_running: %d\nbig_key_files: %d\n", ss.BufferedBytes, ss.ExpensiveRunning, keys.BigKeyFiles())
 	fmt.Fprintf(&b, "rcu_grace_periods: %d\n", st.GracePeriods)
 	fmt.Fprintf(&b, "rcu_grace_period_p50: %v\nrcu_grace_period_p99: %v\nrcu_grace_period_max: %v\n",
 		st.GracePeriodLatency.P50, st.GracePeriodLatency.P99, st.GracePeriodLatency.Max)

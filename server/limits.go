@@ -245,6 +245,25 @@ func (s *Server) expensive(uid uint32, f func()) error {
 	return nil
 }
 
+// Stats is a snapshot of what callers hold of a Server, against its
+// Limits.
+type Stats struct {
+	Conns            int // connections open
+	Procs            int // client processes whose keyrings the server keeps
+	UIDs             int // uids holding connections, processes or buffers
+	BufferedBytes    int // bytes reserved for large requests and answers
+	ExpensiveRunning int // expensive operations (dh_compute) running
+	Limits           Limits
+}
+
+// Stats returns what callers hold of the server now.
+func (s *Server) Stats() Stats {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return Stats{Conns: len(s.conns), Procs: s.nprocs, UIDs: len(s.usage), BufferedBytes: s.nbuffered,
+		ExpensiveRunning: int(s.expensiveRunning.Load()), Limits: s.lim}
+}
+
 // rateLimiter lets through at most burst events per interval and counts
 // the rest, so that a flood of refused connections costs a few log lines
 // instead of one each.

@@ -34,7 +34,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
-	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
@@ -93,7 +92,7 @@ func run(args []string) int {
 
 	// Hardening that needs no option: no core dumps or ptrace by other
 	// users of this process's memory, which holds every payload.
-	if err := unix.Prctl(unix.PR_SET_DUMPABLE, 0, 0, 0, 0); err != nil {
+	if err := noDumps(); err != nil {
 		log.Warn("ukeyd: cannot make the process non-dumpable", "err", err)
 	}
 
@@ -121,6 +120,7 @@ func run(args []string) int {
 	keys.SetBigKeyFileLimit(lim.BigKeyFiles)
 	srv := server.New(svc, server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg})
 	m.RegisterService(reg, svc)
+	m.RegisterServer(reg, srv)
 
 	ln, err := server.Listen(*socket)
 	if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/wire"
 )
 
@@ -112,6 +113,27 @@ func (m *Metrics) RegisterService(reg prometheus.Registerer, svc *keys.Service) 
 			func() float64 { return float64(svc.Domain().Stats().Stalls) }),
 		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ukeyd", Subsystem: "rcu", Name: "grace_period_p99_seconds", Help: "99th percentile of grace-period latency."},
 			func() float64 { return svc.Domain().Stats().GracePeriodLatency.P99.Seconds() }),
+	)
+}
+
+// RegisterServer adds gauges read from srv at scrape time: what callers
+// hold of it (client processes, buffered bytes, expensive operations
+// running) beside the bounds, and the big_key files open. Connections
+// are counted by the Observer (ukeyd_connections).
+func (m *Metrics) RegisterServer(reg prometheus.Registerer, srv *server.Server) {
+	gauge := func(name, help string, f func(server.Stats) int) prometheus.Collector {
+		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ukeyd", Name: name, Help: help},
+			func() float64 { return float64(f(srv.Stats())) })
+	}
+	reg.MustRegister(
+		gauge("connections_max", "Bound on connections open (per uid: an eighth, at most 256, unless set).", func(s server.Stats) int { return s.Limits.MaxConns }),
+		gauge("processes", "Client processes whose keyrings the daemon keeps.", func(s server.Stats) int { return s.Procs }),
+		gauge("processes_max", "Bound on client processes kept.", func(s server.Stats) int { return s.Limits.MaxProcs }),
+		gauge("buffered_bytes", "Bytes held for large requests and answers.", func(s server.Stats) int { return s.BufferedBytes }),
+		gauge("buffered_bytes_max", "Bound on bytes held for large requests and answers.", func(s server.Stats) int { return s.Limits.MaxBuffered }),
+		gauge("expensive_running", "Expensive operations (dh_compute) running.", func(s server.Stats) int { return s.ExpensiveRunning }),
+		prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ukeyd", Name: "big_key_files", Help: "big_key payloads kept in files (one descriptor each)."},
+			func() float64 { return float64(keys.BigKeyFiles()) }),
 	)
 }
 

@@ -2,13 +2,17 @@ package metrics
 
 import (
 	"context"
+	"path/filepath"
 	"strconv"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/wire"
 )
 
@@ -142,5 +146,54 @@ func TestServiceMetrics(t *testing.T) {
 	}
 	if k2, _ := svc.QuotaUsage(1000); got["ukeyd_quota_keys/1000"] != float64(k2) || k2 != k-1 {
 		t.Fatalf("quota keys %v after the reap, want %d", got["ukeyd_quota_keys/1000"], k-1)
+	}
+}
+
+// The server's gauges show what callers hold of it beside its bounds.
+func TestServerMetrics(t *testing.T) {
+	svc := keys.New()
+	defer svc.Close()
+	reg := prometheus.NewRegistry()
+	m := New(reg)
+	srv := server.New(svc, server.Config{Metrics: m, Limits: server.Limits{MaxConns: 40, MaxProcs: 30, MaxBuffered: 1 << 20}})
+	path := filepath.Join(t.TempDir(), "ukeyd.sock")
+	ln, err := server.Listen(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.Serve(ln) }()
+	defer func() {
+		srv.Shutdown(context.Background())
+		<-done
+	}()
+	m.RegisterServer(reg, srv)
+	gauges := func() map[string]float64 {
+		mfs, err := reg.Gather()
+		if err != nil {
+			t.Fatal(err)
+		}
+		out := map[string]float64{}
+		for _, mf := range mfs {
+			out[mf.GetName()] = mf.GetMetric()[0].GetGauge().GetValue()
+		}
+		return out
+	}
+	var conns []*client.Client
+	for range 3 {
+		c, err := client.Dial(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		conns = append(conns, c)
+	}
+	if _, err := conns[0].Status(); err != nil { // every connection has been accepted by now
+		t.Fatal(err)
+	}
+	testutil.Eventually(t, "three connections counted", func() bool { return gauges()["ukeyd_connections"] == 3 })
+	g := gauges()
+	if g["ukeyd_processes"] != 1 || g["ukeyd_connections_max"] != 40 || g["ukeyd_processes_max"] != 30 || g["ukeyd_buffered_bytes_max"] != 1<<20 {
+		t.Fatalf("gauges %v", g)
 	}
 }
