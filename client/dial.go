@@ -21,7 +21,8 @@ import (
 const HelperEnv = endpoint.HelperEnv
 
 // DefaultSocket returns where the daemon listens for the calling user:
-// $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root; else
+// $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root (/var/run on macOS
+// and the BSDs); else
 // $XDG_RUNTIME_DIR/ukeys/ukeyd.sock, or a per-user directory under the
 // temporary directory. Dial refuses a socket there, as anywhere, unless
 // the caller or root owns its directory and the daemon answering on it
@@ -57,7 +58,7 @@ func dialUnix(path string, timeout time.Duration) (io.ReadWriteCloser, error) {
 	if err := checkSocketPath(path, euid); err != nil {
 		return nil, err
 	}
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM|syscall.SOCK_CLOEXEC, 0)
+	fd, err := unixSocket()
 	if err != nil {
 		return nil, os.NewSyscallError("socket", err)
 	}

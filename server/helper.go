@@ -1,10 +1,6 @@
 package server
 
 import (
-	"fmt"
-	"os"
-	"strconv"
-	"strings"
 	"sync"
 
 	"github.com/ukeys/ukeys/keys"
@@ -213,6 +209,11 @@ func (c *conn) dispatchHelper(r *wire.Request) *wire.Response {
 // attachHelper makes the connection act for the request-key helper whose
 // grant is g, if its peer is that helper or one of its descendants.
 func (c *conn) attachHelper(g *helperGrant) (keys.Serial, error) {
+	if !procTreeSupported {
+		c.s.log.Warn("ukeyd: request-key helper tokens are not supported on this system (it cannot tell the helper's process tree); refused",
+			"uid", c.cred.UID, "pid", c.cred.PID, "key", int32(g.up.Key))
+		return 0, keys.EACCES
+	}
 	<-g.ready // the helper may connect before the daemon learns its pid
 	if g.pid <= 0 || !inProcessTree(c.cred.PID, &c.proc.handle, g.pid) {
 		// The token itself is never logged: it is a secret.
@@ -240,10 +241,10 @@ const maxTreeDepth = 128
 
 // inProcessTree reports whether the process with pid pid, which h
 // identifies against pid reuse, is the process root or a descendant of
-// it, by walking its parents in /proc. The caller must make sure that
-// root's pid has not been reused meanwhile (a helper the daemon has not
-// reaped). A pid of 0 (a process in a pid namespace the daemon cannot
-// see) or a host without /proc is refused.
+// it, by walking its parents (procStat: /proc on Linux, sysctl on macOS).
+// The caller must make sure that root's pid has not been reused meanwhile
+// (a helper the daemon has not reaped). A pid of 0 (a process in a pid
+// namespace the daemon cannot see) or a host without /proc is refused.
 func inProcessTree(pid int, h *procHandle, root int) bool {
 	if pid <= 0 || root <= 0 || h == nil {
 		return false
@@ -275,29 +276,4 @@ func inProcessTree(pid int, h *procHandle, root int) bool {
 	// if that process is still there, its pid was not reused meanwhile,
 	// and the walk was its ancestry.
 	return !h.exited()
-}
-
-// procStat returns a process's parent pid and start time (fields 4 and 22
-// of /proc/<pid>/stat), read at once.
-func procStat(pid int) (ppid int, start string, ok bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0, "", false
-	}
-	// The command name may hold spaces and parentheses: count fields from
-	// after the last ')', where field 3 (state) begins.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0, "", false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return 0, "", false
-	}
-	ppid, err = strconv.Atoi(f[1])
-	if err != nil {
-		return 0, "", false
-	}
-	return ppid, f[19], true
 }

@@ -11,24 +11,10 @@ import (
 	"syscall"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
-
-// pidHandle identifies pid as openProc does for a connection.
-func pidHandle(t *testing.T, pid int) *procHandle {
-	t.Helper()
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
-		return &procHandle{pid: pid, fd: -1, start: startTime(pid)}
-	}
-	h := &procHandle{pid: pid, fd: fd}
-	t.Cleanup(h.close)
-	return h
-}
 
 // startSleeper starts `sleep 600` in a process group of its own and kills
 // the group at the end of the test.
@@ -55,8 +41,8 @@ func startSleeper(t *testing.T, script string) (*exec.Cmd, *bufio.Reader) {
 // an unrelated process, pid 0 and a process that has exited (whose pid
 // could be reused) are not.
 func TestInProcessTree(t *testing.T) {
-	if _, err := os.Stat("/proc/self/stat"); err != nil {
-		t.Skip("needs /proc")
+	if !procTreeTestable() {
+		t.Skip("needs /proc (Linux) or the kern.proc sysctl (macOS)")
 	}
 	if _, err := exec.LookPath("sleep"); err != nil {
 		t.Skip("needs sleep(1)")

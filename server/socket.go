@@ -13,7 +13,8 @@ import (
 )
 
 // DefaultSocket returns where the daemon listens for the calling user:
-// $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root; else
+// $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root (/var/run on macOS
+// and the BSDs); else
 // $XDG_RUNTIME_DIR/ukeys/ukeyd.sock, falling back to a per-user
 // directory under the temporary directory.
 func DefaultSocket() string { return endpoint.Socket() }

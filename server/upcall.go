@@ -2,11 +2,10 @@ package server
 
 import (
 	"context"
+	"errors"
 	"os/exec"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/keys"
@@ -30,11 +29,17 @@ type Helper struct {
 	server *Server
 }
 
-// Upcaller returns the keys.Upcaller that runs h for s.
+// Upcaller returns the keys.Upcaller that runs h for s. A program that
+// builds its keys.Service before its Server gives the Service a *Helper
+// instead (keys.WithUpcall(h)) and the Server the same one
+// (Config.Helper), which New binds to it.
 func (s *Server) Upcaller(h Helper) keys.Upcaller {
 	h.server = s
 	return &h
 }
+
+// errUnbound is what a Helper that no Server has taken returns.
+var errUnbound = errors.New("server: request-key Helper not given to a Server (Config.Helper)")
 
 // Upcall runs the helper and waits for it. A helper still running when ctx
 // ends (the upcall timeout), or when a shutdown runs out of time, is
@@ -45,6 +50,9 @@ func (s *Server) Upcaller(h Helper) keys.Upcaller {
 // helper has exited and before the daemon reaps it, so that while a grant
 // lasts the helper's pid cannot name another process.
 func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
+	if h.server == nil {
+		return errUnbound
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	go func() {
@@ -76,18 +84,4 @@ func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
 		h.server.log.Warn("ukeyd: request-key helper failed", "key", int32(u.Key), "type", u.Type, "err", err)
 	}
 	return err
-}
-
-// awaitHelperExit waits until the child process pid has exited, without
-// reaping it (WNOWAIT): until it is reaped, its pid cannot be given to
-// another process. The context's kill (exec.Cmd's Cancel) still applies
-// meanwhile.
-func awaitHelperExit(pid int) {
-	for {
-		var info unix.Siginfo
-		err := unix.Waitid(unix.P_PID, pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
-		if err != unix.EINTR {
-			return
-		}
-	}
 }

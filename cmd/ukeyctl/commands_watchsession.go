@@ -153,7 +153,7 @@ func (a *app) cmdWatchSession(args []string) {
 	}
 
 	// The program's end of the request socket becomes its fd tfd.
-	fds, err := syscall.Socketpair(syscall.AF_UNIX, syscall.SOCK_SEQPACKET|syscall.SOCK_CLOEXEC, 0)
+	fds, err := socketpairCloexec(syscall.AF_UNIX, syscall.SOCK_SEQPACKET)
 	if err != nil {
 		a.fail("socketpair", err)
 	}

@@ -37,7 +37,7 @@ func syslogSend(p syslogPriority, tag, msg string) bool {
 	line := fmt.Sprintf("<%d>%s %s[%d]: %s%s", p, time.Now().Format(time.Stamp), tag, os.Getpid(), msg, nl)
 	for _, typ := range []int{syscall.SOCK_DGRAM, syscall.SOCK_STREAM} {
 		for _, path := range syslogSockets {
-			fd, err := syscall.Socket(syscall.AF_UNIX, typ|syscall.SOCK_CLOEXEC, 0)
+			fd, err := socketCloexec(syscall.AF_UNIX, typ)
 			if err != nil {
 				return false
 			}

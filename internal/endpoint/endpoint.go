@@ -15,7 +15,8 @@ const SocketEnv = "UKEYS_SOCKET"
 const HelperEnv = "UKEYS_HELPER_TOKEN"
 
 // Socket returns where the daemon listens for the calling user:
-// $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root; else
+// $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root (on macOS and
+// the BSDs /var/run/ukeys/ukeyd.sock); else
 // $XDG_RUNTIME_DIR/ukeys/ukeyd.sock, falling back to a per-user
 // directory under the temporary directory.
 func Socket() string {
@@ -23,7 +24,7 @@ func Socket() string {
 		return p
 	}
 	if os.Geteuid() == 0 {
-		return "/run/ukeys/ukeyd.sock"
+		return rootSocket
 	}
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
 		return filepath.Join(d, "ukeys", "ukeyd.sock")

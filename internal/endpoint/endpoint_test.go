@@ -14,7 +14,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestSocket(t *testing.T) {
 	t.Setenv(SocketEnv, "")
 	t.Setenv("XDG_RUNTIME_DIR", "/run/user/1000")
-	want := "/run/ukeys/ukeyd.sock"
+	want := rootSocket
 	if os.Geteuid() != 0 {
 		want = "/run/user/1000/ukeys/ukeyd.sock"
 	}

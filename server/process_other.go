@@ -1,0 +1,35 @@
+//go:build !linux && !darwin && !freebsd
+
+package server
+
+import (
+	"errors"
+	"net"
+	"os"
+	"syscall"
+)
+
+// procHandle tells whether a process still exists, on a system without
+// pidfds, /proc or kqueue's EVFILT_PROC support here: by its pid alone
+// (kill(pid, 0)), which cannot tell a reused pid from the process. The
+// daemon checks it every ProcessPoll (reapProcs).
+type procHandle struct {
+	pid  int
+	fd   int      // always -1
+	file *os.File // always nil: nothing to wait for on the poller
+}
+
+func openProc(_ *net.UnixConn, pid int) procHandle { return procHandle{pid: pid, fd: -1} }
+
+func (h *procHandle) exited() bool {
+	if h.pid <= 0 {
+		return false // a process of its own per connection: its connection tells
+	}
+	return errors.Is(syscall.Kill(h.pid, 0), syscall.ESRCH)
+}
+
+func (h *procHandle) exitPolled(int) bool { return h.exited() }
+
+func (h *procHandle) leaving() bool { return h.exited() }
+
+func (h *procHandle) close() {}
