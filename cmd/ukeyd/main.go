@@ -7,7 +7,8 @@
 //	ukeyd [flags]
 //
 // With no flags it listens on the default socket ($UKEYS_SOCKET, or
-// /run/ukeys/ukeyd.sock for root, or $XDG_RUNTIME_DIR/ukeys/ukeyd.sock).
+// /run/ukeys/ukeyd.sock for root (/var/run/ukeys/ukeyd.sock on macOS and
+// FreeBSD), or $XDG_RUNTIME_DIR/ukeys/ukeyd.sock).
 // SIGTERM and SIGINT stop it cleanly. SIGHUP is logged and changes
 // nothing else: the request-key helper reads its configuration at every
 // upcall, so an edit applies to the next one without a signal.
