@@ -1,0 +1,4 @@
+package keyctl
+
+// sameNumbering reports whether syscall.Errno uses Linux's numbers here.
+const sameNumbering = true

@@ -1,0 +1,5 @@
+//go:build !linux
+
+package keyctl
+
+const sameNumbering = false
