@@ -23,19 +23,6 @@ func (c *Cred) inGroup(gid uint32) bool {
 // CAP_SETUID checks are granted to uid 0.
 func (c *Cred) privileged() bool { return c.UID == 0 }
 
-// Request-key default destinations (KEY_REQKEY_DEFL_*).
-const (
-	ReqKeyNoChange    = -1
-	ReqKeyDefault     = 0
-	ReqKeyThread      = 1
-	ReqKeyProcess     = 2
-	ReqKeySession     = 3
-	ReqKeyUser        = 4
-	ReqKeyUserSession = 5
-	ReqKeyGroup       = 6
-	ReqKeyRequestor   = 7
-)
-
 // Caller is one client of the service with its credentials and its
 // process-scoped keyrings: what the kernel keeps in a task's cred. The
 // daemon makes one per client process; Release drops its keyrings when
@@ -53,7 +40,7 @@ type Caller struct {
 	process  atomic.Pointer[Key]
 	session  atomic.Pointer[Key]
 	auth     atomic.Pointer[Key] // assumed request-key authority
-	jit      int
+	jit      reqKeyDest
 	released bool
 }
 
@@ -325,10 +312,12 @@ func (c *Caller) replaceSession(k *Key) {
 	old.put()
 }
 
-// Lookup flags of lookupUserKey.
+// lookupFlags modify what lookupUserKey accepts.
+type lookupFlags uint8
+
 const (
-	lookupCreate  = 1 << iota // create special keyrings that do not exist
-	lookupPartial             // accept uninstantiated and negative keys
+	lookupCreate  lookupFlags = 1 << iota // create special keyrings that do not exist
+	lookupPartial                         // accept uninstantiated and negative keys
 	// lookupUnpossessed skips the possession search (set for needUnlink, whose
 	// check ignores possession): in a keyring of a million links the
 	// search is a quarter of what an unlink costs.
@@ -367,7 +356,7 @@ func (c *Caller) special(slot *atomic.Pointer[Key]) *Key {
 // positive ids through the serial index; then validity (which takes
 // precedence over permission), then the permission check with possession.
 // The returned ref holds a reference to the key.
-func (c *Caller) lookupUserKey(id Serial, flags int, need Perm) (ref, error) {
+func (c *Caller) lookupUserKey(id Serial, flags lookupFlags, need Perm) (ref, error) {
 	if need == needUnlink {
 		flags |= lookupUnpossessed
 	}
@@ -382,7 +371,7 @@ func (c *Caller) lookupUserKey(id Serial, flags int, need Perm) (ref, error) {
 	return r, nil
 }
 
-func (c *Caller) resolve(id Serial, flags int) (ref, error) {
+func (c *Caller) resolve(id Serial, flags lookupFlags) (ref, error) {
 	s := c.s
 	switch {
 	case id == ThreadKeyring || id == ProcessKeyring:
@@ -480,7 +469,7 @@ func (c *Caller) resolve(id Serial, flags int) (ref, error) {
 }
 
 // checkRef applies lookupUserKey's validity and permission checks.
-func (c *Caller) checkRef(r ref, flags int, need Perm) error {
+func (c *Caller) checkRef(r ref, flags lookupFlags, need Perm) error {
 	k := r.key
 	if need == needUnlink {
 		return nil
@@ -512,4 +501,35 @@ func (c *Caller) checkRef(r ref, flags int, need Perm) error {
 		k.lastUsed.Store(now)
 	}
 	return nil
+}
+
+// GetKeyringID returns the serial of the key an id names
+// (KEYCTL_GET_KEYRING_ID), creating a special keyring if create is set.
+func (c *Caller) GetKeyringID(id Serial, create bool) (Serial, error) {
+	var flags lookupFlags
+	if create {
+		flags = lookupCreate
+	}
+	r, err := c.lookupUserKey(id, flags, Search)
+	if err != nil {
+		return 0, wrap("keyctl_get_keyring_ID", id, err)
+	}
+	defer r.put()
+	return r.key.serial, nil
+}
+
+// JoinSessionKeyring gives the caller a new anonymous session keyring
+// (name nil) or joins or creates the named one (KEYCTL_JOIN_SESSION_KEYRING).
+// It returns 0 if the named keyring already was the session keyring.
+func (c *Caller) JoinSessionKeyring(name *string) (Serial, error) {
+	if name != nil {
+		if len(*name) > MaxDescription || *name == "" {
+			return 0, wrap("keyctl_join_session_keyring", 0, EINVAL)
+		}
+		if (*name)[0] == '.' {
+			return 0, wrap("keyctl_join_session_keyring", 0, EPERM)
+		}
+	}
+	id, err := c.joinSession(name)
+	return id, wrap("keyctl_join_session_keyring", 0, err)
 }

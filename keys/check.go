@@ -18,11 +18,9 @@ import "fmt"
 // it walks every key, so it is not for a busy daemon's hot path.
 func (s *Service) Check() error {
 	idx := map[Serial]*Key{}
-	s.index.Range(func(_, v any) bool {
-		k := v.(*Key)
+	for k := range s.index.all() {
 		idx[k.serial] = k
-		return true
-	})
+	}
 	if got := s.Keys(); got != len(idx) {
 		return fmt.Errorf("keys: Keys() = %d but the index holds %d", got, len(idx))
 	}
@@ -131,11 +129,10 @@ func checkCycles(idx map[Serial]*Key) error {
 // that asked for them or were constructing them.
 func (s *Service) Uninstantiated() []Serial {
 	var out []Serial
-	s.index.Range(func(_, v any) bool {
-		if k := v.(*Key); k.state.Load() == stateUninstantiated {
+	for k := range s.index.all() {
+		if k.state.Load() == stateUninstantiated {
 			out = append(out, k.serial)
 		}
-		return true
-	})
+	}
 	return out
 }

@@ -226,12 +226,11 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 	}
 	settleAll(e)
 	live := 0
-	e.s.index.Range(func(_, v any) bool {
-		if k := v.(*Key); k.typeName() == "user" {
+	for k := range e.s.index.all() {
+		if k.typeName() == "user" {
 			live++
 		}
-		return true
-	})
+	}
 	if live != 0 {
 		t.Errorf("%d user keys still live after clearing every keyring", live)
 	}
@@ -279,7 +278,9 @@ func TestSerialIndexConcurrent(t *testing.T) {
 				}
 				if n%500 == 0 {
 					seen := 0
-					x.Range(func(_, v any) bool { seen++; return true })
+					for range x.all() {
+						seen++
+					}
 					if seen < len(mine) {
 						bad.Add(1)
 					}
@@ -297,7 +298,9 @@ func TestSerialIndexConcurrent(t *testing.T) {
 		t.Fatalf("%d wrong answers from the serial index", n)
 	}
 	n := 0
-	x.Range(func(_, _ any) bool { n++; return true })
+	for range x.all() {
+		n++
+	}
 	if n != 0 {
 		t.Fatalf("%d keys left in an index emptied by its writers", n)
 	}

@@ -46,4 +46,71 @@
 // intact until it lets go. A key whose last reference goes (its last link
 // removed, its last holder released) leaves the serial index and is
 // destroyed after a grace period: payload wiped, quota returned.
+//
+// # Garbage collection
+//
+// The collector (gc.go) reaps keys: it prunes the links to keys that have
+// died and destroys keys that nothing references any more. It runs as
+// one work item on a workqueue (its own, or WithGCQueue's), which never
+// runs concurrently with itself, and every item does a bounded amount of
+// work, at most the chunk size (DefaultChunkSize, WithChunkSize) in units
+// of keys examined, links visited or pruned and keys destroyed, then
+// reschedules itself if work is left. Its state (a cursor into the
+// serial index, the sweeps under way, the batch waiting to be destroyed)
+// lives between items, and no lock is held across them, so that a pass
+// over a million keys never stalls the workqueue or a writer. Every loop
+// reports an rcu quiescent state per key or node, so that grace periods
+// do not wait for an item to end.
+//
+// A key dies when it is invalidated, when its type is unregistered, or,
+// gc_delay (Tunables.GCDelay) after it expired or was revoked; ReapReason
+// names why. A pass is asked for by whoever makes a key die (invalidation
+// and unregistration at once, expiry through a timer armed for the
+// earliest expiry plus gc_delay) and by whoever buries a key; a request
+// made during a pass is remembered and served by the next.
+//
+// A pass has three phases, one file each:
+//
+//   - Scan (gc_scan.go) walks the serial index a chunk at a time from a
+//     saved cursor. The index is sharded and a shard whose table was
+//     rebuilt since the cursor entered it is walked again from its start,
+//     so every key indexed for the whole pass is seen at least once. For
+//     each dead key the scan looks up the keyrings that link it (each key
+//     records its parents, so the cost is proportional to its own links,
+//     not to the number of keyrings) and routes each link to the prune
+//     phase. For a live key it notes the earliest expiry still to come.
+//   - Prune (gc_prune.go) removes the links. Links in small keyrings are
+//     batched by keyring, so that a keyring is locked once per chunk and
+//     gets one new version for all of its dead links. Large keyrings
+//     (sweepMinLinks links or more) are handled differently: removing one
+//     link copies the path to it in the keyring's trie, and in a keyring
+//     of a million links every node on that path is a cache miss, so while
+//     few of its links are known dead they are deferred and pruned one by
+//     one after the scan, and once at least one in sweepShare is dead the
+//     keyring is swept instead (sweep.go): a walk over its trie that
+//     touches each node once and drops whole subtrees whose links all
+//     died without copying them, the kernel's keyring_gc done in bounded
+//     steps. A step resumes at a position in the trie's in-order walk;
+//     links added behind the position wait for the next pass, and a part
+//     of the trie visited twice (after it collapsed into a leaf) is
+//     harmless, since removing the dead is idempotent. A link removed
+//     drops its reference to the key; a key that loses its last one is
+//     buried.
+//   - Destroy (gc_destroy.go) frees buried keys. A key whose last
+//     reference goes leaves the serial index at once and waits in the
+//     graveyard. When a pass ends, the graveyard becomes the batch to
+//     destroy and a grace period starts; once it has passed (the item is
+//     rescheduled by an rcu callback, never blocked waiting), the keys
+//     are destroyed a chunk at a time: payload wiped and released,
+//     watches told, links of a keyring dropped, quota returned to the
+//     owners, gathered per owner so that each chunk takes an owner's lock
+//     once.
+//
+// Unregistering a type (Service.UnregisterType) takes three passes, as
+// in the kernel: the first marks the type's keys dead and clears their
+// permissions, the second prunes links that appeared while the first
+// ran, and the third takes the payloads of keys still referenced, which
+// then remain as keys of the type ".dead". UnregisterType returns after
+// the third. Service.WaitGC waits until every key buried so far has been
+// destroyed; GCStats reports the collector's counters and latencies.
 package keys

@@ -119,3 +119,15 @@ func ErrnoOf(err error) (Errno, bool) {
 	}
 	return EIO, true
 }
+
+// wrap attaches the operation (and key) to an errno so that errors say
+// where they came from while errors.Is still matches the errno.
+func wrap(op string, id Serial, err error) error {
+	if err == nil {
+		return nil
+	}
+	if e, ok := err.(Errno); ok {
+		return &opError{op: op, id: id, err: e}
+	}
+	return err
+}

@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -22,12 +23,49 @@ const (
 	RequestorKeyring   Serial = -8
 )
 
-// Key states: a key is uninstantiated until it gets a payload (positive)
-// or is negated/rejected (negative, stored as the negated errno).
+// keyState is where a key is in its life as a holder of a payload: it
+// is uninstantiated until it gets a payload (positive) or is negated or
+// rejected (negative). A negative state is the negated errno that
+// requesters get, as the kernel stores it in key->state, so one atomic
+// word says both that the key is negative and why.
+type keyState int32
+
 const (
-	stateUninstantiated int32 = 0
-	statePositive       int32 = 1
+	stateUninstantiated keyState = 0
+	statePositive       keyState = 1
 )
+
+// negativeState is the state of a key negated with errno.
+func negativeState(errno Errno) keyState { return keyState(-int32(errno)) }
+
+// negative returns the errno of a negative state.
+func (st keyState) negative() (Errno, bool) {
+	if st < 0 {
+		return Errno(-st), true
+	}
+	return 0, false
+}
+
+// String names the state, for test failures and diagnosis.
+func (st keyState) String() string {
+	switch st {
+	case stateUninstantiated:
+		return "uninstantiated"
+	case statePositive:
+		return "positive"
+	}
+	if e, ok := st.negative(); ok {
+		return "negative (" + e.Error() + ")"
+	}
+	return fmt.Sprintf("keyState(%d)", int32(st))
+}
+
+// atomicState is a keyState read and written atomically: readers load a
+// key's state without its lock.
+type atomicState struct{ v atomic.Int32 }
+
+func (a *atomicState) Load() keyState    { return keyState(a.v.Load()) }
+func (a *atomicState) Store(st keyState) { a.v.Store(int32(st)) }
 
 // Key flags, with the kernel's bit numbers (KEY_FLAG_*).
 const (
@@ -59,7 +97,7 @@ type Key struct {
 	uid, gid atomic.Uint32
 	perm     atomic.Uint32
 	flags    atomic.Uint32
-	state    atomic.Int32
+	state    atomicState
 	expiry   atomic.Int64 // unix nanoseconds; 0 means never
 	lastUsed atomic.Int64
 	usage    atomic.Int32
@@ -147,8 +185,8 @@ func (k *Key) validate(now int64) error {
 
 // negativeErr returns the stored error of a negative key.
 func (k *Key) negativeErr() error {
-	if st := k.state.Load(); st < 0 {
-		return Errno(-st)
+	if e, ok := k.state.Load().negative(); ok {
+		return e
 	}
 	return nil
 }
@@ -259,27 +297,4 @@ func (k *Key) parentList() []*Key {
 	var out []*Key
 	k.eachParentLocked(func(p *Key) { out = append(out, p) })
 	return out
-}
-
-// Payload is a key's content as its type stores it. Readers reach it only
-// inside rcu protection; a replaced payload is wiped after a grace period.
-type Payload struct {
-	Data []byte
-	// Extra holds type-specific state (big_key's sealed store).
-	Extra any
-	// Len is the length reported in descriptions and /proc/keys.
-	Len int
-	// charge is what the payload costs its owner's byte quota.
-	charge int
-}
-
-// wipe zeroes the payload's bytes: secrets must not outlive the key.
-func (p *Payload) wipe() {
-	if p == nil {
-		return
-	}
-	clear(p.Data)
-	if w, ok := p.Extra.(interface{ Wipe() }); ok {
-		w.Wipe()
-	}
 }

@@ -234,3 +234,20 @@ func dropWatch(k *Key, q *WatchQueue) error {
 	q.post(Notification{Kind: NotifyRemoved, Key: k.serial, WatchID: w.id})
 	return nil
 }
+
+// WatchKey adds (watchID 0..255) or removes (watchID -1) a watch of q on a
+// key (KEYCTL_WATCH_KEY).
+func (c *Caller) WatchKey(id Serial, q *WatchQueue, watchID int) error {
+	if watchID < -1 || watchID > 255 || q == nil {
+		return wrap("keyctl_watch_key", id, EINVAL)
+	}
+	r, err := c.lookupUserKey(id, lookupCreate, View)
+	if err != nil {
+		return wrap("keyctl_watch_key", id, err)
+	}
+	defer r.put()
+	if watchID == -1 {
+		return wrap("keyctl_watch_key", id, dropWatch(r.key, q))
+	}
+	return wrap("keyctl_watch_key", id, addWatch(r.key, q, uint8(watchID)))
+}

@@ -141,11 +141,9 @@ func (m *machine) settle() {
 // indexed returns the keys in the serial index, by serial.
 func (m *machine) indexed() map[Serial]*Key {
 	out := map[Serial]*Key{}
-	m.s.index.Range(func(_, v any) bool {
-		k := v.(*Key)
+	for k := range m.s.index.all() {
 		out[k.serial] = k
-		return true
-	})
+	}
 	return out
 }
 

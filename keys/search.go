@@ -232,3 +232,64 @@ func (c *Caller) possessesIn(k *Key) bool {
 	found, _ := c.searchProcess(&sc)
 	return found == k
 }
+
+// Search looks for a key of type typ and description desc in the tree
+// under the keyring ringID (KEYCTL_SEARCH), depth first, and links what it
+// finds into dest unless dest is 0.
+func (c *Caller) Search(ringID Serial, typ, desc string, dest Serial) (Serial, error) {
+	id, err := c.searchKey(ringID, typ, desc, dest)
+	return id, wrap("keyctl_search", ringID, err)
+}
+
+func (c *Caller) searchKey(ringID Serial, typ, desc string, destID Serial) (Serial, error) {
+	if err := checkTypeName(typ); err != nil {
+		return 0, err
+	}
+	if err := checkDesc(desc); err != nil {
+		return 0, err
+	}
+	ring, err := c.lookupUserKey(ringID, 0, Search)
+	if err != nil {
+		return 0, err
+	}
+	defer ring.put()
+	var dest ref
+	if destID != 0 {
+		if dest, err = c.lookupUserKey(destID, lookupCreate, Write); err != nil {
+			return 0, err
+		}
+		defer dest.put()
+	}
+	if c.s.lookupType(typ) == nil {
+		return 0, ENOKEY
+	}
+	if !ring.key.isKeyring() {
+		return 0, ENOTDIR
+	}
+	sc := &search{cred: &c.cred, typ: typ, desc: desc, stateCheck: true, checkPerm: true, recurse: true, now: c.s.now()}
+	sec := c.s.dom.Read()
+	k, err := sc.tree(ring.key, ring.possessed)
+	if err == nil && !k.tryGet() {
+		err = ENOKEY
+	}
+	sec.End()
+	if err == errAgain {
+		return 0, ENOKEY
+	}
+	if err != nil {
+		return 0, err
+	}
+	if dest.key != nil {
+		if !permitted(k, &c.cred, ring.possessed, Link) {
+			k.put()
+			return 0, EACCES
+		}
+		if err := c.s.linkInto(dest.key, k.get(), true); err != nil {
+			k.put()
+			k.put()
+			return 0, err
+		}
+	}
+	k.put()
+	return k.serial, nil
+}

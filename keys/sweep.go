@@ -7,15 +7,9 @@ import (
 )
 
 // A sweep is the collector's walk over one keyring's links, removing those
-// to dead keys, a bounded number of links per step: what the kernel's
-// keyring_gc does in one go, done in steps. Pruning links one dead key at
-// a time costs a path copy each, 3–10 µs in a keyring of a million links
-// (every path is a cache and TLB miss); a sweep touches each node of the
-// keyring once and allocates nothing for a subtree whose links all died,
-// so a keyring most of whose links die at once (a mass expiry) is pruned
-// in a small fraction of that time. The collector sweeps a keyring only
-// when the scan has found enough of its links dead to make the walk pay
-// (see sweepShare); otherwise it prunes key by key.
+// to dead keys, a bounded number of links per step; "Garbage collection"
+// in doc.go says when the collector sweeps a keyring rather than prune
+// its dead links one by one.
 //
 // A step resumes at a position in trie order: the trie's in-order walk
 // visits positions by the hash's nibbles, level 0's first, so a position
@@ -39,13 +33,13 @@ func orderShift(lv int) int { return 64 - hamtBits*(lv+1) }
 // sweptLink is a link a sweep removed, and why.
 type sweptLink struct {
 	l   link
-	why int
+	why ReapReason
 }
 
 // sweepWalk is one step of a sweep.
 type sweepWalk struct {
 	// dead reports whether a link to k goes, and why.
-	dead func(k *Key) (int, bool)
+	dead func(k *Key) (ReapReason, bool)
 	// tick is called once per node visited (the collector reports a
 	// quiescent state there).
 	tick func()

@@ -96,7 +96,7 @@ func TestSweepProperty(t *testing.T) {
 				rt.Fatalf("sweep made no progress")
 			}
 			budget := rapid.IntRange(1, 64).Draw(rt, "budget")
-			w := sweepWalk{budget: budget, dead: func(k *Key) (int, bool) { return ReapExpired, dead[k] }}
+			w := sweepWalk{budget: budget, dead: func(k *Key) (ReapReason, bool) { return ReapExpired, dead[k] }}
 			snap := &ringSnap{root: root, n: len(model)}
 			c := largestCollision(root)
 			next := snap.sweep(cursor, &w)
@@ -207,7 +207,7 @@ func TestRingSnapSweep(t *testing.T) {
 		var cursor uint64
 		removed := 0
 		for {
-			w := sweepWalk{budget: rapid.IntRange(1, 200).Draw(rt, "budget"), dead: func(k *Key) (int, bool) { return ReapRevoked, dead[k] }}
+			w := sweepWalk{budget: rapid.IntRange(1, 200).Draw(rt, "budget"), dead: func(k *Key) (ReapReason, bool) { return ReapRevoked, dead[k] }}
 			got = got.sweep(cursor, &w)
 			removed += len(w.removed)
 			if !w.stopped {

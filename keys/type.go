@@ -3,7 +3,6 @@ package keys
 import (
 	"fmt"
 	"strings"
-	"unsafe"
 )
 
 // Type is a key type: how keys of the type validate, store, read and
@@ -53,38 +52,6 @@ func userPreparse(data []byte) (*Payload, int, error) {
 	return p, len(data), nil
 }
 
-// newPayload returns a payload holding a copy of data. Up to 128 bytes
-// (most secrets: passwords, tokens, symmetric keys) the bytes share the
-// payload's allocation: one allocation per key instead of two, and one
-// cache miss instead of two for every cold read and for the wipe when the
-// key is destroyed, which is what a mass reap spends most of its time on.
-func newPayload(data []byte) *Payload {
-	switch n := len(data); {
-	case n <= 8:
-		return payloadWith[[8]byte](data)
-	case n <= 16:
-		return payloadWith[[16]byte](data)
-	case n <= 32:
-		return payloadWith[[32]byte](data)
-	case n <= 64:
-		return payloadWith[[64]byte](data)
-	case n <= 128:
-		return payloadWith[[128]byte](data)
-	}
-	return &Payload{Data: append([]byte(nil), data...), Len: len(data)}
-}
-
-func payloadWith[A any](data []byte) *Payload {
-	x := new(struct {
-		p   Payload
-		buf A
-	})
-	b := unsafe.Slice((*byte)(unsafe.Pointer(&x.buf)), unsafe.Sizeof(x.buf))
-	x.p.Data = b[:copy(b, data):len(data)]
-	x.p.Len = len(data)
-	return &x.p
-}
-
 func describeLen(k *Key, p *Payload) string {
 	if p == nil {
 		return ": 0"
@@ -125,7 +92,7 @@ var (
 	}
 	authType = &Type{
 		Name: ".request_key_auth",
-		Read: nil, // read specially: the callout info (see request.go)
+		Read: nil, // read specially: the callout info (see read.go)
 		Describe: func(k *Key, _ *Payload) string {
 			if k.auth == nil {
 				return ""
@@ -167,4 +134,49 @@ func (s *Service) lookupType(name string) *Type {
 	s.typesMu.RLock()
 	defer s.typesMu.RUnlock()
 	return s.types[name]
+}
+
+// UnregisterType removes a key type. Its keys are marked dead (no
+// permissions), links to them are pruned from every keyring, and keys
+// still referenced lose their payloads, in the kernel's three stages; it
+// returns once the collector has finished all three.
+func (s *Service) UnregisterType(name string) error {
+	s.typesMu.Lock()
+	t := s.types[name]
+	if t == nil || t == keyringType || t == authType {
+		s.typesMu.Unlock()
+		if t == nil {
+			return ENOKEY
+		}
+		return EPERM
+	}
+	delete(s.types, name)
+	s.typesMu.Unlock()
+	g := s.gcol
+	done := make(chan struct{})
+	g.mu.Lock()
+	for g.deadType != nil { // one type at a time, as the kernel
+		wait := g.deadDone
+		g.mu.Unlock()
+		<-wait
+		g.mu.Lock()
+	}
+	g.deadType, g.deadStage, g.deadDone = t, typeReapMark, done
+	g.reapRequested = true
+	g.mu.Unlock()
+	g.wq.Schedule(g.work)
+	<-done
+	return nil
+}
+
+// killPayload finishes off a key of an unregistered type that is still
+// referenced: it becomes a .dead key without a payload.
+func (s *Service) killPayload(k *Key) {
+	k.mu.Lock()
+	old := k.typ.Swap(deadType)
+	p := k.payload.Swap(nil)
+	k.mu.Unlock()
+	if p != nil {
+		s.retirePayload(p, old.Destroy)
+	}
 }

@@ -1,0 +1,196 @@
+package keys
+
+import "github.com/ukeys/ukeys/rcu"
+
+// destroyPass is the destroy phase's state: the keys buried before the
+// last scan ended, destroyed a chunk at a time once the grace period
+// that began then has passed.
+type destroyPass struct {
+	active bool
+	cookie rcu.Cookie   // the grace period the batch waits for
+	batch  graves       // buried keys taken from the graveyard
+	quota  quotaReturns // destroyChunk's scratch
+}
+
+type graveEntry struct {
+	k    *Key
+	died int64
+}
+
+// graves is a queue of buried keys in blocks of graveBlock entries: a
+// million burials never copy a growing array, which, under the lock every
+// burier takes, stalled the collector and the buriers alike.
+type graves struct {
+	blocks [][]graveEntry
+	n      int
+}
+
+const graveBlock = 1024
+
+func (q *graves) push(e graveEntry) {
+	if len(q.blocks) == 0 || len(q.blocks[len(q.blocks)-1]) == graveBlock {
+		q.blocks = append(q.blocks, make([]graveEntry, 0, graveBlock))
+	}
+	last := &q.blocks[len(q.blocks)-1]
+	*last = append(*last, e)
+	q.n++
+}
+
+// moveFrom appends o's entries to q and empties o.
+func (q *graves) moveFrom(o *graves) {
+	q.blocks = append(q.blocks, o.blocks...)
+	q.n += o.n
+	*o = graves{}
+}
+
+// front returns up to max entries from the head of the queue (from one
+// block); drop removes that many once they are handled.
+func (q *graves) front(max int) []graveEntry {
+	b := q.blocks[0]
+	return b[:min(max, len(b))]
+}
+
+func (q *graves) drop(k int) {
+	q.blocks[0] = q.blocks[0][k:]
+	q.n -= k
+	if len(q.blocks[0]) == 0 {
+		q.blocks[0] = nil
+		q.blocks = q.blocks[1:]
+	}
+}
+
+// buriedAll takes keys whose last reference went (already counted in
+// outstanding by Service.unusedBatch), under one lock.
+func (g *collector) buriedAll(ks []*Key) {
+	now := g.s.now()
+	g.mu.Lock()
+	for _, k := range ks {
+		g.graveyard.push(graveEntry{k: k, died: now})
+	}
+	g.reapRequested = true
+	g.mu.Unlock()
+	g.wq.Schedule(g.work)
+}
+
+// destroyChunk destroys up to budget keys of the batch once a grace period
+// has passed since they were taken out of the index. It never blocks the
+// worker for that grace period: if it has not passed, a callback
+// reschedules the item when it has (the kernel's KEY_GC_DESTROYING).
+func (g *collector) destroyChunk(t *rcu.Task, budget int) (int, bool) {
+	if !g.destroy.active {
+		return 0, false
+	}
+	if !g.s.dom.Done(g.destroy.cookie) {
+		g.s.dom.Call(func() { g.wq.Schedule(g.work) })
+		return 0, true
+	}
+	now := g.s.now()
+	n := 0
+	for n < budget && g.destroy.batch.n > 0 {
+		es := g.destroy.batch.front(budget - n)
+		g.meter.mu.Lock()
+		for _, e := range es {
+			_ = g.meter.deathH.RecordValue(max(now-e.died, 1))
+		}
+		g.meter.mu.Unlock()
+		// Outstanding drops only once the owners have their quota back:
+		// WaitGC promises both.
+		r := g.destroy.quota[:0]
+		for i := range es {
+			t.Quiescent()
+			g.s.destroyInto(es[i].k, &r)
+			es[i] = graveEntry{}
+		}
+		g.s.returnQuota(r)
+		clear(r)
+		g.destroy.quota = r[:0]
+		g.outstanding.Add(-int64(len(es)))
+		g.destroy.batch.drop(len(es))
+		n += len(es)
+	}
+	g.meter.mu.Lock()
+	g.meter.stats.Destroyed += uint64(n)
+	g.meter.mu.Unlock()
+	if g.destroy.batch.n > 0 {
+		g.wq.Schedule(g.work)
+		return n, true
+	}
+	g.destroy.active = false
+	return n, false
+}
+
+// unused takes a key whose last reference is gone out of the index and
+// destroys it after a grace period, when no reader can hold it.
+func (s *Service) unused(k *Key) {
+	s.unusedBatch([]*Key{k})
+}
+
+// unusedBatch is unused for many keys at once: one hand-off to the
+// collector for all of them.
+func (s *Service) unusedBatch(ks []*Key) {
+	if len(ks) == 0 {
+		return
+	}
+	// Counted as outstanding before they leave the index, so that WaitGC
+	// never sees a key gone from the index whose destruction it does not
+	// wait for.
+	g := s.gcol
+	g.outstanding.Add(int64(len(ks)))
+	for _, k := range ks {
+		if s.index.remove(k) {
+			s.count.Add(-1)
+		}
+	}
+	s.deferUnlessClosed(func() { g.buriedAll(ks) }, func() {
+		for _, k := range ks {
+			s.destroy(k)
+			g.outstanding.Add(-1)
+		}
+	})
+}
+
+// destroy wipes and releases an unused key and returns its quota.
+func (s *Service) destroy(k *Key) {
+	var r quotaReturns
+	s.destroyInto(k, &r)
+	s.returnQuota(r)
+}
+
+// destroyInto is destroy with the key's quota gathered into r, which the
+// caller returns (returnQuota) once it has destroyed a batch.
+func (s *Service) destroyInto(k *Key, r *quotaReturns) {
+	k.mu.Lock()
+	if p := k.payload.Swap(nil); p != nil {
+		p.wipe()
+		if d := k.typ.Load().Destroy; d != nil {
+			d(p)
+		}
+	}
+	var links []link
+	// Only keyrings have links: a load first spares every other key an
+	// atomic exchange (and, while Go's collector marks, a write barrier).
+	if k.ring.Load() != nil {
+		if snap := k.ring.Swap(nil); snap != nil && snap.n > 0 {
+			links = make([]link, 0, snap.n)
+			hwalk(snap.root, func(l link) bool { links = append(links, l); return true })
+		}
+	}
+	u, ql := k.quota, k.quotalen
+	inQuota := k.has(flagInQuota)
+	instantiated := k.state.Load() != stateUninstantiated
+	watches := k.watches
+	k.watches = nil
+	k.mu.Unlock()
+	for _, w := range watches {
+		w.removed(k.serial)
+	}
+	r.add(u, inQuota, ql, instantiated)
+	s.destroyed.Add(1)
+	// A destroyed keyring drops its links.
+	keys := make([]*Key, len(links))
+	for i, l := range links {
+		l.key.removeParent(k)
+		keys[i] = l.key
+	}
+	s.putAll(keys)
+}

@@ -1,0 +1,282 @@
+package keys
+
+import (
+	"iter"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+)
+
+// Keys returns the number of keys in the serial index.
+func (s *Service) Keys() int { return int(s.count.Load()) }
+
+// lookup finds a live key by serial. It takes no lock.
+func (s *Service) lookup(id Serial) *Key { return s.index.load(id) }
+
+// allocSerial installs k under a fresh serial: random in [3, 2^30), the
+// next free one upward on a collision, as the kernel draws them.
+func (s *Service) allocSerial(k *Key) {
+	var id Serial
+	if s.drawSerial != nil {
+		id = s.drawSerial()
+	} else {
+		id = Serial(rand.Int32N(1<<30-3) + 3)
+	}
+	s.index.insert(k, id)
+	s.count.Add(1)
+}
+
+// serialIndex maps serials to keys, the kernel's key_serial_tree. Readers
+// take no lock: the index is split into 256 shards by a hash of the
+// serial, each an open-addressed table of atomic pointers probed
+// linearly. Writers (allocation, removal) hold their shard's mutex and
+// store into the current table; a table that fills up (or empties) is
+// rebuilt at its new size and published with one atomic store, which
+// stalls only that shard's writers, for a 256th of the index. A reader
+// still probing a table that was replaced sees the keys it held then;
+// callers vet what they find with tryGet, as they would a key whose last
+// reference is dropped after the lookup.
+//
+// Compared with a sync.Map it allocates nothing per key (a slot costs 8
+// to 16 bytes) and a lookup boxes nothing.
+type serialIndex struct {
+	shards [indexShards]indexShard
+}
+
+const (
+	indexShardBits = 8
+	indexShards    = 1 << indexShardBits
+	indexMinSlots  = 16
+)
+
+type indexShard struct {
+	mu  sync.Mutex
+	tab atomic.Pointer[indexTable]
+	_   [64 - 16]byte // one cache line per shard
+}
+
+// indexTable is one version of a shard's table: a power-of-two number of
+// slots, each nil (free, ends a probe), tombstone (removed, probes go on)
+// or a key.
+type indexTable struct {
+	slots []atomic.Pointer[Key]
+	bits  uint
+	// Guarded by the shard's mu. serials holds the serial of the key in
+	// each slot, for writers: probing and rebuilding a table then reads
+	// two arrays in order instead of every key it passes, each a cache
+	// miss in a large index (a rebuild of a 4,096-key shard took 200 µs
+	// that way, and a mass reap crosses every shard's threshold at once).
+	serials []Serial
+	used    int // slots not nil
+	live    int // slots holding keys
+}
+
+// tombstone marks a removed entry.
+var tombstone = new(Key)
+
+func serialHash(id Serial) uint64 { return uint64(uint32(id)) * 0x9e3779b97f4a7c15 }
+
+func (x *serialIndex) shard(h uint64) *indexShard { return &x.shards[h>>(64-indexShardBits)] }
+
+// home is the first slot a probe for hash h looks at.
+func (t *indexTable) home(h uint64) uint64 { return (h << indexShardBits) >> (64 - t.bits) }
+
+func (x *serialIndex) load(id Serial) *Key {
+	h := serialHash(id)
+	t := x.shard(h).tab.Load()
+	if t == nil {
+		return nil
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(h); ; i = (i + 1) & mask {
+		k := t.slots[i].Load()
+		if k == nil {
+			return nil
+		}
+		if k.serial == id && k != tombstone {
+			return k
+		}
+	}
+}
+
+// insert gives k the first serial from id upward that is free (wrapping
+// from 2^31-1 to 3) and stores it.
+func (x *serialIndex) insert(k *Key, id Serial) {
+	for {
+		h := x.shard(serialHash(id))
+		h.mu.Lock()
+		if h.insertLocked(k, id) {
+			h.mu.Unlock()
+			return
+		}
+		h.mu.Unlock()
+		if id == 1<<31-1 {
+			id = 3
+		} else {
+			id++
+		}
+	}
+}
+
+// insertLocked stores k under id unless id is taken.
+func (sh *indexShard) insertLocked(k *Key, id Serial) bool {
+	h := serialHash(id)
+	t := sh.tab.Load()
+	if t == nil || 4*(t.used+1) > 3*len(t.slots) {
+		live := 0
+		if t != nil {
+			live = t.live
+		}
+		t = sh.rebuild(t, 2*(live+1))
+	}
+	mask := uint64(len(t.slots) - 1)
+	free := -1
+	for i := t.home(h); ; i = (i + 1) & mask {
+		e := t.slots[i].Load()
+		if e == nil {
+			if free < 0 {
+				free = int(i)
+				t.used++
+			}
+			break
+		}
+		if e == tombstone {
+			if free < 0 {
+				free = int(i)
+			}
+			continue
+		}
+		if t.serials[i] == id {
+			return false
+		}
+	}
+	k.serial = id // before the store that publishes k
+	t.serials[free] = id
+	t.slots[free].Store(k)
+	t.live++
+	return true
+}
+
+// remove takes k out of the index if it is there, and reports whether it
+// was.
+func (x *serialIndex) remove(k *Key) bool {
+	h := serialHash(k.serial)
+	sh := x.shard(h)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	t := sh.tab.Load()
+	if t == nil {
+		return false
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(h); ; i = (i + 1) & mask {
+		e := t.slots[i].Load()
+		if e == nil {
+			return false
+		}
+		if e == k {
+			t.slots[i].Store(tombstone)
+			t.live--
+			break
+		}
+	}
+	if len(t.slots) > indexMinSlots && 8*t.live < len(t.slots) {
+		sh.rebuild(t, 2*t.live)
+	}
+	return true
+}
+
+// rebuild publishes a table of at least want slots (at least twice the
+// live keys) holding old's keys. Called with the shard's mu held.
+func (sh *indexShard) rebuild(old *indexTable, want int) *indexTable {
+	b := uint(4)
+	for 1<<b < want || 1<<b < indexMinSlots {
+		b++
+	}
+	t := &indexTable{slots: make([]atomic.Pointer[Key], 1<<b), serials: make([]Serial, 1<<b), bits: b}
+	if old != nil {
+		mask := uint64(len(t.slots) - 1)
+		for i := range old.slots {
+			k := old.slots[i].Load()
+			if k == nil || k == tombstone {
+				continue
+			}
+			id := old.serials[i]
+			j := t.home(serialHash(id))
+			for t.slots[j].Load() != nil {
+				j = (j + 1) & mask
+			}
+			t.serials[j] = id
+			t.slots[j].Store(k)
+			t.used++
+			t.live++
+		}
+	}
+	sh.tab.Store(t)
+	return t
+}
+
+// indexCursor is a place in a scan of the index: the collector's, which
+// resumes from it item after item while keys come and go.
+type indexCursor struct {
+	shard int
+	tab   *indexTable // the shard's table when the scan entered it
+	slot  int
+}
+
+// scan appends to out up to n keys from the cursor on, advancing it, and
+// reports whether the scan has passed the last shard. Every key indexed
+// for the whole of a scan is returned at least once: a shard whose table
+// was rebuilt since the cursor entered it is scanned again from its start
+// (returning some keys twice, which the collector tolerates). Keys added
+// or removed during the scan may or may not be returned, as with the
+// kernel's walk of its serial tree.
+func (x *serialIndex) scan(c *indexCursor, n int, out []*Key) ([]*Key, bool) {
+	for ; c.shard < indexShards; c.shard, c.tab, c.slot = c.shard+1, nil, 0 {
+		t := x.shards[c.shard].tab.Load()
+		if t != c.tab {
+			c.tab, c.slot = t, 0
+		}
+		if t == nil {
+			continue
+		}
+		for c.slot < len(t.slots) {
+			k := t.slots[c.slot].Load()
+			c.slot++
+			if k == nil || k == tombstone {
+				continue
+			}
+			out = append(out, k)
+			if len(out) == n {
+				if c.slot == len(t.slots) {
+					c.shard, c.tab, c.slot = c.shard+1, nil, 0
+				}
+				return out, c.shard == indexShards
+			}
+		}
+	}
+	return out, true
+}
+
+// all yields every indexed key, in no particular order. Keys added or
+// removed meanwhile may or may not be seen. Unlike scan it keeps no
+// cursor: it is for checks and views that walk the index in one go.
+func (x *serialIndex) all() iter.Seq[*Key] {
+	return func(yield func(*Key) bool) {
+		for i := range x.shards {
+			t := x.shards[i].tab.Load()
+			if t == nil {
+				continue
+			}
+			for j := range t.slots {
+				k := t.slots[j].Load()
+				if k == nil || k == tombstone {
+					continue
+				}
+				if !yield(k) {
+					return
+				}
+			}
+		}
+	}
+}

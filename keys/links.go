@@ -1,0 +1,285 @@
+package keys
+
+// Clear removes every link from a keyring (KEYCTL_CLEAR).
+func (c *Caller) Clear(ringID Serial) error {
+	r, err := c.lookupUserKey(ringID, lookupCreate, Write)
+	if err != nil {
+		return wrap("keyctl_clear", ringID, err)
+	}
+	defer r.put()
+	if !r.key.isKeyring() {
+		return wrap("keyctl_clear", ringID, ENOTDIR)
+	}
+	c.s.clearRing(r.key)
+	notify(r.key, NotifyCleared, 0)
+	return nil
+}
+
+// Link links a key into a keyring (KEYCTL_LINK), replacing a link to a key
+// of the same type and description.
+func (c *Caller) Link(id, ringID Serial) error {
+	return wrap("keyctl_link", id, c.link(id, ringID))
+}
+
+func (c *Caller) link(id, ringID Serial) error {
+	ring, err := c.lookupUserKey(ringID, lookupCreate, Write)
+	if err != nil {
+		return err
+	}
+	defer ring.put()
+	r, err := c.lookupUserKey(id, lookupCreate, Link)
+	if err != nil {
+		return err
+	}
+	if err := c.s.linkInto(ring.key, r.key, true); err != nil {
+		r.put()
+		return err
+	}
+	return nil
+}
+
+// Unlink removes a key's link from a keyring (KEYCTL_UNLINK). Only Write
+// on the keyring is needed, not any permission on the key.
+func (c *Caller) Unlink(id, ringID Serial) error {
+	return wrap("keyctl_unlink", id, c.unlink(id, ringID))
+}
+
+func (c *Caller) unlink(id, ringID Serial) error {
+	ring, err := c.lookupUserKey(ringID, 0, Write)
+	if err != nil {
+		return err
+	}
+	defer ring.put()
+	r, err := c.lookupUserKey(id, lookupPartial, needUnlink)
+	if err != nil {
+		return err
+	}
+	defer r.put()
+	return c.s.unlinkFrom(ring.key, r.key)
+}
+
+// Move flags.
+const (
+	// MoveExcl makes Move fail with EEXIST rather than displace a key of
+	// the same type and description in the destination (KEYCTL_MOVE_EXCL).
+	MoveExcl = 1
+)
+
+// Move moves a key's link from one keyring to another (KEYCTL_MOVE).
+func (c *Caller) Move(id, from, to Serial, flags uint32) error {
+	return wrap("keyctl_move", id, c.move(id, from, to, flags))
+}
+
+func (c *Caller) move(id, fromID, toID Serial, flags uint32) error {
+	if flags&^MoveExcl != 0 {
+		return EINVAL
+	}
+	kr, err := c.lookupUserKey(id, lookupCreate, Link)
+	if err != nil {
+		return err
+	}
+	defer kr.put()
+	from, err := c.lookupUserKey(fromID, 0, Write)
+	if err != nil {
+		return err
+	}
+	defer from.put()
+	to, err := c.lookupUserKey(toID, lookupCreate, Write)
+	if err != nil {
+		return err
+	}
+	defer to.put()
+	if from.key == to.key {
+		return nil
+	}
+	if !from.key.isKeyring() || !to.key.isKeyring() {
+		return ENOTDIR
+	}
+	k := kr.key
+	if l, ok := from.key.ring.Load().find(k.typeName(), k.desc); !ok || l.key != k {
+		return ENOENT
+	}
+	if err := c.s.link(to.key, k.get(), true, flags&MoveExcl != 0); err != nil {
+		k.put()
+		return err
+	}
+	return c.s.unlinkFrom(from.key, k)
+}
+
+// linkCost is what a link charges to the keyring owner's byte quota.
+const linkCost = 4
+
+// MaxDepth is how many keyrings deep below the starting keyring searches
+// go and links may nest (KEYRING_SEARCH_MAX_DEPTH).
+const MaxDepth = 6
+
+// linkInto links k into ring, replacing a link of the same type and
+// description: the kernel's __key_link with its checks in order. It
+// consumes one reference to k on success. Called without locks held.
+func (s *Service) linkInto(ring, k *Key, checkRestriction bool) error {
+	return s.link(ring, k, checkRestriction, false)
+}
+
+// link is linkInto with the exclusive flag of KEYCTL_MOVE: with excl, an
+// existing link of the same type and description fails with EEXIST.
+func (s *Service) link(ring, k *Key, checkRestriction, excl bool) error {
+	if !ring.isKeyring() {
+		return ENOTDIR
+	}
+	if k.isKeyring() {
+		// Links of keyrings into keyrings are serialised so that the cycle
+		// check below sees a stable graph.
+		s.linkMu.Lock()
+		defer s.linkMu.Unlock()
+	}
+	ring.mu.Lock()
+	if ring.has(flagRevoked | flagInvalidated | flagDead) {
+		ring.mu.Unlock()
+		return EKEYREVOKED
+	}
+	// Build the next version first (one walk of the trie tells whether a
+	// link is replaced); it is published only if every check passes.
+	next, old, replacing := ring.ring.Load().with(k)
+	if replacing && excl {
+		ring.mu.Unlock()
+		return EEXIST
+	}
+	if !replacing {
+		if err := s.chargeLink(ring, linkCost); err != nil {
+			ring.mu.Unlock()
+			return err
+		}
+	}
+	undo := func(err error) error {
+		if !replacing {
+			s.chargeLink(ring, -linkCost)
+		}
+		ring.mu.Unlock()
+		return err
+	}
+	if checkRestriction && ring.restrict != nil {
+		if err := ring.restrict.check(ring, k); err != nil {
+			return undo(err)
+		}
+	}
+	if k.isKeyring() {
+		if err := s.detectCycle(ring, k); err != nil {
+			return undo(err)
+		}
+	}
+	ring.ring.Store(next)
+	k.addParent(ring)
+	if replacing {
+		old.key.removeParent(ring)
+	}
+	ring.mu.Unlock()
+	notify(ring, NotifyLinked, k.serial)
+	if replacing {
+		old.key.put()
+	}
+	return nil
+}
+
+// chargeLink adjusts the keyring owner's byte quota for links. Called with
+// ring.mu held.
+func (s *Service) chargeLink(ring *Key, delta int) error {
+	if !ring.has(flagInQuota) {
+		return nil
+	}
+	if err := s.adjust(ring.quota, delta); err != nil {
+		return err
+	}
+	ring.quotalen += delta
+	return nil
+}
+
+// unlinkFrom removes the link to k from ring. It fails with ENOENT if ring
+// holds no link for k's type and description. Like the kernel, it removes
+// whatever key occupies that slot.
+func (s *Service) unlinkFrom(ring, k *Key) error {
+	if !ring.isKeyring() {
+		return ENOTDIR
+	}
+	ring.mu.Lock()
+	next, old, ok := ring.ring.Load().without(k.typeName(), k.desc)
+	if !ok {
+		ring.mu.Unlock()
+		return ENOENT
+	}
+	ring.ring.Store(next)
+	old.key.removeParent(ring)
+	s.chargeLink(ring, -linkCost)
+	ring.mu.Unlock()
+	notify(ring, NotifyUnlinked, old.key.serial)
+	old.key.put()
+	return nil
+}
+
+// clearRing drops every link of ring.
+func (s *Service) clearRing(ring *Key) {
+	ring.mu.Lock()
+	old := ring.ring.Swap(&ringSnap{})
+	if old != nil {
+		s.chargeLink(ring, -linkCost*old.n)
+	}
+	var keys []*Key
+	if old != nil && old.n > 0 {
+		keys = make([]*Key, 0, old.n)
+		hwalk(old.root, func(l link) bool { keys = append(keys, l.key); return true })
+	}
+	for _, k := range keys {
+		k.removeParent(ring)
+	}
+	ring.mu.Unlock()
+	s.putAll(keys)
+}
+
+// putAll drops one reference to each of keys, burying those that lose
+// their last in batches: a keyring of a million keys cleared at once
+// hands them to the collector a chunk at a time, not one by one.
+func (s *Service) putAll(keys []*Key) {
+	const batch = 1024
+	var dying []*Key
+	for _, k := range keys {
+		if k.putLast() {
+			dying = append(dying, k)
+			if len(dying) == batch {
+				s.unusedBatch(dying)
+				dying = nil
+			}
+		}
+	}
+	s.unusedBatch(dying)
+}
+
+// detectCycle fails with EDEADLK if ring is reachable from k (or is k),
+// and with ELOOP if k's tree nests deeper than MaxDepth. Permissions and
+// key states are ignored; revoked keyrings are not descended into.
+func (s *Service) detectCycle(ring, k *Key) error {
+	if ring == k {
+		return EDEADLK
+	}
+	var walk func(at *Key, depth int) error
+	walk = func(at *Key, depth int) error {
+		snap := at.ring.Load()
+		if snap == nil {
+			return nil
+		}
+		for _, l := range snap.nested {
+			if l.key == ring {
+				return EDEADLK
+			}
+			if l.key.has(flagRevoked | flagInvalidated) {
+				continue
+			}
+			if depth >= MaxDepth {
+				return ELOOP
+			}
+			if err := walk(l.key, depth+1); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	return walk(k, 0)
+}

@@ -1,0 +1,148 @@
+package keys
+
+// Read returns a key's payload (KEYCTL_READ); for a keyring, the serials
+// of its links in listing order. Any failure to find the key reads as
+// ENOKEY, as in the kernel.
+func (c *Caller) Read(id Serial) ([]byte, error) {
+	b, err := c.read(id)
+	return b, wrap("keyctl_read", id, err)
+}
+
+// ReadInto reads a key's payload into buf as keyctl_read(3) does on a
+// current kernel: it returns the payload's length, and copies the payload
+// only when buf can hold all of it (so a short or nil buf asks for the
+// size). It allocates nothing on the common path.
+func (c *Caller) ReadInto(id Serial, buf []byte) (int, error) {
+	n, ok, err := c.readFast(id, buf, nil)
+	if !ok {
+		var out []byte
+		if out, err = c.read(id); err == nil {
+			n = len(out)
+			if n <= len(buf) {
+				copy(buf, out)
+			}
+		}
+	}
+	return n, wrap("keyctl_read", id, err)
+}
+
+func (c *Caller) read(id Serial) ([]byte, error) {
+	var fast []byte
+	if _, ok, err := c.readFast(id, nil, &fast); ok {
+		return fast, err
+	}
+	r, err := c.lookupUserKey(id, 0, needDefer)
+	if err != nil {
+		return nil, ENOKEY // the kernel reports every lookup failure so
+	}
+	defer r.put()
+	k := r.key
+	if err := k.negativeErr(); err != nil {
+		return nil, err
+	}
+	if !permitted(k, &c.cred, r.possessed, Read) && !r.possessed {
+		return nil, EACCES
+	}
+	t := k.typ.Load()
+	if k.isKeyring() {
+		if err := k.validate(c.s.now()); err != nil {
+			return nil, err
+		}
+		sec := c.s.dom.Read()
+		links := k.ring.Load().links()
+		sec.End()
+		out := make([]byte, 0, 4*len(links))
+		for _, l := range links {
+			v := uint32(l.key.serial)
+			out = append(out, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
+		}
+		return out, nil
+	}
+	if t == authType {
+		// A used or revoked authorisation reads as the kernel's does.
+		if err := k.validate(c.s.now()); err != nil {
+			return nil, err
+		}
+		if k.auth == nil {
+			return nil, ENOKEY
+		}
+		return append([]byte(nil), k.auth.callout...), nil
+	}
+	if t.Read == nil {
+		return nil, EOPNOTSUPP
+	}
+	if err := k.validate(c.s.now()); err != nil {
+		return nil, err
+	}
+	sec := c.s.dom.Read()
+	p := k.payload.Load()
+	if p == nil {
+		sec.End()
+		return nil, EKEYREVOKED
+	}
+	data, err := t.Read(p)
+	var out []byte
+	if err == nil {
+		out = append([]byte(nil), data...) // copied before the section ends
+	}
+	sec.End()
+	return out, err
+}
+
+// readFast serves the common read, a positive serial naming a key of a
+// readable type that is not under construction, in one rcu read section
+// and without taking a reference: the section keeps the key from being
+// destroyed and its payload from being wiped until it ends. ok is false
+// for everything else (special ids, keyrings, authorisations, keys being
+// constructed), which read serves the general way. The checks and their
+// order are read's: lookup, negative state, permission, validity.
+//
+// The payload is copied before the section ends: into a new slice stored
+// in *out when out is not nil, otherwise into dst if it fits. n is the
+// payload's length.
+func (c *Caller) readFast(id Serial, dst []byte, out *[]byte) (n int, ok bool, err error) {
+	if id <= 0 {
+		return 0, false, nil
+	}
+	s := c.s
+	sec := s.dom.Read()
+	defer sec.End()
+	k := s.lookup(id)
+	if k == nil || k.usage.Load() <= 0 {
+		return 0, true, ENOKEY
+	}
+	t := k.typ.Load()
+	if t == keyringType || t == authType || t.Read == nil || k.underConstruction() {
+		return 0, false, nil
+	}
+	possessed := c.possessesIn(k)
+	now := s.now()
+	if k.lastUsed.Load() != now {
+		k.lastUsed.Store(now)
+	}
+	if err := k.negativeErr(); err != nil {
+		return 0, true, err
+	}
+	if !possessed && !permitted(k, &c.cred, false, Read) {
+		return 0, true, EACCES
+	}
+	if err := k.validate(now); err != nil {
+		return 0, true, err
+	}
+	p := k.payload.Load()
+	if p == nil {
+		return 0, true, EKEYREVOKED
+	}
+	data, err := t.Read(p)
+	if err != nil {
+		return 0, true, err
+	}
+	switch {
+	case out != nil:
+		*out = make([]byte, len(data))
+		copy(*out, data)
+	case len(data) <= len(dst):
+		copy(dst, data)
+	}
+	return len(data), true, nil
+}
