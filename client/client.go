@@ -1,12 +1,13 @@
 // Package client is the Go API to ukeys, shaped like libkeyutils: one
 // method per keyctl operation, errors comparable with errors.Is against
-// the keys package's errno values. A Client talks to the ukeyd daemon over
-// its Unix socket, or is served in process (New with a server.Local) with
-// exactly the daemon's behaviour. A Client may be shared by goroutines: by
-// default their calls take turns, one round trip at a time; a Client
-// dialled WithPipelining sends concurrent calls without waiting for each
-// other's answers, which multiplies the throughput of one connection
-// shared by many goroutines.
+// the keyctl package's errno values (which package keys shares). A Client
+// talks to the ukeyd daemon over its Unix socket, or is served in process
+// (New with a server.Local) with exactly the daemon's behaviour. A Client
+// may be shared by goroutines: by default their calls take turns, one
+// round trip at a time; a Client dialled WithPipelining sends concurrent
+// calls without waiting for each other's answers, which multiplies the
+// throughput of one connection shared by many goroutines. It links none
+// of the key retention model: its vocabulary is package keyctl's.
 package client
 
 import (
@@ -19,7 +20,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/wire"
 )
 
@@ -104,7 +105,7 @@ func Dial(path string, opts ...Option) (*Client, error) {
 			// The daemon will not serve this process: its uid holds its
 			// share of the daemon already (EDQUOT), or the daemon is full
 			// (EMFILE).
-			return nil, &Error{Op: "connect", Errno: keys.Errno(refused.Errno)}
+			return nil, &Error{Op: "connect", Errno: keyctl.Errno(refused.Errno)}
 		}
 		return nil, err
 	}
@@ -207,7 +208,7 @@ func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, e
 	c.req = wire.Request{}
 	if resp.Errno != 0 {
 		clear(c.in)
-		return nil, &Error{Op: op.String(), Errno: keys.Errno(resp.Errno)}
+		return nil, &Error{Op: op.String(), Errno: keyctl.Errno(resp.Errno)}
 	}
 	out := detach(resp)
 	if c.local == nil {
@@ -234,7 +235,7 @@ func (c *Client) doPipelined(op wire.Op, ints []int64, bufs [][]byte) (*wire.Res
 		return nil, err
 	}
 	if resp.Errno != 0 {
-		return nil, &Error{Op: op.String(), Errno: keys.Errno(resp.Errno)}
+		return nil, &Error{Op: op.String(), Errno: keyctl.Errno(resp.Errno)}
 	}
 	return detach(&resp), nil
 }
@@ -372,7 +373,7 @@ func detach(r *wire.Response) *wire.Response {
 // Error is an operation's failure.
 type Error struct {
 	Op    string
-	Errno keys.Errno
+	Errno keyctl.Errno
 }
 
 func (e *Error) Error() string { return e.Op + ": " + e.Errno.Error() }
@@ -384,7 +385,7 @@ func i64(vs ...any) []int64 {
 	out := make([]int64, len(vs))
 	for i, v := range vs {
 		switch x := v.(type) {
-		case keys.Serial:
+		case keyctl.Serial:
 			out[i] = int64(x)
 		case int:
 			out[i] = int64(x)
@@ -392,9 +393,9 @@ func i64(vs ...any) []int64 {
 			out[i] = x
 		case uint32:
 			out[i] = int64(x)
-		case keys.Perm:
+		case keyctl.Perm:
 			out[i] = int64(x)
-		case keys.Errno:
+		case keyctl.Errno:
 			out[i] = int64(x)
 		case bool:
 			if x {
@@ -407,14 +408,14 @@ func i64(vs ...any) []int64 {
 	return out
 }
 
-func serial(r *wire.Response, err error) (keys.Serial, error) {
+func serial(r *wire.Response, err error) (keyctl.Serial, error) {
 	if err != nil {
 		return 0, err
 	}
 	if len(r.Ints) < 1 {
 		return 0, ErrProtocol
 	}
-	return keys.Serial(r.Ints[0]), nil
+	return keyctl.Serial(r.Ints[0]), nil
 }
 
 func bytesOf(r *wire.Response, err error) ([]byte, error) {

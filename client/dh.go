@@ -3,23 +3,23 @@ package client
 import (
 	"math"
 
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/wire"
 )
 
 // DHCompute returns base^private mod prime, computed by the daemon from
 // three user keys, zero-padded to the prime's length as the kernel pads it
 // (keyctl_dh_compute_alloc). See keys.Caller.DHCompute for the errors.
-func (c *Client) DHCompute(private, prime, base keys.Serial) ([]byte, error) {
+func (c *Client) DHCompute(private, prime, base keyctl.Serial) ([]byte, error) {
 	// A buffer as large as any result: one round trip instead of asking
 	// for the length first.
 	return bytesOf(c.do(wire.OpDHCompute, i64(private, prime, base, int64(math.MaxInt64))))
 }
 
-// DHComputeKDF derives outlen bytes (at most keys.MaxKDFOutput) from the
+// DHComputeKDF derives outlen bytes (at most keyctl.MaxKDFOutput) from the
 // Diffie-Hellman shared secret and otherInfo with the kernel's counter KDF
 // over the named hash, "sha256" for example (keyctl_dh_compute_kdf).
-func (c *Client) DHComputeKDF(private, prime, base keys.Serial, hash string, otherInfo []byte, outlen uint64) ([]byte, error) {
+func (c *Client) DHComputeKDF(private, prime, base keyctl.Serial, hash string, otherInfo []byte, outlen uint64) ([]byte, error) {
 	if otherInfo == nil {
 		otherInfo = []byte{}
 	}

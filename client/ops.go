@@ -4,12 +4,12 @@ import (
 	"errors"
 	"strconv"
 
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/wire"
 )
 
 // AddKey creates or updates a key in keyring ring (add_key(2)).
-func (c *Client) AddKey(typ, desc string, payload []byte, ring keys.Serial) (keys.Serial, error) {
+func (c *Client) AddKey(typ, desc string, payload []byte, ring keyctl.Serial) (keyctl.Serial, error) {
 	if payload == nil {
 		payload = []byte{}
 	}
@@ -18,22 +18,22 @@ func (c *Client) AddKey(typ, desc string, payload []byte, ring keys.Serial) (key
 
 // RequestKey finds a key, constructing it through the request-key helper
 // if callout is not nil (request_key(2)).
-func (c *Client) RequestKey(typ, desc string, callout []byte, dest keys.Serial) (keys.Serial, error) {
+func (c *Client) RequestKey(typ, desc string, callout []byte, dest keyctl.Serial) (keyctl.Serial, error) {
 	return serial(c.do(wire.OpRequestKey, i64(dest), []byte(typ), []byte(desc), callout))
 }
 
 // GetKeyringID resolves an id, creating a special keyring if create.
-func (c *Client) GetKeyringID(id keys.Serial, create bool) (keys.Serial, error) {
+func (c *Client) GetKeyringID(id keyctl.Serial, create bool) (keyctl.Serial, error) {
 	return serial(c.do(wire.OpGetKeyringID, i64(id, create)))
 }
 
 // JoinSessionKeyring joins or creates a session keyring (nil: anonymous).
-func (c *Client) JoinSessionKeyring(name *string) (keys.Serial, error) {
+func (c *Client) JoinSessionKeyring(name *string) (keyctl.Serial, error) {
 	return serial(c.do(wire.OpJoinSession, nil, strPtr(name)))
 }
 
 // Update replaces a key's payload.
-func (c *Client) Update(id keys.Serial, payload []byte) error {
+func (c *Client) Update(id keyctl.Serial, payload []byte) error {
 	if payload == nil {
 		payload = []byte{}
 	}
@@ -41,58 +41,58 @@ func (c *Client) Update(id keys.Serial, payload []byte) error {
 }
 
 // Revoke revokes a key.
-func (c *Client) Revoke(id keys.Serial) error { return nothing(c.do(wire.OpRevoke, i64(id))) }
+func (c *Client) Revoke(id keyctl.Serial) error { return nothing(c.do(wire.OpRevoke, i64(id))) }
 
 // Invalidate invalidates a key.
-func (c *Client) Invalidate(id keys.Serial) error { return nothing(c.do(wire.OpInvalidate, i64(id))) }
+func (c *Client) Invalidate(id keyctl.Serial) error { return nothing(c.do(wire.OpInvalidate, i64(id))) }
 
 // Chown changes owner and/or group; -1 leaves one as it is.
-func (c *Client) Chown(id keys.Serial, uid, gid int64) error {
+func (c *Client) Chown(id keyctl.Serial, uid, gid int64) error {
 	return nothing(c.do(wire.OpChown, i64(id, uid, gid)))
 }
 
 // SetPerm sets the permission mask.
-func (c *Client) SetPerm(id keys.Serial, perm keys.Perm) error {
+func (c *Client) SetPerm(id keyctl.Serial, perm keyctl.Perm) error {
 	return nothing(c.do(wire.OpSetPerm, i64(id, perm)))
 }
 
 // Describe returns "type;uid;gid;perm;description".
-func (c *Client) Describe(id keys.Serial) (string, error) {
+func (c *Client) Describe(id keyctl.Serial) (string, error) {
 	b, err := bytesOf(c.do(wire.OpDescribe, i64(id)))
 	return string(b), err
 }
 
 // Clear empties a keyring.
-func (c *Client) Clear(ring keys.Serial) error { return nothing(c.do(wire.OpClear, i64(ring))) }
+func (c *Client) Clear(ring keyctl.Serial) error { return nothing(c.do(wire.OpClear, i64(ring))) }
 
 // Link links a key into a keyring.
-func (c *Client) Link(id, ring keys.Serial) error { return nothing(c.do(wire.OpLink, i64(id, ring))) }
+func (c *Client) Link(id, ring keyctl.Serial) error { return nothing(c.do(wire.OpLink, i64(id, ring))) }
 
 // Unlink removes a key's link from a keyring.
-func (c *Client) Unlink(id, ring keys.Serial) error {
+func (c *Client) Unlink(id, ring keyctl.Serial) error {
 	return nothing(c.do(wire.OpUnlink, i64(id, ring)))
 }
 
-// Move moves a key between keyrings (flags: keys.MoveExcl).
-func (c *Client) Move(id, from, to keys.Serial, flags uint32) error {
+// Move moves a key between keyrings (flags: keyctl.MoveExcl).
+func (c *Client) Move(id, from, to keyctl.Serial, flags uint32) error {
 	return nothing(c.do(wire.OpMove, i64(id, from, to, flags)))
 }
 
 // Search searches a keyring tree, linking the result into dest if not 0.
-func (c *Client) Search(ring keys.Serial, typ, desc string, dest keys.Serial) (keys.Serial, error) {
+func (c *Client) Search(ring keyctl.Serial, typ, desc string, dest keyctl.Serial) (keyctl.Serial, error) {
 	return serial(c.do(wire.OpSearch, i64(ring, dest), []byte(typ), []byte(desc)))
 }
 
 // Read returns a key's payload (a keyring's: its serials, 4 bytes each).
-func (c *Client) Read(id keys.Serial) ([]byte, error) { return bytesOf(c.do(wire.OpRead, i64(id))) }
+func (c *Client) Read(id keyctl.Serial) ([]byte, error) { return bytesOf(c.do(wire.OpRead, i64(id))) }
 
 // SetTimeout sets a key's expiry in seconds from now (0: never).
-func (c *Client) SetTimeout(id keys.Serial, secs uint32) error {
+func (c *Client) SetTimeout(id keyctl.Serial, secs uint32) error {
 	return nothing(c.do(wire.OpSetTimeout, i64(id, secs)))
 }
 
 // Instantiate instantiates a key under construction (helpers only).
-func (c *Client) Instantiate(id keys.Serial, payload []byte, ring keys.Serial) error {
+func (c *Client) Instantiate(id keyctl.Serial, payload []byte, ring keyctl.Serial) error {
 	if payload == nil {
 		payload = []byte{}
 	}
@@ -100,17 +100,17 @@ func (c *Client) Instantiate(id keys.Serial, payload []byte, ring keys.Serial) e
 }
 
 // Negate negates a key under construction for timeout seconds.
-func (c *Client) Negate(id keys.Serial, timeout uint32, ring keys.Serial) error {
+func (c *Client) Negate(id keyctl.Serial, timeout uint32, ring keyctl.Serial) error {
 	return nothing(c.do(wire.OpNegate, i64(id, timeout, ring)))
 }
 
 // Reject rejects a key under construction with errno for timeout seconds.
-func (c *Client) Reject(id keys.Serial, timeout uint32, errno keys.Errno, ring keys.Serial) error {
+func (c *Client) Reject(id keyctl.Serial, timeout uint32, errno keyctl.Errno, ring keyctl.Serial) error {
 	return nothing(c.do(wire.OpReject, i64(id, timeout, errno, ring)))
 }
 
 // AssumeAuthority assumes the authority to construct key id (0: drop it).
-func (c *Client) AssumeAuthority(id keys.Serial) (keys.Serial, error) {
+func (c *Client) AssumeAuthority(id keyctl.Serial) (keyctl.Serial, error) {
 	return serial(c.do(wire.OpAssumeAuthority, i64(id)))
 }
 
@@ -122,18 +122,18 @@ func (c *Client) SetReqKeyKeyring(n int) (int, error) {
 }
 
 // GetSecurity returns the key's security label (always empty in ukeys).
-func (c *Client) GetSecurity(id keys.Serial) (string, error) {
+func (c *Client) GetSecurity(id keyctl.Serial) (string, error) {
 	b, err := bytesOf(c.do(wire.OpGetSecurity, i64(id)))
 	return string(b), err
 }
 
 // GetPersistent links uid's persistent keyring into dest (-1: own uid).
-func (c *Client) GetPersistent(uid int64, dest keys.Serial) (keys.Serial, error) {
+func (c *Client) GetPersistent(uid int64, dest keyctl.Serial) (keyctl.Serial, error) {
 	return serial(c.do(wire.OpGetPersistent, i64(uid, dest)))
 }
 
 // RestrictKeyring restricts a keyring (nil, nil: reject all links).
-func (c *Client) RestrictKeyring(id keys.Serial, typ, restriction *string) error {
+func (c *Client) RestrictKeyring(id keyctl.Serial, typ, restriction *string) error {
 	return nothing(c.do(wire.OpRestrictKeyring, i64(id), strPtr(typ), strPtr(restriction)))
 }
 
@@ -145,23 +145,23 @@ func (c *Client) Capabilities() ([]byte, error) { return bytesOf(c.do(wire.OpCap
 
 // WatchKey adds (watchID 0..255) or removes (-1) a watch on a key; events
 // arrive through NextNotification.
-func (c *Client) WatchKey(id keys.Serial, watchID int) error {
+func (c *Client) WatchKey(id keyctl.Serial, watchID int) error {
 	return nothing(c.do(wire.OpWatchKey, i64(id, watchID)))
 }
 
 // NextNotification waits for the next event on the connection's watches.
-func (c *Client) NextNotification() (keys.Notification, error) {
+func (c *Client) NextNotification() (keyctl.Notification, error) {
 	r, err := c.do(wire.OpWatchNext, nil)
-	for errors.Is(err, keys.EAGAIN) { // the daemon bounds each wait
+	for errors.Is(err, keyctl.EAGAIN) { // the daemon bounds each wait
 		r, err = c.do(wire.OpWatchNext, nil)
 	}
 	if err != nil {
-		return keys.Notification{}, err
+		return keyctl.Notification{}, err
 	}
 	if len(r.Ints) < 4 {
-		return keys.Notification{}, ErrProtocol
+		return keyctl.Notification{}, ErrProtocol
 	}
-	return keys.Notification{Key: keys.Serial(r.Ints[0]), Kind: keys.NotifyKind(r.Ints[1]),
+	return keyctl.Notification{Key: keyctl.Serial(r.Ints[0]), Kind: keyctl.NotifyKind(r.Ints[1]),
 		Aux: int32(r.Ints[2]), WatchID: uint8(r.Ints[3])}, nil
 }
 
@@ -207,6 +207,6 @@ func (c *Client) SessionToken() (string, error) {
 	return strconv.FormatInt(r.Ints[0], 10) + ":" + string(r.Bufs[0]), nil
 }
 
-func (c *Client) attach(token string) (keys.Serial, error) {
+func (c *Client) attach(token string) (keyctl.Serial, error) {
 	return serial(c.do(wire.OpSessionAttach, nil, []byte(token)))
 }

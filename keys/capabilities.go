@@ -1,18 +1,20 @@
 package keys
 
-// Capability bits of KEYCTL_CAPABILITIES.
+import "github.com/ukeys/ukeys/keyctl"
+
+// Capability bits of KEYCTL_CAPABILITIES (keyctl.Cap*).
 const (
-	CapCapabilities   = 0x01
-	CapPersistent     = 0x02
-	CapDH             = 0x04
-	CapPublicKey      = 0x08
-	CapBigKey         = 0x10
-	CapInvalidate     = 0x20
-	CapRestrict       = 0x40
-	CapMove           = 0x80
-	Cap2NSKeyringName = 0x01
-	Cap2NSKeyTag      = 0x02
-	Cap2Notifications = 0x04
+	CapCapabilities   = keyctl.CapCapabilities
+	CapPersistent     = keyctl.CapPersistent
+	CapDH             = keyctl.CapDH
+	CapPublicKey      = keyctl.CapPublicKey
+	CapBigKey         = keyctl.CapBigKey
+	CapInvalidate     = keyctl.CapInvalidate
+	CapRestrict       = keyctl.CapRestrict
+	CapMove           = keyctl.CapMove
+	Cap2NSKeyringName = keyctl.Cap2NSKeyringName
+	Cap2NSKeyTag      = keyctl.Cap2NSKeyTag
+	Cap2Notifications = keyctl.Cap2Notifications
 )
 
 // Capabilities reports what the service supports (KEYCTL_CAPABILITIES).

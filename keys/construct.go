@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/ukeys/ukeys/keyctl"
 	"sync"
 	"syscall"
 	"time"
@@ -11,7 +12,7 @@ import (
 
 // NegativeTimeout is how long a key whose construction failed stays
 // negative (the kernel's key_negative_timeout).
-const NegativeTimeout = 60 * time.Second
+const NegativeTimeout = keyctl.NegativeTimeout
 
 // Upcall is one construction request handed to the helper: the kernel's
 // call to /sbin/request-key.

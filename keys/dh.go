@@ -7,6 +7,7 @@ import (
 	"crypto/sha3"
 	"crypto/sha512"
 	"encoding/binary"
+	"github.com/ukeys/ukeys/keyctl"
 	"hash"
 	"math/big"
 	"strings"
@@ -34,9 +35,9 @@ type KDFParams struct {
 
 // Limits of KEYCTL_DH_COMPUTE, the kernel's.
 const (
-	MaxKDFOutput    = 1024 // KEYCTL_KDF_MAX_OUTPUT_LEN
-	MaxKDFOtherInfo = 64   // KEYCTL_KDF_MAX_OI_LEN
-	maxHashName     = 127  // CRYPTO_MAX_ALG_NAME, less its NUL
+	MaxKDFOutput    = keyctl.MaxKDFOutput // KEYCTL_KDF_MAX_OUTPUT_LEN
+	MaxKDFOtherInfo = 64                  // KEYCTL_KDF_MAX_OI_LEN
+	maxHashName     = 127                 // CRYPTO_MAX_ALG_NAME, less its NUL
 	// The kernel's multi-precision integers refuse inputs of more
 	// significant bits than this (MAX_EXTERN_MPI_BITS).
 	maxDHOperandBytes = 16384 / 8

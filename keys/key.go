@@ -1,26 +1,28 @@
 package keys
 
 import (
+	"github.com/ukeys/ukeys/keyctl"
+
 	"fmt"
 	"slices"
 	"sync"
 	"sync/atomic"
 )
 
-// Serial identifies a key. Positive serials name keys; the negative values
-// below name the caller's special keyrings, as in the kernel's API.
-type Serial int32
+// Serial identifies a key (keyctl.Serial). Positive serials name keys;
+// the negative values below name the caller's special keyrings.
+type Serial = keyctl.Serial
 
 // Special key ids (KEY_SPEC_*).
 const (
-	ThreadKeyring      Serial = -1
-	ProcessKeyring     Serial = -2
-	SessionKeyring     Serial = -3
-	UserKeyring        Serial = -4
-	UserSessionKeyring Serial = -5
-	GroupKeyring       Serial = -6
-	ReqKeyAuthKey      Serial = -7
-	RequestorKeyring   Serial = -8
+	ThreadKeyring      = keyctl.ThreadKeyring
+	ProcessKeyring     = keyctl.ProcessKeyring
+	SessionKeyring     = keyctl.SessionKeyring
+	UserKeyring        = keyctl.UserKeyring
+	UserSessionKeyring = keyctl.UserSessionKeyring
+	GroupKeyring       = keyctl.GroupKeyring
+	ReqKeyAuthKey      = keyctl.ReqKeyAuthKey
+	RequestorKeyring   = keyctl.RequestorKeyring
 )
 
 // keyState is where a key is in its life as a holder of a payload: it

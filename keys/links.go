@@ -1,5 +1,7 @@
 package keys
 
+import "github.com/ukeys/ukeys/keyctl"
+
 // Clear removes every link from a keyring (KEYCTL_CLEAR).
 func (c *Caller) Clear(ringID Serial) error {
 	r, err := c.lookupUserKey(ringID, lookupCreate, Write)
@@ -62,7 +64,7 @@ func (c *Caller) unlink(id, ringID Serial) error {
 const (
 	// MoveExcl makes Move fail with EEXIST rather than displace a key of
 	// the same type and description in the destination (KEYCTL_MOVE_EXCL).
-	MoveExcl = 1
+	MoveExcl = keyctl.MoveExcl
 )
 
 // Move moves a key's link from one keyring to another (KEYCTL_MOVE).

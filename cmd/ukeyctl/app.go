@@ -13,7 +13,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // exitCode is what exit panics with; Main recovers it. keyctl's actions
@@ -107,7 +107,7 @@ func (a *app) perror(msg string, err error) {
 // has) says so on a second line.
 func (a *app) fail(msg string, err error) {
 	a.perror(msg, err)
-	if a.cl != nil && errors.Is(err, keys.EKEYREVOKED) {
+	if a.cl != nil && errors.Is(err, keyctl.EKEYREVOKED) {
 		if lost := a.cl.SessionLost(); lost != nil {
 			a.eprintf("ukeyctl: the session in %s is gone (was ukeyd restarted?) and its keyring is revoked: "+
 				"start a new one with 'ukeyctl new_session' or 'ukeyctl session', or unset %s\n", client.SessionEnv, client.SessionEnv)
@@ -118,13 +118,13 @@ func (a *app) fail(msg string, err error) {
 
 // strerror renders an error as glibc's strerror renders its errno.
 func strerror(err error) string {
-	var ke keys.Errno
+	var ke keyctl.Errno
 	if errors.As(err, &ke) {
 		return ke.Error()
 	}
 	var se syscall.Errno
 	if errors.As(err, &se) {
-		if s := keys.Errno(se).Error(); !strings.HasPrefix(s, "Unknown error") {
+		if s := keyctl.Errno(se).Error(); !strings.HasPrefix(s, "Unknown error") {
 			return s
 		}
 		return capitalize(se.Error())
@@ -136,16 +136,16 @@ func strerror(err error) string {
 }
 
 // errnoOf returns the errno an error carries, or EIO.
-func errnoOf(err error) keys.Errno {
-	var ke keys.Errno
+func errnoOf(err error) keyctl.Errno {
+	var ke keyctl.Errno
 	if errors.As(err, &ke) {
 		return ke
 	}
 	var se syscall.Errno
 	if errors.As(err, &se) {
-		return keys.Errno(se)
+		return keyctl.Errno(se)
 	}
-	return keys.EIO
+	return keyctl.EIO
 }
 
 func capitalize(s string) string {

@@ -12,7 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // autostartWait bounds how long ukeyctl waits for a daemon it started to
@@ -38,7 +38,7 @@ func (a *app) connect() (*client.Client, error) {
 	if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Op == "connect" {
 		// The daemon answered, and refused this process.
 		why := "it is full"
-		if ce.Errno == keys.EDQUOT {
+		if ce.Errno == keyctl.EDQUOT {
 			why = "your uid holds its share of its connections and client processes already"
 		}
 		return nil, fmt.Errorf("ukeyd at %s refuses this process: %s (%v)", path, why, ce.Errno)

@@ -1,7 +1,7 @@
 package main
 
 import (
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // Commands a request-key helper uses to construct the key it was asked
@@ -58,11 +58,11 @@ func (a *app) cmdReject(args []string) {
 	var rejerr uint32
 	switch args[3] {
 	case "rejected":
-		rejerr = uint32(keys.EKEYREJECTED)
+		rejerr = uint32(keyctl.EKEYREJECTED)
 	case "revoked":
-		rejerr = uint32(keys.EKEYREVOKED)
+		rejerr = uint32(keyctl.EKEYREVOKED)
 	case "expired":
-		rejerr = uint32(keys.EKEYEXPIRED)
+		rejerr = uint32(keyctl.EKEYEXPIRED)
 	default:
 		v, ok := parseUnsigned(args[3], 10)
 		if !ok {
@@ -74,7 +74,7 @@ func (a *app) cmdReject(args []string) {
 	dest := a.getKeyID(args[4])
 	// The wire carries a 16-bit errno; anything from MAX_ERRNO up is
 	// refused alike, so clamp there rather than wrap.
-	e := keys.Errno(min(rejerr, 4095))
+	e := keyctl.Errno(min(rejerr, 4095))
 	if err := a.c().Reject(key, timeout, e, dest); err != nil {
 		a.fail("keyctl_negate", err)
 	}

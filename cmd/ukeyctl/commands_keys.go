@@ -3,7 +3,7 @@ package main
 import (
 	"encoding/binary"
 
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // version is the ukeys release this ukeyctl belongs to (set with
@@ -72,7 +72,7 @@ func (a *app) cmdRequest(args []string) {
 	if len(args) != 3 && len(args) != 4 {
 		a.format()
 	}
-	var dest keys.Serial
+	var dest keyctl.Serial
 	if len(args) == 4 {
 		dest = a.getKeyID(args[3])
 	}
@@ -87,7 +87,7 @@ func (a *app) cmdRequest2(args []string) {
 	if len(args) != 4 && len(args) != 5 {
 		a.format()
 	}
-	var dest keys.Serial
+	var dest keyctl.Serial
 	if len(args) == 5 {
 		dest = a.getKeyID(args[4])
 	}
@@ -151,7 +151,7 @@ func (a *app) cmdNewring(args []string) {
 }
 
 // oneKey runs a command of the form "<cmd> <key>" calling op.
-func (a *app) oneKey(args []string, msg string, op func(keys.Serial) error) {
+func (a *app) oneKey(args []string, msg string, op func(keyctl.Serial) error) {
 	if len(args) != 2 {
 		a.format()
 	}
@@ -162,15 +162,15 @@ func (a *app) oneKey(args []string, msg string, op func(keys.Serial) error) {
 }
 
 func (a *app) cmdRevoke(args []string) {
-	a.oneKey(args, "keyctl_revoke", func(k keys.Serial) error { return a.c().Revoke(k) })
+	a.oneKey(args, "keyctl_revoke", func(k keyctl.Serial) error { return a.c().Revoke(k) })
 }
 
 func (a *app) cmdClear(args []string) {
-	a.oneKey(args, "keyctl_clear", func(k keys.Serial) error { return a.c().Clear(k) })
+	a.oneKey(args, "keyctl_clear", func(k keyctl.Serial) error { return a.c().Clear(k) })
 }
 
 func (a *app) cmdInvalidate(args []string) {
-	a.oneKey(args, "keyctl_invalidate", func(k keys.Serial) error { return a.c().Invalidate(k) })
+	a.oneKey(args, "keyctl_invalidate", func(k keyctl.Serial) error { return a.c().Invalidate(k) })
 }
 
 func (a *app) cmdLink(args []string) {
@@ -196,7 +196,7 @@ func (a *app) cmdUnlink(args []string) {
 		}
 		return
 	}
-	n := a.sessionScan(func(parent, k keys.Serial, _ string, _ error) int {
+	n := a.sessionScan(func(parent, k keyctl.Serial, _ string, _ error) int {
 		if k != key {
 			return 0
 		}
@@ -213,7 +213,7 @@ func (a *app) cmdSearch(args []string) {
 		a.format()
 	}
 	ring := a.getKeyID(args[1])
-	var dest keys.Serial
+	var dest keyctl.Serial
 	if len(args) == 5 {
 		dest = a.getKeyID(args[4])
 	}
@@ -285,10 +285,10 @@ func (a *app) cmdPrint(args []string) {
 }
 
 // ringSerials decodes a keyring's payload: 32-bit serials, host order.
-func ringSerials(data []byte) []keys.Serial {
-	out := make([]keys.Serial, 0, len(data)/4)
+func ringSerials(data []byte) []keyctl.Serial {
+	out := make([]keyctl.Serial, 0, len(data)/4)
 	for i := 0; i+4 <= len(data); i += 4 {
-		out = append(out, keys.Serial(int32(binary.LittleEndian.Uint32(data[i:]))))
+		out = append(out, keyctl.Serial(int32(binary.LittleEndian.Uint32(data[i:]))))
 	}
 	return out
 }
@@ -421,7 +421,7 @@ func (a *app) cmdSetperm(args []string) {
 		a.eprintf("Unparsable permissions: '%s'\n", args[2])
 		a.exit(2)
 	}
-	if err := a.c().SetPerm(key, keys.Perm(uint32(v))); err != nil {
+	if err := a.c().SetPerm(key, keyctl.Perm(uint32(v))); err != nil {
 		a.fail("keyctl_setperm", err)
 	}
 }
@@ -493,7 +493,7 @@ func (a *app) cmdRestrictKeyring(args []string) {
 }
 
 func (a *app) cmdMove(args []string) {
-	flags := uint32(keys.MoveExcl)
+	flags := uint32(keyctl.MoveExcl)
 	if len(args) > 4 && args[1] == "-f" {
 		flags = 0
 		args = append([]string{args[0]}, args[2:]...)
@@ -515,17 +515,17 @@ var supportsNames = []struct {
 	index int
 	mask  byte
 }{
-	{"capabilities", 0, keys.CapCapabilities},
-	{"persistent_keyrings", 0, keys.CapPersistent},
-	{"dh_compute", 0, keys.CapDH},
-	{"public_key", 0, keys.CapPublicKey},
-	{"big_key_type", 0, keys.CapBigKey},
-	{"key_invalidate", 0, keys.CapInvalidate},
-	{"restrict_keyring", 0, keys.CapRestrict},
-	{"move_key", 0, keys.CapMove},
-	{"ns_keyring_name", 1, keys.Cap2NSKeyringName},
-	{"ns_key_tag", 1, keys.Cap2NSKeyTag},
-	{"notify", 1, keys.Cap2Notifications},
+	{"capabilities", 0, keyctl.CapCapabilities},
+	{"persistent_keyrings", 0, keyctl.CapPersistent},
+	{"dh_compute", 0, keyctl.CapDH},
+	{"public_key", 0, keyctl.CapPublicKey},
+	{"big_key_type", 0, keyctl.CapBigKey},
+	{"key_invalidate", 0, keyctl.CapInvalidate},
+	{"restrict_keyring", 0, keyctl.CapRestrict},
+	{"move_key", 0, keyctl.CapMove},
+	{"ns_keyring_name", 1, keyctl.Cap2NSKeyringName},
+	{"ns_key_tag", 1, keyctl.Cap2NSKeyTag},
+	{"notify", 1, keyctl.Cap2Notifications},
 }
 
 func (a *app) cmdSupports(args []string) {

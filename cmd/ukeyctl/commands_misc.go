@@ -4,12 +4,12 @@ import (
 	"os"
 	"strings"
 
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // errNoPkey is the answer to public-key operations: ukeys has no
 // asymmetric key type, so ukeyctl answers as a kernel without one does.
-var errNoPkey = keys.EOPNOTSUPP
+var errNoPkey = keyctl.EOPNOTSUPP
 
 // pkeyInfo checks the trailing key=value options as pkey_parse_info does.
 func (a *app) pkeyInfo(opts []string) {
@@ -130,10 +130,10 @@ func (a *app) cmdTestLimits(args []string) {
 			a.printf("TEST SIZE %d", i)
 		}
 		a.printf(".")
-		if _, err := a.c().AddKey(string(buf[:i]), "wibble", []byte("a"), keys.ThreadKeyring); err != nil {
-			want := keys.ENODEV
+		if _, err := a.c().AddKey(string(buf[:i]), "wibble", []byte("a"), keyctl.ThreadKeyring); err != nil {
+			want := keyctl.ENODEV
 			if i == 0 || i >= 32 {
-				want = keys.EINVAL
+				want = keyctl.EINVAL
 			}
 			if errnoOf(err) != want {
 				failed("%d type failed: %s\n", i, strerror(err))
@@ -142,10 +142,10 @@ func (a *app) cmdTestLimits(args []string) {
 			failed("%d type unexpectedly succeeded\n", i)
 		}
 		a.printf("_")
-		key, err := a.c().AddKey("user", string(buf[:i]), []byte("a"), keys.ThreadKeyring)
+		key, err := a.c().AddKey("user", string(buf[:i]), []byte("a"), keyctl.ThreadKeyring)
 		switch {
 		case err != nil && (i == 0 || i >= 4096):
-			if errnoOf(err) != keys.EINVAL {
+			if errnoOf(err) != keyctl.EINVAL {
 				failed("%d desc failed: %s\n", i, strerror(err))
 			}
 		case err != nil:
@@ -154,7 +154,7 @@ func (a *app) cmdTestLimits(args []string) {
 			if i == 0 || i >= 4096 {
 				failed("%d desc unexpectedly succeeded\n", i)
 			}
-			if uerr := a.c().Unlink(key, keys.ThreadKeyring); uerr != nil {
+			if uerr := a.c().Unlink(key, keyctl.ThreadKeyring); uerr != nil {
 				failed("Unlink failed: %s\n", strerror(uerr))
 			}
 		}
@@ -193,20 +193,20 @@ func (a *app) cmdTestLimits2(args []string) {
 		if i%(2048/32) == 0 {
 			a.printf(".")
 		}
-		key, err := a.c().AddKey("user", "a", buf[:i], keys.ThreadKeyring)
+		key, err := a.c().AddKey("user", "a", buf[:i], keyctl.ThreadKeyring)
 		switch {
 		case err != nil && (i == 0 || i > 32767):
-			if errnoOf(err) != keys.EINVAL {
+			if errnoOf(err) != keyctl.EINVAL {
 				failed("%d desc failed: %s\n", i, strerror(err))
 			}
-		case err != nil && errnoOf(err) == keys.EDQUOT:
+		case err != nil && errnoOf(err) == keyctl.EDQUOT:
 		case err != nil:
 			failed("%d desc wrong error: %s\n", i, strerror(err))
 		default:
 			if i == 0 || i > 32767 {
 				failed("%d desc unexpectedly succeeded\n", i)
 			}
-			if uerr := a.c().Unlink(key, keys.ThreadKeyring); uerr != nil {
+			if uerr := a.c().Unlink(key, keyctl.ThreadKeyring); uerr != nil {
 				failed("Unlink failed: %s\n", strerror(uerr))
 			}
 		}

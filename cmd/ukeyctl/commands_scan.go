@@ -3,7 +3,7 @@ package main
 import (
 	"strings"
 
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 func (a *app) cmdShow(args []string) {
@@ -15,7 +15,7 @@ func (a *app) cmdShow(args []string) {
 	if len(args) > 2 {
 		a.format()
 	}
-	ring := keys.SessionKeyring
+	ring := keyctl.SessionKeyring
 	name := "Session Keyring"
 	if len(args) == 2 {
 		ring = a.getKeyID(args[1])
@@ -48,7 +48,7 @@ func (t *treeDumper) prefix() string {
 	return string(t.indent[:])
 }
 
-func (t *treeDumper) dump(key keys.Serial, depth int, more bool) int {
+func (t *treeDumper) dump(key keyctl.Serial, depth int, more bool) int {
 	a := t.a
 	if depth > 8*4 {
 		return 0
@@ -109,11 +109,11 @@ func (t *treeDumper) dump(key keys.Serial, depth int, more bool) int {
 // scanFunc is called for every key of a scanned tree, children before
 // their keyring: parent is 0 for the root; raw is the key's description,
 // or "" with err set if it could not be described.
-type scanFunc func(parent, key keys.Serial, raw string, err error) int
+type scanFunc func(parent, key keyctl.Serial, raw string, err error) int
 
 // sessionScan is libkeyutils' recursive_session_key_scan.
 func (a *app) sessionScan(f scanFunc) int {
-	s, err := a.c().GetKeyringID(keys.SessionKeyring, false)
+	s, err := a.c().GetKeyringID(keyctl.SessionKeyring, false)
 	if err != nil || s <= 0 {
 		return 0
 	}
@@ -122,9 +122,9 @@ func (a *app) sessionScan(f scanFunc) int {
 
 // errUnparsable stands for the errno libkeyutils reports for a
 // description it cannot parse (it sets -EINVAL; only "not EACCES" counts).
-var errUnparsable error = keys.EINVAL
+var errUnparsable error = keyctl.EINVAL
 
-func (a *app) keyScan(parent, key keys.Serial, depth int, f scanFunc) int {
+func (a *app) keyScan(parent, key keyctl.Serial, depth int, f scanFunc) int {
 	if depth > 800 {
 		return 0
 	}
@@ -154,8 +154,8 @@ func (a *app) cmdReap(args []string) {
 	if len(args) != 1 {
 		a.format()
 	}
-	n := a.sessionScan(func(parent, key keys.Serial, _ string, err error) int {
-		if err == nil || errnoOf(err) == keys.EACCES {
+	n := a.sessionScan(func(parent, key keyctl.Serial, _ string, err error) int {
+		if err == nil || errnoOf(err) == keyctl.EACCES {
 			return 0
 		}
 		if verbose {
@@ -205,7 +205,7 @@ func (a *app) cmdPurge(args []string) {
 		if len(args) != 2 || prefix || caseless {
 			a.format()
 		}
-		f = func(_, ring keys.Serial, raw string, _ error) int {
+		f = func(_, ring keyctl.Serial, raw string, _ error) int {
 			if !strings.HasPrefix(raw, "keyring;") {
 				return 0
 			}
@@ -225,7 +225,7 @@ func (a *app) cmdPurge(args []string) {
 		if prefix || caseless {
 			a.format()
 		}
-		f = func(parent, key keys.Serial, raw string, err error) int {
+		f = func(parent, key keyctl.Serial, raw string, err error) int {
 			if parent == 0 || err != nil {
 				return 0
 			}
@@ -239,7 +239,7 @@ func (a *app) cmdPurge(args []string) {
 			return 1
 		}
 	case len(args) == 2:
-		f = func(parent, key keys.Serial, raw string, err error) int {
+		f = func(parent, key keyctl.Serial, raw string, err error) int {
 			if parent == 0 || err != nil {
 				return 0
 			}

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // keepalive is how often a process that holds a session for its children
@@ -65,7 +65,7 @@ func (a *app) runInSession(prog string, argv []string) int {
 	if !strings.Contains(prog, "/") {
 		p, err := exec.LookPath(prog)
 		if err != nil {
-			a.fail(prog, keys.ENOENT)
+			a.fail(prog, keyctl.ENOENT)
 		}
 		path = p
 	}
@@ -110,7 +110,7 @@ func (a *app) runChild(cmd *exec.Cmd, msg string, stop <-chan struct{}) int {
 				cmd.Process.Signal(syscall.SIGTERM)
 				stop = nil
 			case <-tick.C:
-				a.cl.GetKeyringID(keys.SessionKeyring, false)
+				a.cl.GetKeyringID(keyctl.SessionKeyring, false)
 			case s := <-sigs:
 				// SIGINT and SIGQUIT from the terminal reach the child
 				// too: only the others are passed on.
@@ -162,7 +162,7 @@ func (a *app) cmdNewSession(args []string) {
 	if err := a.c().SessionToParent(); err != nil {
 		a.fail("keyctl_session_to_parent", err)
 	}
-	id, err := a.c().GetKeyringID(keys.SessionKeyring, false)
+	id, err := a.c().GetKeyringID(keyctl.SessionKeyring, false)
 	if err != nil {
 		a.fail("keyctl_get_keyring_ID", err)
 	}

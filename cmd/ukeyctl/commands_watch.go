@@ -4,7 +4,7 @@ import (
 	"strings"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // watchReadyHook, if set (by tests), is called once a watch is in place.
@@ -80,8 +80,8 @@ func (a *app) parseFilter(f *watchFilter, s string) {
 	}
 }
 
-func (f *watchFilter) pass(kind keys.NotifyKind) bool {
-	if !f.on || kind == keys.NotifyRemoved {
+func (f *watchFilter) pass(kind keyctl.NotifyKind) bool {
+	if !f.on || kind == keyctl.NotifyRemoved {
 		return true
 	}
 	return kind < 32 && f.bits&(1<<kind) != 0
@@ -125,23 +125,23 @@ func (a *app) consume(cl *client.Client, filter *watchFilter, log, gc func(strin
 		}
 		id := uint32(n.Key)
 		switch n.Kind {
-		case keys.NotifyInstantiated:
+		case keyctl.NotifyInstantiated:
 			log("%d inst\n", id)
-		case keys.NotifyUpdated:
+		case keyctl.NotifyUpdated:
 			log("%d upd\n", id)
-		case keys.NotifyLinked:
+		case keyctl.NotifyLinked:
 			log("%d link %d\n", id, uint32(n.Aux))
-		case keys.NotifyUnlinked:
+		case keyctl.NotifyUnlinked:
 			log("%d unlk %d\n", id, uint32(n.Aux))
-		case keys.NotifyCleared:
+		case keyctl.NotifyCleared:
 			log("%d clr\n", id)
-		case keys.NotifyRevoked:
+		case keyctl.NotifyRevoked:
 			log("%d rev\n", id)
-		case keys.NotifyInvalidated:
+		case keyctl.NotifyInvalidated:
 			log("%d inv\n", id)
-		case keys.NotifySetAttr:
+		case keyctl.NotifySetAttr:
 			log("%d attr\n", id)
-		case keys.NotifyRemoved:
+		case keyctl.NotifyRemoved:
 			gc("%d gc\n", id)
 			if n.WatchID == 1 {
 				a.exit(0)

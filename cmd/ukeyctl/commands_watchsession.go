@@ -23,7 +23,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // Watch ids, as keyctl uses them: 1 for the session keyring watch_session
@@ -43,15 +43,15 @@ type monitor struct {
 	log, gc *os.File
 
 	primary *client.Client
-	marker  keys.Serial // keyring whose changes mark a sync point
+	marker  keyctl.Serial // keyring whose changes mark a sync point
 
 	// markMu orders changes of the marker with new watches of it, so
 	// that each connection knows which markers it will see.
 	markMu sync.Mutex
 
 	mu       sync.Mutex
-	watches  map[keys.Serial]*watchConn
-	sessions keys.Serial
+	watches  map[keyctl.Serial]*watchConn
+	sessions keyctl.Serial
 	markers  int // markers posted
 	cond     *sync.Cond
 	wg       sync.WaitGroup
@@ -106,7 +106,7 @@ func (a *app) cmdWatchSession(args []string) {
 		a.eprintf("The target fd must be between 3 and 9\n")
 		a.exit(2)
 	}
-	m := &monitor{a: a, filter: &filter, watches: make(map[keys.Serial]*watchConn), ended: make(chan struct{})}
+	m := &monitor{a: a, filter: &filter, watches: make(map[keyctl.Serial]*watchConn), ended: make(chan struct{})}
 	m.cond = sync.NewCond(&m.mu)
 	m.log = openLog(a, rest[0])
 	defer m.log.Close()
@@ -119,11 +119,11 @@ func (a *app) cmdWatchSession(args []string) {
 		a.fail("keyctl_join_session_keyring", err)
 	}
 	if session == 0 {
-		session, _ = m.primary.GetKeyringID(keys.SessionKeyring, false)
+		session, _ = m.primary.GetKeyringID(keyctl.SessionKeyring, false)
 	}
 	m.sessions = session
 	desc := "_watch_sync"
-	if m.marker, err = m.primary.AddKey("keyring", desc, nil, keys.ProcessKeyring); err != nil {
+	if m.marker, err = m.primary.AddKey("keyring", desc, nil, keyctl.ProcessKeyring); err != nil {
 		a.fail("ukeyctl: watch_session", err)
 	}
 	// Whatever happens from here on, the watches and their consumers go
@@ -147,7 +147,7 @@ func (a *app) cmdWatchSession(args []string) {
 	if !strings.Contains(path, "/") {
 		p, err := exec.LookPath(path)
 		if err != nil {
-			a.fail(path, keys.ENOENT)
+			a.fail(path, keyctl.ENOENT)
 		}
 		path = p
 	}
@@ -184,19 +184,19 @@ func (a *app) cmdWatchSession(args []string) {
 
 // add watches key on a connection of its own and starts its consumer,
 // returning the errno of a failure (0 on success).
-func (m *monitor) add(key keys.Serial, watchID int) keys.Errno {
+func (m *monitor) add(key keyctl.Serial, watchID int) keyctl.Errno {
 	serial, err := m.primary.GetKeyringID(key, false)
 	if err == nil {
 		m.mu.Lock()
 		_, dup := m.watches[serial]
 		m.mu.Unlock()
 		if dup {
-			return keys.EBUSY
+			return keyctl.EBUSY
 		}
 	}
 	cl, err := client.Dial(client.DefaultSocket())
 	if err != nil {
-		return keys.ENOMEM
+		return keyctl.ENOMEM
 	}
 	if err := cl.WatchKey(key, watchID); err != nil {
 		cl.Close()
@@ -219,7 +219,7 @@ func (m *monitor) add(key keys.Serial, watchID int) keys.Errno {
 }
 
 // consume logs one watch connection's events.
-func (m *monitor) consume(serial keys.Serial, w *watchConn) {
+func (m *monitor) consume(serial keyctl.Serial, w *watchConn) {
 	defer m.wg.Done()
 	for {
 		n, err := w.cl.NextNotification()
@@ -227,7 +227,7 @@ func (m *monitor) consume(serial keys.Serial, w *watchConn) {
 			return
 		}
 		if n.WatchID == watchIDSync {
-			if n.Kind == keys.NotifySetAttr {
+			if n.Kind == keyctl.NotifySetAttr {
 				m.mu.Lock()
 				w.markers++
 				m.cond.Broadcast()
@@ -239,7 +239,7 @@ func (m *monitor) consume(serial keys.Serial, w *watchConn) {
 			continue
 		}
 		m.logEvent(n)
-		if n.Kind == keys.NotifyRemoved {
+		if n.Kind == keyctl.NotifyRemoved {
 			m.drop(serial, w)
 			if n.WatchID == watchIDSession {
 				m.endOnce.Do(func() { close(m.ended) })
@@ -249,32 +249,32 @@ func (m *monitor) consume(serial keys.Serial, w *watchConn) {
 	}
 }
 
-func (m *monitor) logEvent(n keys.Notification) {
+func (m *monitor) logEvent(n keyctl.Notification) {
 	id := uint32(n.Key)
 	switch n.Kind {
-	case keys.NotifyInstantiated:
+	case keyctl.NotifyInstantiated:
 		m.logf(m.log, "%d inst\n", id)
-	case keys.NotifyUpdated:
+	case keyctl.NotifyUpdated:
 		m.logf(m.log, "%d upd\n", id)
-	case keys.NotifyLinked:
+	case keyctl.NotifyLinked:
 		m.logf(m.log, "%d link %d\n", id, uint32(n.Aux))
-	case keys.NotifyUnlinked:
+	case keyctl.NotifyUnlinked:
 		m.logf(m.log, "%d unlk %d\n", id, uint32(n.Aux))
-	case keys.NotifyCleared:
+	case keyctl.NotifyCleared:
 		m.logf(m.log, "%d clr\n", id)
-	case keys.NotifyRevoked:
+	case keyctl.NotifyRevoked:
 		m.logf(m.log, "%d rev\n", id)
-	case keys.NotifyInvalidated:
+	case keyctl.NotifyInvalidated:
 		m.logf(m.log, "%d inv\n", id)
-	case keys.NotifySetAttr:
+	case keyctl.NotifySetAttr:
 		m.logf(m.log, "%d attr\n", id)
-	case keys.NotifyRemoved:
+	case keyctl.NotifyRemoved:
 		m.logf(m.gc, "%d gc\n", id)
 	}
 }
 
 // drop forgets a watch and closes its connection.
-func (m *monitor) drop(serial keys.Serial, w *watchConn) {
+func (m *monitor) drop(serial keyctl.Serial, w *watchConn) {
 	m.mu.Lock()
 	if m.watches[serial] == w {
 		delete(m.watches, serial)
@@ -303,7 +303,7 @@ func (m *monitor) poke() error {
 
 // remove is watch_rm: the watch goes, with the removal record the kernel
 // would queue for it.
-func (m *monitor) remove(key keys.Serial) keys.Errno {
+func (m *monitor) remove(key keyctl.Serial) keyctl.Errno {
 	serial, err := m.primary.GetKeyringID(key, false)
 	if err != nil {
 		return errnoOf(err)
@@ -312,14 +312,14 @@ func (m *monitor) remove(key keys.Serial) keys.Errno {
 	w := m.watches[serial]
 	m.mu.Unlock()
 	if w == nil {
-		return keys.EBADSLT
+		return keyctl.EBADSLT
 	}
 	id := uint8(watchIDAdded)
 	if serial == m.sessions {
 		id = watchIDSession
 	}
 	m.drop(serial, w)
-	m.logEvent(keys.Notification{Kind: keys.NotifyRemoved, Key: serial, WatchID: id})
+	m.logEvent(keyctl.Notification{Kind: keyctl.NotifyRemoved, Key: serial, WatchID: id})
 	if id == watchIDSession {
 		m.endOnce.Do(func() { close(m.ended) })
 	}
@@ -327,7 +327,7 @@ func (m *monitor) remove(key keys.Serial) keys.Errno {
 }
 
 // sync waits until every consumer has logged what happened before it.
-func (m *monitor) sync() keys.Errno {
+func (m *monitor) sync() keyctl.Errno {
 	if err := m.poke(); err != nil {
 		return errnoOf(err)
 	}
@@ -360,7 +360,7 @@ func (m *monitor) sync() keys.Errno {
 func (m *monitor) closeAll() {
 	m.mu.Lock()
 	ws := m.watches
-	m.watches = map[keys.Serial]*watchConn{}
+	m.watches = map[keyctl.Serial]*watchConn{}
 	m.mu.Unlock()
 	for _, w := range ws {
 		w.cl.Close()
@@ -379,16 +379,16 @@ func (m *monitor) serve(f *os.File) {
 		}
 		verb, arg, _ := strings.Cut(string(buf[:n]), " ")
 		id, _ := strconv.ParseInt(arg, 10, 32)
-		var errno keys.Errno
+		var errno keyctl.Errno
 		switch verb {
 		case "add":
-			errno = m.add(keys.Serial(id), watchIDAdded)
+			errno = m.add(keyctl.Serial(id), watchIDAdded)
 		case "rm":
-			errno = m.remove(keys.Serial(id))
+			errno = m.remove(keyctl.Serial(id))
 		case "sync":
 			errno = m.sync()
 		default:
-			errno = keys.EINVAL
+			errno = keyctl.EINVAL
 		}
 		if _, err := f.Write([]byte(strconv.Itoa(int(errno)))); err != nil {
 			return
@@ -399,27 +399,27 @@ func (m *monitor) serve(f *os.File) {
 // monitorRequest sends a request on the watch_session socket at fd and
 // returns the errno of the answer; an fd that is not such a socket is
 // EINVAL, as the kernel says of an fd that is not a notification pipe.
-func monitorRequest(fd int, req string) keys.Errno {
+func monitorRequest(fd int, req string) keyctl.Errno {
 	if fd < 0 {
-		return keys.EINVAL
+		return keyctl.EINVAL
 	}
 	typ, err := syscall.GetsockoptInt(fd, syscall.SOL_SOCKET, syscall.SO_TYPE)
 	if err != nil || typ != syscall.SOCK_SEQPACKET {
-		return keys.EINVAL
+		return keyctl.EINVAL
 	}
 	if _, err := syscall.Write(fd, []byte(req)); err != nil {
-		return keys.EINVAL
+		return keyctl.EINVAL
 	}
 	buf := make([]byte, 32)
 	n, err := syscall.Read(fd, buf)
 	if err != nil || n <= 0 {
-		return keys.EINVAL
+		return keyctl.EINVAL
 	}
 	v, err := strconv.Atoi(string(buf[:n]))
 	if err != nil {
-		return keys.EINVAL
+		return keyctl.EINVAL
 	}
-	return keys.Errno(v)
+	return keyctl.Errno(v)
 }
 
 // watchFD is watch_add (id 2) and watch_rm (id -1).
@@ -446,7 +446,7 @@ func (a *app) cmdWatchSync(args []string) {
 	if _, _, e := syscall.Syscall(syscall.SYS_FCNTL, uintptr(fd), syscall.F_GETFD, 0); e != 0 || fd < 0 {
 		a.fail("ioctl(FIONREAD)", syscall.EBADF)
 	}
-	if errno := monitorRequest(fd, "sync"); errno != 0 && errno != keys.EINVAL {
+	if errno := monitorRequest(fd, "sync"); errno != 0 && errno != keyctl.EINVAL {
 		a.fail("ioctl(PIPE_IOC_SYNC)", errno)
 	}
 }

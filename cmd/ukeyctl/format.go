@@ -4,7 +4,7 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // description is a parsed KEYCTL_DESCRIBE answer.
@@ -63,14 +63,14 @@ func parseDescription(s string) (d description, ok bool) {
 // other bits chosen by the effective uid and gids).
 func (a *app) prettyMask(perm uint32, uid, gid int32) string {
 	a.loadCreds()
-	perms := (perm & uint32(keys.PossAll)) >> 24
+	perms := (perm & uint32(keyctl.PossAll)) >> 24
 	switch {
 	case uint32(uid) == a.euid:
-		perms |= (perm & uint32(keys.UserAll)) >> 16
+		perms |= (perm & uint32(keyctl.UserAll)) >> 16
 	case gid != -1 && a.inGroup(uint32(gid)):
-		perms |= (perm & uint32(keys.GroupAll)) >> 8
+		perms |= (perm & uint32(keyctl.GroupAll)) >> 8
 	default:
-		perms |= perm & uint32(keys.OtherAll)
+		perms |= perm & uint32(keyctl.OtherAll)
 	}
 	return "--" + rights(perms)
 }

@@ -3,7 +3,7 @@ package main
 import (
 	"strings"
 
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // cIsSpace is isspace(3) in the C locale.
@@ -108,23 +108,23 @@ func atoi(s string) int {
 }
 
 // getKeyID parses a key id argument as keyctl's get_key_id does.
-func (a *app) getKeyID(arg string) keys.Serial {
+func (a *app) getKeyID(arg string) keyctl.Serial {
 	if strings.HasPrefix(arg, "@") {
 		switch arg {
 		case "@t":
-			return keys.ThreadKeyring
+			return keyctl.ThreadKeyring
 		case "@p":
-			return keys.ProcessKeyring
+			return keyctl.ProcessKeyring
 		case "@s":
-			return keys.SessionKeyring
+			return keyctl.SessionKeyring
 		case "@u":
-			return keys.UserKeyring
+			return keyctl.UserKeyring
 		case "@us":
-			return keys.UserSessionKeyring
+			return keyctl.UserSessionKeyring
 		case "@g":
-			return keys.GroupKeyring
+			return keyctl.GroupKeyring
 		case "@a":
-			return keys.ReqKeyAuthKey
+			return keyctl.ReqKeyAuthKey
 		}
 		a.eprintf("Unknown special key: '%s'\n", arg)
 		a.exit(2)
@@ -159,7 +159,7 @@ func (a *app) getKeyID(arg string) keys.Serial {
 		a.eprintf("Unparsable key: '%s'\n", arg)
 		a.exit(2)
 	}
-	return keys.Serial(int32(uint32(v)))
+	return keyctl.Serial(int32(uint32(v)))
 }
 
 func (a *app) badKeyByName() {
@@ -170,13 +170,13 @@ func (a *app) badKeyByName() {
 // findKeyByTypeAndDesc is libkeyutils' find_key_by_type_and_desc with no
 // destination: request_key without a callout, then a scan of the daemon's
 // /proc/keys view, each candidate confirmed by describing it.
-func (a *app) findKeyByTypeAndDesc(typ, desc string) (keys.Serial, bool) {
+func (a *app) findKeyByTypeAndDesc(typ, desc string) (keyctl.Serial, bool) {
 	cl := a.c()
 	id, err := cl.RequestKey(typ, desc, nil, 0)
 	if err == nil {
 		return id, true
 	}
-	if errnoOf(err) == keys.ENOMEM {
+	if errnoOf(err) == keyctl.ENOMEM {
 		return 0, false
 	}
 	text, err := cl.ProcKeys()
@@ -197,7 +197,7 @@ func (a *app) findKeyByTypeAndDesc(typ, desc string) (keys.Serial, bool) {
 		}
 		// The description is confirmed through KEYCTL_DESCRIBE into a
 		// 1023-byte buffer: longer answers do not fit and are skipped.
-		d, err := cl.Describe(keys.Serial(int32(serial)))
+		d, err := cl.Describe(keyctl.Serial(int32(serial)))
 		if err != nil || len(d)+1 >= 1023 {
 			continue
 		}
@@ -205,7 +205,7 @@ func (a *app) findKeyByTypeAndDesc(typ, desc string) (keys.Serial, bool) {
 		if i < 0 || d[i+1:] != desc {
 			continue
 		}
-		return keys.Serial(int32(serial)), true
+		return keyctl.Serial(int32(serial)), true
 	}
 	return 0, false
 }

@@ -28,7 +28,7 @@ package main
 // program starts with '|', the callout information is piped to it and
 // its output instantiates the key. If that program fails, the best line
 // for the operation "negate" is run instead; if no line matches at all,
-// the key is negated (for keys.NegativeTimeout) and the helper fails.
+// the key is negated (for keyctl.NegativeTimeout) and the helper fails.
 //
 // One difference from keyutils: its matcher compares the text before a
 // mid-pattern '*' with the end of the datum (so "abc*def" never matches
@@ -47,12 +47,12 @@ import (
 	"strings"
 	"syscall"
 
-	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // reqParams is request-key's parameters.
 type reqParams struct {
-	keyID                             keys.Serial
+	keyID                             keyctl.Serial
 	op, keyType, keyDesc, calloutInfo string
 	key, uid, gid                     string
 	thread, process, session          string
@@ -115,10 +115,10 @@ func (a *app) cmdRequestKey(args []string) {
 	if haveInfo {
 		p.calloutInfo = rest[7]
 	}
-	p.keyID = keys.Serial(atoi(p.key))
+	p.keyID = keyctl.Serial(atoi(p.key))
 
 	if !r.debugMode {
-		if _, err := a.c().AssumeAuthority(p.keyID); err != nil && !haveInfo && errnoOf(err) != keys.EOPNOTSUPP {
+		if _, err := a.c().AssumeAuthority(p.keyID); err != nil && !haveInfo && errnoOf(err) != keyctl.EOPNOTSUPP {
 			r.error("Failed to assume authority over key %d (%s)\n", p.keyID, strerror(err))
 		}
 	}
@@ -141,7 +141,7 @@ func (a *app) cmdRequestKey(args []string) {
 	r.debug("Key type: %s\n", p.keyType)
 	r.debug("Key desc: %s\n", p.keyDesc)
 	if !haveInfo {
-		info, err := a.c().Read(keys.ReqKeyAuthKey)
+		info, err := a.c().Read(keyctl.ReqKeyAuthKey)
 		if err != nil {
 			r.error("Failed to retrieve callout info (%s)\n", strerror(err))
 		}
@@ -202,7 +202,7 @@ func (r *reqKey) lookupAction(p *reqParams) {
 	if !r.debugMode {
 		// What the kernel does when the helper gives up, done here so the
 		// requestor gets its answer without waiting for the helper's exit.
-		r.a.c().Negate(p.keyID, uint32(keys.NegativeTimeout.Seconds()), 0)
+		r.a.c().Negate(p.keyID, uint32(keyctl.NegativeTimeout.Seconds()), 0)
 	}
 	r.error("%s: No matching action\n", file)
 }
