@@ -14,6 +14,10 @@ import (
 // negative (the kernel's key_negative_timeout).
 const NegativeTimeout = keyctl.NegativeTimeout
 
+// DefaultUpcallTimeout is how long a request-key helper may run before the
+// key is negated and the helper is killed (WithUpcallTimeout changes it).
+const DefaultUpcallTimeout = 60 * time.Second
+
 // Upcall is one construction request handed to the helper: the kernel's
 // call to /sbin/request-key.
 type Upcall struct {

@@ -6,7 +6,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// threadCPU is the calling thread's CPU time. With WithItemCPUTime the
+// threadCPU is the calling thread's CPU time. With WithGCTuning's ItemCPUTime the
 // collector pins its goroutine to the thread for one work item and reads
 // it at both ends, which tells the work an item did from the time it
 // spent descheduled.

@@ -51,9 +51,9 @@
 //
 // The collector (gc.go) reaps keys: it prunes the links to keys that have
 // died and destroys keys that nothing references any more. It runs as
-// one work item on a workqueue (its own, or WithGCQueue's), which never
+// one work item on a workqueue (its own, or the one WithGCTuning names), which never
 // runs concurrently with itself, and every item does a bounded amount of
-// work, at most the chunk size (DefaultChunkSize, WithChunkSize) in units
+// work, at most the chunk size (DefaultChunkSize; WithGCTuning changes it for benchmarks) in units
 // of keys examined, links visited or pruned and keys destroyed, then
 // reschedules itself if work is left. Its state (a cursor into the
 // serial index, the sweeps under way, the batch waiting to be destroyed)

@@ -61,7 +61,7 @@ type GCStats struct {
 	MaxScannedPerItem, MaxDestroyedPerItem int
 	// ItemTime summarises how long work items ran (wall time, including
 	// any time the worker was descheduled); ItemCPU the CPU time each
-	// spent (with WithItemCPUTime, on Linux; empty otherwise);
+	// spent (with WithGCTuning's ItemCPUTime, on Linux; empty otherwise);
 	// DeathToDestruction how long keys waited between losing their last
 	// reference and being destroyed.
 	ItemTime, ItemCPU, DeathToDestruction rcu.Latency

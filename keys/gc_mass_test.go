@@ -27,7 +27,7 @@ func TestGCMassReap(t *testing.T) {
 	tun := DefaultTunables()
 	tun.GCDelay = 0
 	tun.RootMaxKeys, tun.RootMaxBytes = n+1000, 64*(n+1000)
-	e := newEnv(t, WithChunkSize(256), WithTunables(tun))
+	e := newEnv(t, withChunkSize(256), WithTunables(tun))
 	c := e.caller(0, 0)
 	var rings [4]Serial
 	for i := range rings {

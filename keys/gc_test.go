@@ -185,7 +185,7 @@ func allKeyrings(e *env, ids []Serial) bool {
 // exceed the chunk bound, with many keys reaped under concurrent load.
 func TestGCChunksAndRequestsDuringPass(t *testing.T) {
 	const n = 5000
-	e := newEnv(t, WithChunkSize(64))
+	e := newEnv(t, withChunkSize(64))
 	c := e.caller(0, 0)
 	ring := must(c.AddKey("keyring", "bulk", nil, SessionKeyring))
 	for i := range n {
@@ -231,7 +231,7 @@ func TestGCSweepOrDefer(t *testing.T) {
 	const n, chunk = 6000, 128
 	tun := DefaultTunables()
 	tun.GCDelay = 0
-	e := newEnv(t, WithChunkSize(chunk), WithTunables(tun))
+	e := newEnv(t, withChunkSize(chunk), WithTunables(tun))
 	c := e.caller(0, 0)
 	many := must(c.AddKey("keyring", "many", nil, SessionKeyring))
 	few := must(c.AddKey("keyring", "few", nil, SessionKeyring))
@@ -300,7 +300,7 @@ func TestGCSweepOrDefer(t *testing.T) {
 // returns with every key of the type gone and the live ones linked.
 func TestGCUnregisterTypeLargeKeyring(t *testing.T) {
 	const n = 3000
-	e := newEnv(t, WithChunkSize(100))
+	e := newEnv(t, withChunkSize(100))
 	c := e.caller(0, 0)
 	custom := &Type{Name: "custom", Preparse: userPreparse}
 	noErr(e.s.RegisterType(custom))
@@ -338,7 +338,7 @@ func TestGCItemCPUTime(t *testing.T) {
 	for _, measured := range []bool{false, true} {
 		var opts []Option
 		if measured {
-			opts = append(opts, WithItemCPUTime())
+			opts = append(opts, withItemCPUTime())
 		}
 		e := newEnv(t, opts...)
 		c := e.caller(0, 0)
@@ -353,7 +353,7 @@ func TestGCItemCPUTime(t *testing.T) {
 			t.Fatal("no collector item ran")
 		}
 		if got := st.ItemCPU.Count > 0; got != (measured && runtime.GOOS == "linux") {
-			t.Fatalf("WithItemCPUTime %v: %d items' CPU time measured", measured, st.ItemCPU.Count)
+			t.Fatalf("ItemCPUTime %v: %d items' CPU time measured", measured, st.ItemCPU.Count)
 		}
 	}
 }

@@ -44,7 +44,7 @@ func BenchmarkReap(b *testing.B) {
 					tun.GCDelay = 0
 					tun.RootMaxKeys = n + 100
 					tun.RootMaxBytes = 64 * (n + 100)
-					s := New(WithTunables(tun), WithClock(clk.now), WithChunkSize(chunk), WithItemCPUTime())
+					s := New(WithTunables(tun), WithClock(clk.now), withChunkSize(chunk), withItemCPUTime())
 					c := s.NewCaller(Cred{UID: 0, GID: 0, PID: 1})
 					if _, err := c.JoinSessionKeyring(nil); err != nil {
 						b.Fatal(err)

@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"github.com/ukeys/ukeys/internal/tuning"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -110,22 +111,30 @@ type Service struct {
 	itemCPU  bool
 }
 
-// WithChunkSize bounds how many keys one collector work item scans or
-// destroys (default DefaultChunkSize); 0 means unbounded, the kernel's
-// behaviour before it learnt to process in chunks.
-func WithChunkSize(n int) Option { return func(s *Service) { s.chunk, s.chunkSet = max(n, 0), true } }
+// WithGCTuning applies the collector's benchmark-only settings (package
+// internal/tuning, so only this module's benchmarks and tests can): the
+// work item's chunk size, measuring items' CPU time, the queue it runs
+// on.
+func WithGCTuning(t tuning.GC) Option {
+	return func(s *Service) {
+		if t.ChunkSizeSet {
+			withChunkSize(t.ChunkSize)(s)
+		}
+		if t.ItemCPUTime {
+			s.itemCPU = true
+		}
+		if t.Queue != nil {
+			s.gcQueue = t.Queue
+		}
+	}
+}
 
-// WithItemCPUTime makes the collector measure the CPU time of each of its
-// work items (GCStats.ItemCPU), for benchmarks and diagnosis. Measuring
-// pins the worker goroutine to its OS thread for each item, and Go's
-// scheduler is slower to hand processors back and forth around a pinned
-// goroutine: in a mass expiry of a million keys under two CPU-bound
-// foreground goroutines, pinning doubled the worst foreground operation
-// (median of 7 runs: 39 ms against 20 ms). Off by default.
-func WithItemCPUTime() Option { return func(s *Service) { s.itemCPU = true } }
+// withChunkSize bounds how many units of work one collector work item
+// does (default DefaultChunkSize); 0 means unbounded.
+func withChunkSize(n int) Option { return func(s *Service) { s.chunk, s.chunkSet = max(n, 0), true } }
 
-// WithGCQueue runs the collector on q instead of a queue of its own.
-func WithGCQueue(q *workqueue.Queue) Option { return func(s *Service) { s.gcQueue = q } }
+// withItemCPUTime measures the CPU time of the collector's work items.
+func withItemCPUTime() Option { return func(s *Service) { s.itemCPU = true } }
 
 // WithUpcall sets what runs when request_key must construct a key: the
 // daemon runs the request-key helper program. Without one, construction
@@ -140,7 +149,7 @@ func WithUpcallTimeout(d time.Duration) Option { return func(s *Service) { s.upc
 // New creates a service with the built-in key types.
 func New(opts ...Option) *Service {
 	s := &Service{
-		upcallWait: 60 * time.Second,
+		upcallWait: DefaultUpcallTimeout,
 		types:      make(map[string]*Type),
 		users:      make(map[uint32]*quotaUser),
 		ownDom:     true,

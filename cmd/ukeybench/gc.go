@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/ukeys/ukeys/internal/tuning"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -22,7 +23,7 @@ type gcParams struct {
 	Keys       int `json:"keys"`
 	Chunk      int `json:"chunk"`
 	Foreground int `json:"foreground"`
-	// ItemCPU measures work items' CPU time (keys.WithItemCPUTime).
+	// ItemCPU measures work items' CPU time (tuning.GC.ItemCPUTime).
 	ItemCPU bool `json:"item_cpu"`
 	// TraceDir, if set, receives a runtime trace of each measuring window
 	// (CASE-VARIANT.trace), for finding where a stall came from.
@@ -74,11 +75,8 @@ func gcOnce(p gcParams, cs, variant string, chunk int, baselineFor time.Duration
 	defer dom.Close()
 	wq := workqueue.New(dom, workqueue.WithName("keys-gc"), workqueue.WithWorkers(1))
 	defer wq.Close()
-	opts := []keys.Option{keys.WithTunables(tun), keys.WithChunkSize(chunk), keys.WithClock(clock.now),
-		keys.WithDomain(dom), keys.WithGCQueue(wq)}
-	if p.ItemCPU {
-		opts = append(opts, keys.WithItemCPUTime())
-	}
+	opts := []keys.Option{keys.WithTunables(tun), keys.WithClock(clock.now), keys.WithDomain(dom),
+		keys.WithGCTuning(tuning.GC{ChunkSize: chunk, ChunkSizeSet: true, Queue: wq, ItemCPUTime: p.ItemCPU})}
 	s := keys.New(opts...)
 	defer s.Close()
 	root := s.NewCaller(keys.Cred{UID: 0, GID: 0, PID: 1})

@@ -66,7 +66,7 @@ func run(args []string) int {
 	rootBytes := fs.Int("root-maxbytes", ev.int("UKEYD_ROOT_MAXBYTES", def.RootMaxBytes), "bytes for root (env UKEYD_ROOT_MAXBYTES)")
 	persist := fs.Duration("persistent-expiry", ev.duration("UKEYD_PERSISTENT_EXPIRY", def.PersistentExpiry), "persistent keyring timeout (env UKEYD_PERSISTENT_EXPIRY)")
 	helper := fs.String("request-key", envOr("UKEYD_REQUEST_KEY", defaultHelper()), "request-key helper command run to construct keys (env UKEYD_REQUEST_KEY; empty: none)")
-	upcallTimeout := fs.Duration("upcall-timeout", ev.duration("UKEYD_UPCALL_TIMEOUT", 60*time.Second), "kill a request-key helper after this long and negate the key")
+	upcallTimeout := fs.Duration("upcall-timeout", ev.duration("UKEYD_UPCALL_TIMEOUT", keys.DefaultUpcallTimeout), "kill a request-key helper after this long and negate the key (env UKEYD_UPCALL_TIMEOUT)")
 	lim := server.DefaultLimits(server.NoFile())
 	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
 	maxProcs := fs.Int("max-procs-per-uid", ev.int("UKEYD_MAX_PROCS_PER_UID", lim.MaxProcsPerUID), "client processes of one uid the daemon keeps keyrings for (env UKEYD_MAX_PROCS_PER_UID)")

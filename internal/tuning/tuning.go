@@ -1,0 +1,26 @@
+// Package tuning holds the key collector's settings that only benchmarks
+// and diagnosis should change: how much one work item does, whether its
+// CPU time is measured, and which workqueue runs it. keys.WithGCTuning
+// takes them; being internal, they cannot be set from outside this
+// module, so a program that uses keys gets the collector the project
+// measured.
+package tuning
+
+import "github.com/ukeys/ukeys/workqueue"
+
+// GC tunes the key collector.
+type GC struct {
+	// ChunkSize bounds how many units of work (keys examined, links
+	// visited or pruned, keys destroyed) one work item does, if
+	// ChunkSizeSet; 0 then means unbounded, the kernel's behaviour before
+	// it learnt to process in chunks.
+	ChunkSize    int
+	ChunkSizeSet bool
+	// ItemCPUTime measures each work item's CPU time (GCStats.ItemCPU).
+	// It pins the worker to its thread for each item, which slows Go's
+	// hand-offs of the processors: in a mass expiry under two CPU-bound
+	// goroutines it doubled the worst foreground operation.
+	ItemCPUTime bool
+	// Queue, if set, runs the collector instead of a queue of its own.
+	Queue *workqueue.Queue
+}
