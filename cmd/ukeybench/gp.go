@@ -21,7 +21,7 @@ type gpParams struct {
 // gpWaiter waits for the grace period of a trial in one way.
 type gpWaiter struct {
 	name string
-	wait func(d *rcu.Domain) error
+	wait func(d *rcu.Domain, c rcu.Cookie) error // c: a grace period begun before the holdout was released
 }
 
 // The waiters. The pollers use rcu's polling cookies, so all three wait
@@ -29,22 +29,20 @@ type gpWaiter struct {
 // differs. The pollers look once at once (the kernel's first scan of its
 // holdout list) and then after each sleep.
 var gpWaiters = []gpWaiter{
-	{"poll-1s", func(d *rcu.Domain) error {
-		c := d.Start()
+	{"poll-1s", func(d *rcu.Domain, c rcu.Cookie) error {
 		for !d.Done(c) {
 			time.Sleep(time.Second) // schedule_timeout_interruptible(HZ)
 		}
 		return nil
 	}},
-	{"poll-backoff", func(d *rcu.Domain) error {
-		c := d.Start()
+	{"poll-backoff", func(d *rcu.Domain, c rcu.Cookie) error {
 		// The kernel after Rostedt's patch: HZ/10, then HZ/9, … HZ/1.
 		for fract := 10; !d.Done(c); fract = max(fract-1, 1) {
 			time.Sleep(time.Second / time.Duration(fract))
 		}
 		return nil
 	}},
-	{"synchronize", func(d *rcu.Domain) error { return d.Synchronize(context.Background()) }},
+	{"synchronize", func(d *rcu.Domain, _ rcu.Cookie) error { return d.Synchronize(context.Background()) }},
 }
 
 // runGP measures how long each waiter takes to see the grace period of a
@@ -102,9 +100,14 @@ func runGP(p gpParams, maxDelay time.Duration, prog *progress) (report, error) {
 			<-online
 			// The grace period the waiter waits for begins after the
 			// holdout is online, so it must wait for its report.
+			// The pollers' cookie is taken before the holdout is released:
+			// a holdout quick to report would otherwise be offline again
+			// before the grace period began, which would then wait for
+			// nothing.
 			t0 := time.Now()
+			c := d.Start()
 			close(tr.begin)
-			if err := w.wait(d); err != nil {
+			if err := w.wait(d, c); err != nil {
 				return report{}, fmt.Errorf("gp %s: %w", w.name, err)
 			}
 			t1 := time.Now()
