@@ -3,13 +3,11 @@ package server_test
 import (
 	"bufio"
 	"bytes"
-	"context"
 	"errors"
 	"fmt"
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"testing"
@@ -18,6 +16,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/wire"
@@ -83,7 +82,7 @@ type daemon struct {
 	svc  *keys.Service
 	srv  *server.Server
 	path string
-	done chan error
+	d    *ukeystest.Daemon
 }
 
 func startDaemon(t *testing.T, opts ...keys.Option) *daemon {
@@ -92,52 +91,27 @@ func startDaemon(t *testing.T, opts ...keys.Option) *daemon {
 }
 
 func startDaemonTB(t testing.TB, opts ...keys.Option) *daemon {
+	t.Helper()
 	return startDaemonCfg(t, server.Config{}, opts...)
 }
 
 // startDaemonCfg starts a daemon with cfg, whose read timeout and
 // connection bound default to the tests' own.
 func startDaemonCfg(t testing.TB, cfg server.Config, opts ...keys.Option) *daemon {
-	dir := t.TempDir()
-	d := &daemon{path: filepath.Join(dir, "ukeyd.sock"), done: make(chan error, 1)}
-	d.svc = keys.New(opts...)
+	t.Helper()
 	if cfg.ReadTimeout == 0 {
 		cfg.ReadTimeout = 5 * time.Second
 	}
 	if cfg.MaxConnsPerUID == 0 {
 		cfg.MaxConnsPerUID = 64
 	}
-	d.srv = server.New(d.svc, cfg)
-	ln, err := server.Listen(d.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.done <- d.srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := d.srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-d.done; !errors.Is(err, server.ErrClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-		d.svc.Close()
-		if _, err := os.Stat(d.path); !os.IsNotExist(err) {
-			t.Errorf("socket left behind after shutdown: %v", err)
-		}
-	})
-	return d
+	d := ukeystest.NewDaemon(t, ukeystest.WithConfig(cfg), ukeystest.WithKeys(opts...))
+	return &daemon{svc: d.Service, srv: d.Server, path: d.Socket, d: d}
 }
 
 func (d *daemon) dial(t *testing.T) *client.Client {
 	t.Helper()
-	c, err := client.Dial(d.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return d.d.Dial(t)
 }
 
 func TestEndToEnd(t *testing.T) {

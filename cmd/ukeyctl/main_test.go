@@ -2,9 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"io"
-	"log/slog"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 )
@@ -105,34 +103,20 @@ func startDaemon(t *testing.T, opts ...keys.Option) *daemon {
 	t.Helper()
 	dir := t.TempDir()
 	d := &daemon{dir: dir, path: filepath.Join(dir, "ukeyd.sock"), done: make(chan error, 1)}
-	return d.start(t, opts...)
+	return d.start(t, ukeystest.WithKeys(opts...))
 }
 
-func (d *daemon) start(t *testing.T, opts ...keys.Option) *daemon {
+// start serves a daemon on d.path (see ukeystest) and points the
+// environment the commands read at it.
+func (d *daemon) start(t *testing.T, opts ...ukeystest.Option) *daemon {
 	t.Helper()
-	d.svc = keys.New(opts...)
-	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
-	d.srv = server.New(d.svc, server.Config{ReadTimeout: time.Minute, Logger: quiet})
-	ln, err := server.Listen(d.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { d.done <- d.srv.Serve(ln) }()
+	opts = append([]ukeystest.Option{ukeystest.WithConfig(server.Config{ReadTimeout: time.Minute})}, opts...)
+	td := ukeystest.NewDaemon(t, append(opts, ukeystest.WithSocket(d.path))...)
+	d.svc, d.srv = td.Service, td.Server
 	t.Setenv("UKEYS_SOCKET", d.path)
 	t.Setenv("UKEYS_NO_AUTOSTART", "1")
 	t.Setenv(client.SessionEnv, "")
 	t.Setenv(server.HelperEnv, "")
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		if err := d.srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-d.done; !errors.Is(err, server.ErrClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-		d.svc.Close()
-	})
 	return d
 }
 

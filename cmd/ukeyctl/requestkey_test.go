@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -9,8 +8,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
-	"github.com/ukeys/ukeys/server"
 )
 
 func TestMatch(t *testing.T) {
@@ -158,10 +157,7 @@ func startDaemonWithHelper(t *testing.T, conf, bin string) *daemon {
 	if err := os.WriteFile(helper, []byte(script), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	up := keys.UpcallFunc(func(ctx context.Context, u *keys.Upcall) error {
-		return d.srv.Upcaller(server.Helper{Path: helper, Socket: d.path}).Upcall(ctx, u)
-	})
-	return d.start(t, keys.WithUpcall(up), keys.WithUpcallTimeout(20*time.Second))
+	return d.start(t, ukeystest.WithHelper(helper), ukeystest.WithKeys(keys.WithUpcallTimeout(20*time.Second)))
 }
 
 func TestRequestKeyUpcall(t *testing.T) {

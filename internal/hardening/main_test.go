@@ -26,6 +26,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/server/metrics"
@@ -61,13 +62,13 @@ func TestMain(m *testing.M) {
 // daemon is a keys.Service served on a Unix socket in a directory every
 // uid can reach, with its logs and metrics captured.
 type daemon struct {
+	*ukeystest.Daemon
 	svc  *keys.Service
 	srv  *server.Server
 	dir  string
 	path string
 	logs *syncBuffer
 	reg  *prometheus.Registry
-	done chan error
 }
 
 type syncBuffer struct {
@@ -105,30 +106,9 @@ type daemonConfig struct {
 
 func startDaemon(t testing.TB, cfg daemonConfig) *daemon {
 	t.Helper()
-	dir, err := os.MkdirTemp("", "ukeys-hardening-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	d := &daemon{dir: dir, path: filepath.Join(dir, "run", "ukeyd.sock"), logs: &syncBuffer{},
-		reg: prometheus.NewRegistry(), done: make(chan error, 1)}
+	d := &daemon{logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
 	log := slog.New(slog.NewTextHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m := metrics.New(d.reg)
-	opts := cfg.opts
-	if cfg.helper != nil {
-		opts = append(opts, keys.WithUpcall(keys.UpcallFunc(func(ctx context.Context, u *keys.Upcall) error {
-			return d.srv.Upcaller(server.Helper{Path: cfg.helper[0], Args: cfg.helper[1:], Socket: d.path}).Upcall(ctx, u)
-		})))
-	}
-	d.svc = keys.New(opts...)
-	if cfg.tunables != nil {
-		if err := d.svc.SetTunables(*cfg.tunables); err != nil {
-			t.Fatal(err)
-		}
-	}
-	m.RegisterService(d.reg, d.svc)
 	rt := cfg.readTimeout
 	if rt == 0 {
 		rt = 5 * time.Minute // agents may wait long between calls on a busy machine
@@ -137,36 +117,27 @@ func startDaemon(t testing.TB, cfg daemonConfig) *daemon {
 	if mc == 0 {
 		mc = 64
 	}
-	d.srv = server.New(d.svc, server.Config{Logger: log, Metrics: m, ReadTimeout: rt, MaxConnsPerUID: mc,
-		Limits: cfg.limits, WriteTimeout: cfg.writeTimeout})
-	ln, err := server.Listen(d.path)
-	if err != nil {
-		t.Fatal(err)
+	opts := []ukeystest.Option{
+		ukeystest.WithDirMode(0o755), // agents run as other uids
+		ukeystest.WithKeys(cfg.opts...),
+		ukeystest.WithConfig(server.Config{Logger: log, Metrics: m, ReadTimeout: rt, MaxConnsPerUID: mc,
+			Limits: cfg.limits, WriteTimeout: cfg.writeTimeout}),
 	}
-	go func() { d.done <- d.srv.Serve(ln) }()
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-		defer cancel()
-		if err := d.srv.Shutdown(ctx); err != nil {
-			t.Errorf("shutdown: %v", err)
-		}
-		if err := <-d.done; !errors.Is(err, server.ErrClosed) {
-			t.Errorf("Serve returned %v", err)
-		}
-		d.svc.Close()
-		os.RemoveAll(dir)
-	})
+	if cfg.helper != nil {
+		opts = append(opts, ukeystest.WithHelper(cfg.helper[0], cfg.helper[1:]...))
+	}
+	if cfg.tunables != nil {
+		opts = append(opts, ukeystest.WithTunables(*cfg.tunables))
+	}
+	d.Daemon = ukeystest.NewDaemon(t, opts...)
+	d.svc, d.srv, d.dir, d.path = d.Service, d.Server, d.Dir, d.Socket
+	m.RegisterService(d.reg, d.svc)
 	return d
 }
 
 func (d *daemon) dial(t testing.TB) *client.Client {
 	t.Helper()
-	c, err := client.Dial(d.path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
+	return d.Dial(t)
 }
 
 // metricsText scrapes the daemon's Prometheus endpoint.
