@@ -1,4 +1,4 @@
-package server_test
+package client_test
 
 import (
 	"errors"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -14,8 +15,8 @@ import (
 // add, read, search and fail at the same time: each gets its own answers,
 // errors included, whatever the daemon gathered into one write.
 func TestPipelinedClient(t *testing.T) {
-	d := startDaemon(t)
-	c, err := client.Dial(d.path, client.WithPipelining())
+	d := ukeystest.NewDaemon(t)
+	c, err := client.Dial(d.Socket, client.WithPipelining())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,8 +77,8 @@ func TestPipelinedClient(t *testing.T) {
 // have requests in flight: each gets an answer or an error, none hangs,
 // and calls after Close fail.
 func TestPipelinedClientClose(t *testing.T) {
-	d := startDaemon(t)
-	c, err := client.Dial(d.path, client.WithPipelining())
+	d := ukeystest.NewDaemon(t)
+	c, err := client.Dial(d.Socket, client.WithPipelining())
 	if err != nil {
 		t.Fatal(err)
 	}
