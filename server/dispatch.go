@@ -3,7 +3,6 @@ package server
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -293,23 +292,8 @@ func (c *conn) sessionToParent() error {
 }
 
 func parentPID(pid int) int {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// The command name may contain spaces and parentheses: skip past the
-	// last ')'.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return 0
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 2 {
-		return 0
-	}
-	p, _ := strconv.Atoi(f[1])
-	return p
+	st, _ := readStat(pid)
+	return st.ppid
 }
 
 // Sysctl names, as under /proc/sys/kernel/keys.

@@ -48,3 +48,47 @@ func TestPeerGroupsComeFromTheSocket(t *testing.T) {
 		t.Fatalf("peer credentials %+v: want gid 4243 and groups 4242, 4244 as the client had them", cred)
 	}
 }
+
+// /proc/<pid>/stat lines, the command names of which a process chooses:
+// spaces and parentheses in them do not shift the fields.
+func TestParseStat(t *testing.T) {
+	line := func(comm string) []byte {
+		return []byte("4242 (" + comm + ") S 17 4242 4242 0 -1 4194560 150 0 0 0 1 2 0 0 20 0 1 0 987654 12345678 300 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n")
+	}
+	for _, comm := range []string{"ukeyctl", "a b", ") S 1 2 3 (", "((", "x) 99 99 99"} {
+		st, ok := parseStat(line(comm))
+		if !ok || st.ppid != 17 || st.flags != 4194560 || st.start != "987654" {
+			t.Errorf("comm %q: %+v %v", comm, st, ok)
+		}
+	}
+	for _, bad := range []string{"", "4242 ukeyctl S 17", "4242 (x) S 17 1 2", "4242 (x) S -1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 0 0 0 0 5 0"} {
+		if st, ok := parseStat([]byte(bad)); ok {
+			t.Errorf("%q parsed as %+v", bad, st)
+		}
+	}
+	if st, ok := readStat(os.Getpid()); !ok || st.ppid != os.Getppid() {
+		t.Errorf("this process's own stat: %+v %v, parent %d", st, ok, os.Getppid())
+	}
+}
+
+// Whatever a command name or a damaged file holds, parsing never panics,
+// and what it accepts has a parent pid that is a number and a start
+// time of digits.
+func FuzzParseStat(f *testing.F) {
+	f.Add([]byte("1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n"))
+	f.Add([]byte("7 (a) b)) R 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 9 0 0"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		st, ok := parseStat(b)
+		if !ok {
+			return
+		}
+		if st.ppid < 0 || st.start == "" {
+			t.Fatalf("%q parsed as %+v", b, st)
+		}
+		for _, c := range st.start {
+			if c < '0' || c > '9' {
+				t.Fatalf("start time %q", st.start)
+			}
+		}
+	})
+}

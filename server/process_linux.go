@@ -2,11 +2,8 @@ package server
 
 import (
 	"errors"
-	"fmt"
 	"net"
 	"os"
-	"strconv"
-	"strings"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -77,22 +74,8 @@ func (h *procHandle) leaving() bool {
 		return true
 	}
 	// Still there, so the pid is still this process's: /proc/<pid> is it.
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", h.pid))
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return false
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 7 {
-		return false
-	}
-	flags, err := strconv.ParseUint(f[6], 10, 64) // field 9: the task's flags
-	const pfExiting = 0x4                         // PF_EXITING
-	return err == nil && flags&pfExiting != 0
+	st, ok := readStat(h.pid)
+	return ok && st.flags&pfExiting != 0
 }
 
 // exitPolled reports whether the process has exited, given h's
@@ -124,20 +107,6 @@ func (h *procHandle) close() {
 // time in clock ticks since boot), or "" if the process or /proc is not
 // there.
 func startTime(pid int) string {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return ""
-	}
-	// The command name may hold spaces and parentheses: count fields from
-	// after the last ')', where field 3 (state) begins.
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	if i < 0 {
-		return ""
-	}
-	f := strings.Fields(s[i+1:])
-	if len(f) < 20 {
-		return ""
-	}
-	return f[19]
+	st, _ := readStat(pid)
+	return st.start
 }
