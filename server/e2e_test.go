@@ -102,8 +102,8 @@ func startDaemonCfg(t testing.TB, cfg server.Config, opts ...keys.Option) *daemo
 	if cfg.ReadTimeout == 0 {
 		cfg.ReadTimeout = 5 * time.Second
 	}
-	if cfg.MaxConnsPerUID == 0 {
-		cfg.MaxConnsPerUID = 64
+	if cfg.Limits.MaxConnsPerUID == 0 {
+		cfg.Limits.MaxConnsPerUID = 64
 	}
 	d := ukeystest.NewDaemon(t, ukeystest.WithConfig(cfg), ukeystest.WithKeys(opts...))
 	return &daemon{svc: d.Service, srv: d.Server, path: d.Socket, d: d}

@@ -239,8 +239,6 @@ func (s *Server) expensive(uid uint32, f func()) error {
 		return keys.EINTR
 	}
 	defer func() { <-s.heavy }()
-	s.expensiveRunning.Add(1)
-	defer s.expensiveRunning.Add(-1)
 	f()
 	return nil
 }
@@ -250,7 +248,6 @@ func (s *Server) expensive(uid uint32, f func()) error {
 type Stats struct {
 	Conns            int // connections open
 	Procs            int // client processes whose keyrings the server keeps
-	UIDs             int // uids holding connections, processes or buffers
 	BufferedBytes    int // bytes reserved for large requests and answers
 	ExpensiveRunning int // expensive operations (dh_compute) running
 	Limits           Limits
@@ -260,8 +257,9 @@ type Stats struct {
 func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return Stats{Conns: len(s.conns), Procs: s.nprocs, UIDs: len(s.usage), BufferedBytes: s.nbuffered,
-		ExpensiveRunning: int(s.expensiveRunning.Load()), Limits: s.lim}
+	// A slot of heavy is held exactly while an expensive operation runs.
+	return Stats{Conns: len(s.conns), Procs: s.nprocs, BufferedBytes: s.nbuffered,
+		ExpensiveRunning: len(s.heavy), Limits: s.lim}
 }
 
 // rateLimiter lets through at most burst events per interval and counts

@@ -32,7 +32,7 @@ func TestPIDReuseReleasesTheOldProcess(t *testing.T) {
 			if e := s.admitProc(cred.UID); e != 0 {
 				t.Fatal(e)
 			}
-			p = &proc{caller: svc.NewCaller(cred), uid: cred.UID, tracked: true, handle: procHandle{pid: cred.PID, fd: -1}}
+			p = &proc{caller: svc.NewCaller(cred), tracked: true, handle: procHandle{pid: cred.PID, fd: -1}}
 			s.procs[cred.PID] = p
 		}
 		p.conns++

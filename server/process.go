@@ -27,7 +27,6 @@ import (
 type proc struct {
 	caller   *keys.Caller
 	handle   procHandle
-	uid      uint32
 	conns    int
 	awaiting bool // awaitExit runs for it
 	tracked  bool // counted in the server's usage (admitProc)
@@ -45,7 +44,7 @@ func (s *Server) dropProcLocked(p *proc) {
 	if !p.private && s.procs[p.handle.pid] == p {
 		delete(s.procs, p.handle.pid)
 	}
-	s.dropProc(p.uid)
+	s.dropProc(p.caller.Cred().UID)
 }
 
 // linger keeps a process that has closed its last connection, until it

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/ukeys/ukeys/keys"
@@ -28,9 +27,6 @@ type Config struct {
 	// 10 seconds): a client that stops reading loses its connection
 	// instead of pinning it.
 	WriteTimeout time.Duration
-	// MaxConnsPerUID bounds simultaneous connections of one uid; it
-	// overrides Limits.MaxConnsPerUID when set.
-	MaxConnsPerUID int
 	// Limits bounds what callers can make the daemon hold; zero fields
 	// take DefaultLimits for the process's descriptor limit.
 	Limits Limits
@@ -56,9 +52,8 @@ type Server struct {
 	lim   Limits
 	heavy chan struct{} // a slot per expensive operation running
 
-	expensiveRunning atomic.Int64 // for tests and status
-	refusals         rateLimiter  // of the log lines about refused connections
-	failures         rateLimiter  // of the log lines about failed accepts
+	refusals rateLimiter // of the log lines about refused connections
+	failures rateLimiter // of the log lines about failed accepts
 
 	mu        sync.Mutex
 	procs     map[int]*proc // by pid; see process.go
@@ -93,9 +88,6 @@ func New(svc *keys.Service, cfg Config) *Server {
 	}
 	if cfg.WriteTimeout <= 0 {
 		cfg.WriteTimeout = 10 * time.Second
-	}
-	if cfg.MaxConnsPerUID > 0 {
-		cfg.Limits.MaxConnsPerUID = cfg.MaxConnsPerUID
 	}
 	if cfg.ProcessPoll <= 0 {
 		cfg.ProcessPoll = time.Second
@@ -235,7 +227,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 			s.refuse(uc, cred, e, "too many client processes")
 			return
 		}
-		p = &proc{caller: s.svc.NewCaller(cred), uid: cred.UID, tracked: true}
+		p = &proc{caller: s.svc.NewCaller(cred), tracked: true}
 		if cred.PID > 0 {
 			p.handle = openProc(uc, cred.PID)
 			s.procs[cred.PID] = p

@@ -52,7 +52,7 @@ func daemonOnce(p daemonParams, k int, variant string, dur time.Duration, prog *
 	tun.RootMaxBytes = max(tun.RootMaxBytes, 64*(p.Garbage+10_000))
 	svc := keys.New(keys.WithTunables(tun))
 	defer svc.Close()
-	srv := server.New(svc, server.Config{ReadTimeout: time.Minute, MaxConnsPerUID: k + 16})
+	srv := server.New(svc, server.Config{ReadTimeout: time.Minute, Limits: server.Limits{MaxConnsPerUID: k + 16}})
 	path := filepath.Join(dir, "ukeyd.sock")
 	ln, err := server.Listen(path)
 	if err != nil {

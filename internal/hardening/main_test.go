@@ -117,11 +117,15 @@ func startDaemon(t testing.TB, cfg daemonConfig) *daemon {
 	if mc == 0 {
 		mc = 64
 	}
+	lim := cfg.limits
+	if lim.MaxConnsPerUID == 0 {
+		lim.MaxConnsPerUID = mc
+	}
 	opts := []ukeystest.Option{
 		ukeystest.WithDirMode(0o755), // agents run as other uids
 		ukeystest.WithKeys(cfg.opts...),
-		ukeystest.WithConfig(server.Config{Logger: log, Metrics: m, ReadTimeout: rt, MaxConnsPerUID: mc,
-			Limits: cfg.limits, WriteTimeout: cfg.writeTimeout}),
+		ukeystest.WithConfig(server.Config{Logger: log, Metrics: m, ReadTimeout: rt,
+			Limits: lim, WriteTimeout: cfg.writeTimeout}),
 	}
 	if cfg.helper != nil {
 		opts = append(opts, ukeystest.WithHelper(cfg.helper[0], cfg.helper[1:]...))
