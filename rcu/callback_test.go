@@ -15,7 +15,7 @@ func TestCallRunsAfterGracePeriod(t *testing.T) {
 	d.Call(func() { close(ran) })
 	stillBlocked(t, "callback while a section that predates it is open", ran)
 	end()
-	recv(t, "ran", ran)
+	receive(t, "ran", ran)
 }
 
 func TestCallbacksRunInOrder(t *testing.T) {
@@ -54,7 +54,7 @@ func TestBarrierWaitsForEarlierCallbacksOnly(t *testing.T) {
 	later := make(chan struct{})
 	d.Call(func() { close(later) })
 	end()
-	if err := recv(t, "barrier", barrier); err != nil {
+	if err := receive(t, "barrier", barrier); err != nil {
 		t.Fatal(err)
 	}
 	if earlier.Load() != 1 {
@@ -62,7 +62,7 @@ func TestBarrierWaitsForEarlierCallbacksOnly(t *testing.T) {
 	}
 	stillBlocked(t, "the later callback, held by a section opened after its predecessor's grace period began", later)
 	endLater()
-	recv(t, "later", later)
+	receive(t, "later", later)
 }
 
 func TestCallbackMayCallCall(t *testing.T) {
@@ -162,7 +162,7 @@ func TestInlineGracePeriodWhenFull(t *testing.T) {
 	go d.Call(func() { close(ran) }) // full: waits for a grace period itself
 	stillBlocked(t, "inline callback while the section holds grace periods", ran)
 	end()
-	recv(t, "ran", ran)
+	receive(t, "ran", ran)
 	if err := d.Barrier(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -180,7 +180,7 @@ func TestCallWaitsForRoomWhenFull(t *testing.T) {
 	go func() { d.Call(func() {}); close(queued) }()
 	stillBlocked(t, "Call with a full backlog", queued)
 	end()
-	recv(t, "queued", queued)
+	receive(t, "queued", queued)
 	if err := d.Barrier(context.Background()); err != nil {
 		t.Fatal(err)
 	}
@@ -215,7 +215,7 @@ func TestValueRetiresAfterReaders(t *testing.T) {
 		seen <- string(b.data) // still inside the section
 		s.End()
 	}()
-	old := recv(t, "s1", s1)
+	old := receive(t, "s1", s1)
 	v.Store(&blob{data: []byte("second")})
 	if !v.CompareAndSwap(v.Load(), &blob{data: []byte("third")}) {
 		t.Fatal("CompareAndSwap with the current version failed")
@@ -225,7 +225,7 @@ func TestValueRetiresAfterReaders(t *testing.T) {
 	}
 	v.Update(func(cur *blob) *blob { return &blob{data: append([]byte(nil), cur.data...)} })
 	close(release)
-	if got := recv(t, "seen", seen); got != "first" {
+	if got := receive(t, "seen", seen); got != "first" {
 		t.Fatalf("reader saw %q, want the version it loaded intact", got)
 	}
 	if err := d.Barrier(context.Background()); err != nil {
@@ -272,7 +272,7 @@ func TestCallFromOnlineTaskOnFullBacklog(t *testing.T) {
 		tk.Unregister()
 		close(done)
 	}()
-	recv(t, "done", done)
+	receive(t, "done", done)
 	end()
 	if err := d.Barrier(context.Background()); err != nil {
 		t.Fatal(err)

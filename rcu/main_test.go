@@ -19,10 +19,10 @@ func stillBlocked[T any](t testing.TB, what string, ch <-chan T) {
 	testutil.StillBlocked(t, what, ch)
 }
 
-// recv waits for a value from ch and fails the test after a generous
+// receive waits for a value from ch and fails the test after a generous
 // limit instead of hanging until the whole binary's -timeout: what names
 // the awaited event in the failure.
-func recv[T any](t testing.TB, what string, ch <-chan T) T {
+func receive[T any](t testing.TB, what string, ch <-chan T) T {
 	t.Helper()
 	return testutil.Recv(t, what, ch)
 }

@@ -21,7 +21,7 @@ func TestSectionBeforeGracePeriodHoldsIt(t *testing.T) {
 	done := syncAsync(d)
 	stillBlocked(t, "Synchronize with a section open since before it", done)
 	s.End()
-	if err := recv(t, "done", done); err != nil {
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -35,7 +35,7 @@ func TestNestedSectionsHoldUntilOutermostEnds(t *testing.T) {
 	stillBlocked(t, "Synchronize with the outer section still open", done)
 	again := d.Read() // a new nested section after the grace period began
 	outer.End()
-	if err := recv(t, "done", done); err != nil {
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 	again.End()
@@ -54,8 +54,8 @@ func TestSectionMayBlockAndEndOnAnotherProcessor(t *testing.T) {
 	done := syncAsync(d)
 	stillBlocked(t, "Synchronize while a handed-off section is open", done)
 	close(release)
-	recv(t, "ended", ended)
-	if err := recv(t, "done", done); err != nil {
+	receive(t, "ended", ended)
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -123,7 +123,7 @@ func TestSynchronizeHonoursContextAndHandsOff(t *testing.T) {
 	c := d.Snapshot()
 	done := syncAsync(d)
 	end()
-	if err := recv(t, "done", done); err != nil {
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 	if !d.Done(c) {

@@ -31,10 +31,10 @@ func TestStallReportNamesHoldingTask(t *testing.T) {
 	release := make(chan struct{})
 	exited := make(chan struct{})
 	go func() { stuckWorkerLoop(d, registered, release); close(exited) }()
-	recv(t, "registered", registered)
+	receive(t, "registered", registered)
 	done := syncAsync(d)
 
-	first := recv(t, "reports", reports)
+	first := receive(t, "reports", reports)
 	if first.Domain != "stall-test" || first.Report != 1 || first.Age < timeout || first.Waiting != "tasks" {
 		t.Fatalf("first report: %+v", first)
 	}
@@ -47,16 +47,16 @@ func TestStallReportNamesHoldingTask(t *testing.T) {
 	if s := first.String(); !strings.Contains(s, `task "stuck-worker"`) || !strings.Contains(s, "stuckWorkerLoop") {
 		t.Fatalf("rendered report lacks the task or its stack:\n%s", s)
 	}
-	second := recv(t, "reports", reports)
+	second := receive(t, "reports", reports)
 	if second.Report != 2 || second.Age < 3*timeout || second.GracePeriod != first.GracePeriod {
 		t.Fatalf("second report: %+v (first at %v), want report 2 at 3x the timeout", second, first.Age)
 	}
 
 	close(release)
-	if err := recv(t, "done", done); err != nil {
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
-	recv(t, "exited", exited)
+	receive(t, "exited", exited)
 	stalls := d.Stats().Stalls
 	time.Sleep(8 * timeout)
 	for len(reports) > 0 {
@@ -87,9 +87,9 @@ func TestStallReportCountsSections(t *testing.T) {
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() { defer wg.Done(); holdSectionInHolder(d, opened, release) }()
-	recv(t, "opened", opened)
+	receive(t, "opened", opened)
 	done := syncAsync(d)
-	r := recv(t, "reports", reports)
+	r := receive(t, "reports", reports)
 	if r.Waiting != "read sections" || r.Sections != 1 || len(r.Tasks) != 0 {
 		t.Fatalf("report: %+v, want one read section and no task", r)
 	}
@@ -100,7 +100,7 @@ func TestStallReportCountsSections(t *testing.T) {
 	}
 	close(release)
 	wg.Wait()
-	if err := recv(t, "done", done); err != nil {
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -114,7 +114,7 @@ func TestDefaultStallHandlerLogs(t *testing.T) {
 	done := syncAsync(d)
 	eventually(t, "a stall report", func() bool { return d.Stats().Stalls > 0 })
 	end()
-	if err := recv(t, "done", done); err != nil {
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 	mu.Lock()
@@ -144,7 +144,7 @@ func TestStallReportsOff(t *testing.T) {
 	done := syncAsync(d)
 	time.Sleep(20 * time.Millisecond)
 	end()
-	if err := recv(t, "done", done); err != nil {
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 }

@@ -82,7 +82,7 @@ func TestOfflineTaskIsNotWaitedFor(t *testing.T) {
 	eventually(t, "the grace period to mark the task", func() bool { return d.holdouts.Load() == 1 })
 	stillBlocked(t, "Synchronize with the task back online", done)
 	r.do((*Task).Checkpoint)
-	if err := recv(t, "done", done); err != nil {
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 	r.do((*Task).Unregister)
@@ -96,7 +96,7 @@ func TestTaskRegisteredDuringGracePeriodIsNotWaitedFor(t *testing.T) {
 	eventually(t, "the grace period to start", func() bool { return d.gpInProgress() && d.holdouts.Load() == 1 })
 	late := startTask(d, "late")
 	old.do((*Task).Checkpoint)
-	if err := recv(t, "done", done); err != nil {
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 	// The next grace period waits for both.
@@ -105,7 +105,7 @@ func TestTaskRegisteredDuringGracePeriodIsNotWaitedFor(t *testing.T) {
 	old.do((*Task).Checkpoint)
 	stillBlocked(t, "Synchronize waiting for the late task", done)
 	late.do((*Task).Checkpoint)
-	if err := recv(t, "done", done); err != nil {
+	if err := receive(t, "done", done); err != nil {
 		t.Fatal(err)
 	}
 	old.do((*Task).Unregister)

@@ -6,7 +6,6 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
-	"time"
 
 	"github.com/ukeys/ukeys/rcu"
 	"go.uber.org/goleak"
@@ -27,13 +26,7 @@ func stillBlocked[T any](t testing.TB, what string, ch <-chan T) {
 // receive waits for a value on ch, failing the test after a generous limit.
 func receive[T any](t testing.TB, what string, ch <-chan T) T {
 	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(20 * time.Second):
-		t.Fatalf("timed out waiting for %s", what)
-		panic("unreachable")
-	}
+	return testutil.Recv(t, what, ch)
 }
 
 // newQueue returns a queue on a fresh domain; both are closed when the

@@ -41,7 +41,7 @@ func Recv[T any](t testing.TB, what string, ch <-chan T) T {
 	select {
 	case v := <-ch:
 		return v
-	case <-time.After(60 * time.Second):
+	case <-time.After(20 * time.Second):
 		t.Fatalf("timed out waiting for %s", what)
 		var zero T
 		return zero
