@@ -169,14 +169,19 @@ func (c *Client) Close() error {
 // ErrProtocol reports an answer that does not fit the request.
 var ErrProtocol = errors.New("client: protocol error")
 
-func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, error) {
+// call sends one request, with args in the order of the operation's
+// entry in wire's table, and returns the answer, which the caller owns.
+func (c *Client) call(op wire.Op, args ...wire.Value) (*wire.Response, error) {
 	if c.pl != nil {
-		return c.doPipelined(op, ints, bufs)
+		return c.callPipelined(op, args)
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if err := c.req.Set(op, args...); err != nil {
+		return nil, err
+	}
 	c.tag++
-	c.req = wire.Request{Tag: c.tag, Op: op, Ints: ints, Bufs: bufs}
+	c.req.Tag = c.tag
 	var resp *wire.Response
 	if c.local != nil {
 		resp = c.local.Do(&c.req)
@@ -195,22 +200,21 @@ func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, e
 			c.out = nil
 		}
 		if err != nil {
+			c.forget()
 			return nil, err
 		}
 		if err := c.resp.Decode(c.in); err != nil {
+			c.forget()
 			return nil, err
 		}
 		resp = &c.resp
 		if resp.Tag != c.req.Tag {
+			c.forget()
 			return nil, ErrProtocol
 		}
 	}
-	c.req = wire.Request{}
-	if resp.Errno != 0 {
-		clear(c.in)
-		return nil, &Error{Op: op.String(), Errno: keyctl.Errno(resp.Errno)}
-	}
-	out := detach(resp)
+	c.forget()
+	out, err := answer(op, resp)
 	if c.local == nil {
 		clear(c.in) // the copy is the caller's; wipe the frame
 		clear(c.resp.Bufs)
@@ -218,13 +222,35 @@ func (c *Client) do(op wire.Op, ints []int64, bufs ...[]byte) (*wire.Response, e
 			c.inBuf = nil // one large answer does not pin its buffer
 		}
 	}
-	return out, nil
+	return out, err
 }
 
-// doPipelined is do for a client made WithPipelining: no lock is held
-// while the request is in flight.
-func (c *Client) doPipelined(op wire.Op, ints []int64, bufs [][]byte) (*wire.Response, error) {
-	req := wire.Request{Op: op, Ints: ints, Bufs: bufs}
+// forget drops the request's references to the caller's buffers.
+func (c *Client) forget() {
+	clear(c.req.Bufs)
+	c.req.Bufs = c.req.Bufs[:0]
+}
+
+// answer turns a response into the caller's result: an *Error for an
+// errno, ErrProtocol for an answer that does not carry what the
+// operation's entry says, or else a copy the caller owns.
+func answer(op wire.Op, resp *wire.Response) (*wire.Response, error) {
+	if resp.Errno != 0 {
+		return nil, &Error{Op: op.String(), Errno: keyctl.Errno(resp.Errno)}
+	}
+	if wire.SpecOf(op).CheckResponse(resp) != nil {
+		return nil, ErrProtocol
+	}
+	return detach(resp), nil
+}
+
+// callPipelined is call for a client made WithPipelining: no lock is
+// held while the request is in flight.
+func (c *Client) callPipelined(op wire.Op, args []wire.Value) (*wire.Response, error) {
+	var req wire.Request
+	if err := req.Set(op, args...); err != nil {
+		return nil, err
+	}
 	cl, err := c.pl.do(&req)
 	if err != nil {
 		return nil, err
@@ -234,10 +260,7 @@ func (c *Client) doPipelined(op wire.Op, ints []int64, bufs [][]byte) (*wire.Res
 	if err := resp.Decode(cl.body); err != nil {
 		return nil, err
 	}
-	if resp.Errno != 0 {
-		return nil, &Error{Op: op.String(), Errno: keyctl.Errno(resp.Errno)}
-	}
-	return detach(&resp), nil
+	return answer(op, &resp)
 }
 
 // roundTrip writes the request frame out and reads the answer's body into
@@ -381,33 +404,6 @@ func (e *Error) Error() string { return e.Op + ": " + e.Errno.Error() }
 // Unwrap lets errors.Is match the errno.
 func (e *Error) Unwrap() error { return e.Errno }
 
-func i64(vs ...any) []int64 {
-	out := make([]int64, len(vs))
-	for i, v := range vs {
-		switch x := v.(type) {
-		case keyctl.Serial:
-			out[i] = int64(x)
-		case int:
-			out[i] = int64(x)
-		case int64:
-			out[i] = x
-		case uint32:
-			out[i] = int64(x)
-		case keyctl.Perm:
-			out[i] = int64(x)
-		case keyctl.Errno:
-			out[i] = int64(x)
-		case bool:
-			if x {
-				out[i] = 1
-			}
-		default:
-			panic(fmt.Sprintf("client: cannot encode %T", v))
-		}
-	}
-	return out
-}
-
 func serial(r *wire.Response, err error) (keyctl.Serial, error) {
 	if err != nil {
 		return 0, err
@@ -429,10 +425,3 @@ func bytesOf(r *wire.Response, err error) ([]byte, error) {
 }
 
 func nothing(_ *wire.Response, err error) error { return err }
-
-func strPtr(s *string) []byte {
-	if s == nil {
-		return nil
-	}
-	return []byte(*s)
-}

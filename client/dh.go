@@ -13,7 +13,7 @@ import (
 func (c *Client) DHCompute(private, prime, base keyctl.Serial) ([]byte, error) {
 	// A buffer as large as any result: one round trip instead of asking
 	// for the length first.
-	return bytesOf(c.do(wire.OpDHCompute, i64(private, prime, base, int64(math.MaxInt64))))
+	return bytesOf(c.call(wire.OpDHCompute, wire.Int(private), wire.Int(prime), wire.Int(base), wire.Int(int64(math.MaxInt64)), wire.OptStr(nil), wire.Bytes(nil)))
 }
 
 // DHComputeKDF derives outlen bytes (at most keyctl.MaxKDFOutput) from the
@@ -23,5 +23,5 @@ func (c *Client) DHComputeKDF(private, prime, base keyctl.Serial, hash string, o
 	if otherInfo == nil {
 		otherInfo = []byte{}
 	}
-	return bytesOf(c.do(wire.OpDHCompute, i64(private, prime, base, int64(outlen)), []byte(hash), otherInfo))
+	return bytesOf(c.call(wire.OpDHCompute, wire.Int(private), wire.Int(prime), wire.Int(base), wire.Uint64(outlen), wire.Str(hash), wire.Bytes(otherInfo)))
 }

@@ -13,23 +13,23 @@ func (c *Client) AddKey(typ, desc string, payload []byte, ring keyctl.Serial) (k
 	if payload == nil {
 		payload = []byte{}
 	}
-	return serial(c.do(wire.OpAddKey, i64(ring), []byte(typ), []byte(desc), payload))
+	return serial(c.call(wire.OpAddKey, wire.Str(typ), wire.Str(desc), wire.Bytes(payload), wire.Int(ring)))
 }
 
 // RequestKey finds a key, constructing it through the request-key helper
 // if callout is not nil (request_key(2)).
 func (c *Client) RequestKey(typ, desc string, callout []byte, dest keyctl.Serial) (keyctl.Serial, error) {
-	return serial(c.do(wire.OpRequestKey, i64(dest), []byte(typ), []byte(desc), callout))
+	return serial(c.call(wire.OpRequestKey, wire.Str(typ), wire.Str(desc), wire.Bytes(callout), wire.Int(dest)))
 }
 
 // GetKeyringID resolves an id, creating a special keyring if create.
 func (c *Client) GetKeyringID(id keyctl.Serial, create bool) (keyctl.Serial, error) {
-	return serial(c.do(wire.OpGetKeyringID, i64(id, create)))
+	return serial(c.call(wire.OpGetKeyringID, wire.Int(id), wire.Bool(create)))
 }
 
 // JoinSessionKeyring joins or creates a session keyring (nil: anonymous).
 func (c *Client) JoinSessionKeyring(name *string) (keyctl.Serial, error) {
-	return serial(c.do(wire.OpJoinSession, nil, strPtr(name)))
+	return serial(c.call(wire.OpJoinSession, wire.OptStr(name)))
 }
 
 // Update replaces a key's payload.
@@ -37,58 +37,66 @@ func (c *Client) Update(id keyctl.Serial, payload []byte) error {
 	if payload == nil {
 		payload = []byte{}
 	}
-	return nothing(c.do(wire.OpUpdate, i64(id), payload))
+	return nothing(c.call(wire.OpUpdate, wire.Int(id), wire.Bytes(payload)))
 }
 
 // Revoke revokes a key.
-func (c *Client) Revoke(id keyctl.Serial) error { return nothing(c.do(wire.OpRevoke, i64(id))) }
+func (c *Client) Revoke(id keyctl.Serial) error { return nothing(c.call(wire.OpRevoke, wire.Int(id))) }
 
 // Invalidate invalidates a key.
-func (c *Client) Invalidate(id keyctl.Serial) error { return nothing(c.do(wire.OpInvalidate, i64(id))) }
+func (c *Client) Invalidate(id keyctl.Serial) error {
+	return nothing(c.call(wire.OpInvalidate, wire.Int(id)))
+}
 
 // Chown changes owner and/or group; -1 leaves one as it is.
 func (c *Client) Chown(id keyctl.Serial, uid, gid int64) error {
-	return nothing(c.do(wire.OpChown, i64(id, uid, gid)))
+	return nothing(c.call(wire.OpChown, wire.Int(id), wire.Int(uid), wire.Int(gid)))
 }
 
 // SetPerm sets the permission mask.
 func (c *Client) SetPerm(id keyctl.Serial, perm keyctl.Perm) error {
-	return nothing(c.do(wire.OpSetPerm, i64(id, perm)))
+	return nothing(c.call(wire.OpSetPerm, wire.Int(id), wire.Int(perm)))
 }
 
 // Describe returns "type;uid;gid;perm;description".
 func (c *Client) Describe(id keyctl.Serial) (string, error) {
-	b, err := bytesOf(c.do(wire.OpDescribe, i64(id)))
+	b, err := bytesOf(c.call(wire.OpDescribe, wire.Int(id)))
 	return string(b), err
 }
 
 // Clear empties a keyring.
-func (c *Client) Clear(ring keyctl.Serial) error { return nothing(c.do(wire.OpClear, i64(ring))) }
+func (c *Client) Clear(ring keyctl.Serial) error {
+	return nothing(c.call(wire.OpClear, wire.Int(ring)))
+}
 
 // Link links a key into a keyring.
-func (c *Client) Link(id, ring keyctl.Serial) error { return nothing(c.do(wire.OpLink, i64(id, ring))) }
+func (c *Client) Link(id, ring keyctl.Serial) error {
+	return nothing(c.call(wire.OpLink, wire.Int(id), wire.Int(ring)))
+}
 
 // Unlink removes a key's link from a keyring.
 func (c *Client) Unlink(id, ring keyctl.Serial) error {
-	return nothing(c.do(wire.OpUnlink, i64(id, ring)))
+	return nothing(c.call(wire.OpUnlink, wire.Int(id), wire.Int(ring)))
 }
 
 // Move moves a key between keyrings (flags: keyctl.MoveExcl).
 func (c *Client) Move(id, from, to keyctl.Serial, flags uint32) error {
-	return nothing(c.do(wire.OpMove, i64(id, from, to, flags)))
+	return nothing(c.call(wire.OpMove, wire.Int(id), wire.Int(from), wire.Int(to), wire.Int(flags)))
 }
 
 // Search searches a keyring tree, linking the result into dest if not 0.
 func (c *Client) Search(ring keyctl.Serial, typ, desc string, dest keyctl.Serial) (keyctl.Serial, error) {
-	return serial(c.do(wire.OpSearch, i64(ring, dest), []byte(typ), []byte(desc)))
+	return serial(c.call(wire.OpSearch, wire.Int(ring), wire.Str(typ), wire.Str(desc), wire.Int(dest)))
 }
 
 // Read returns a key's payload (a keyring's: its serials, 4 bytes each).
-func (c *Client) Read(id keyctl.Serial) ([]byte, error) { return bytesOf(c.do(wire.OpRead, i64(id))) }
+func (c *Client) Read(id keyctl.Serial) ([]byte, error) {
+	return bytesOf(c.call(wire.OpRead, wire.Int(id)))
+}
 
 // SetTimeout sets a key's expiry in seconds from now (0: never).
 func (c *Client) SetTimeout(id keyctl.Serial, secs uint32) error {
-	return nothing(c.do(wire.OpSetTimeout, i64(id, secs)))
+	return nothing(c.call(wire.OpSetTimeout, wire.Int(id), wire.Int(secs)))
 }
 
 // Instantiate instantiates a key under construction (helpers only).
@@ -96,64 +104,64 @@ func (c *Client) Instantiate(id keyctl.Serial, payload []byte, ring keyctl.Seria
 	if payload == nil {
 		payload = []byte{}
 	}
-	return nothing(c.do(wire.OpInstantiate, i64(id, ring), payload))
+	return nothing(c.call(wire.OpInstantiate, wire.Int(id), wire.Bytes(payload), wire.Int(ring)))
 }
 
 // Negate negates a key under construction for timeout seconds.
 func (c *Client) Negate(id keyctl.Serial, timeout uint32, ring keyctl.Serial) error {
-	return nothing(c.do(wire.OpNegate, i64(id, timeout, ring)))
+	return nothing(c.call(wire.OpNegate, wire.Int(id), wire.Int(timeout), wire.Int(ring)))
 }
 
 // Reject rejects a key under construction with errno for timeout seconds.
 func (c *Client) Reject(id keyctl.Serial, timeout uint32, errno keyctl.Errno, ring keyctl.Serial) error {
-	return nothing(c.do(wire.OpReject, i64(id, timeout, errno, ring)))
+	return nothing(c.call(wire.OpReject, wire.Int(id), wire.Int(timeout), wire.Int(errno), wire.Int(ring)))
 }
 
 // AssumeAuthority assumes the authority to construct key id (0: drop it).
 func (c *Client) AssumeAuthority(id keyctl.Serial) (keyctl.Serial, error) {
-	return serial(c.do(wire.OpAssumeAuthority, i64(id)))
+	return serial(c.call(wire.OpAssumeAuthority, wire.Int(id)))
 }
 
 // SetReqKeyKeyring sets the default request-key destination and returns
 // the previous one.
 func (c *Client) SetReqKeyKeyring(n int) (int, error) {
-	s, err := serial(c.do(wire.OpSetReqKeyKeyring, i64(n)))
+	s, err := serial(c.call(wire.OpSetReqKeyKeyring, wire.Int(n)))
 	return int(s), err
 }
 
 // GetSecurity returns the key's security label (always empty in ukeys).
 func (c *Client) GetSecurity(id keyctl.Serial) (string, error) {
-	b, err := bytesOf(c.do(wire.OpGetSecurity, i64(id)))
+	b, err := bytesOf(c.call(wire.OpGetSecurity, wire.Int(id)))
 	return string(b), err
 }
 
 // GetPersistent links uid's persistent keyring into dest (-1: own uid).
 func (c *Client) GetPersistent(uid int64, dest keyctl.Serial) (keyctl.Serial, error) {
-	return serial(c.do(wire.OpGetPersistent, i64(uid, dest)))
+	return serial(c.call(wire.OpGetPersistent, wire.Int(uid), wire.Int(dest)))
 }
 
 // RestrictKeyring restricts a keyring (nil, nil: reject all links).
 func (c *Client) RestrictKeyring(id keyctl.Serial, typ, restriction *string) error {
-	return nothing(c.do(wire.OpRestrictKeyring, i64(id), strPtr(typ), strPtr(restriction)))
+	return nothing(c.call(wire.OpRestrictKeyring, wire.Int(id), wire.OptStr(typ), wire.OptStr(restriction)))
 }
 
 // SessionToParent gives the caller's session keyring to its parent.
-func (c *Client) SessionToParent() error { return nothing(c.do(wire.OpSessionToParent, nil)) }
+func (c *Client) SessionToParent() error { return nothing(c.call(wire.OpSessionToParent)) }
 
 // Capabilities returns the KEYCTL_CAPABILITIES bytes.
-func (c *Client) Capabilities() ([]byte, error) { return bytesOf(c.do(wire.OpCapabilities, nil)) }
+func (c *Client) Capabilities() ([]byte, error) { return bytesOf(c.call(wire.OpCapabilities)) }
 
 // WatchKey adds (watchID 0..255) or removes (-1) a watch on a key; events
 // arrive through NextNotification.
 func (c *Client) WatchKey(id keyctl.Serial, watchID int) error {
-	return nothing(c.do(wire.OpWatchKey, i64(id, watchID)))
+	return nothing(c.call(wire.OpWatchKey, wire.Int(id), wire.Int(watchID)))
 }
 
 // NextNotification waits for the next event on the connection's watches.
 func (c *Client) NextNotification() (keyctl.Notification, error) {
-	r, err := c.do(wire.OpWatchNext, nil)
+	r, err := c.call(wire.OpWatchNext)
 	for errors.Is(err, keyctl.EAGAIN) { // the daemon bounds each wait
-		r, err = c.do(wire.OpWatchNext, nil)
+		r, err = c.call(wire.OpWatchNext)
 	}
 	if err != nil {
 		return keyctl.Notification{}, err
@@ -167,37 +175,37 @@ func (c *Client) NextNotification() (keyctl.Notification, error) {
 
 // ProcKeys returns the daemon's /proc/keys view for this caller.
 func (c *Client) ProcKeys() (string, error) {
-	b, err := bytesOf(c.do(wire.OpProcKeys, nil))
+	b, err := bytesOf(c.call(wire.OpProcKeys))
 	return string(b), err
 }
 
 // ProcKeyUsers returns the daemon's /proc/key-users view.
 func (c *Client) ProcKeyUsers() (string, error) {
-	b, err := bytesOf(c.do(wire.OpProcKeyUsers, nil))
+	b, err := bytesOf(c.call(wire.OpProcKeyUsers))
 	return string(b), err
 }
 
 // Sysctl returns the tunables as "name = value" lines.
 func (c *Client) Sysctl() (string, error) {
-	b, err := bytesOf(c.do(wire.OpSysctlGet, nil))
+	b, err := bytesOf(c.call(wire.OpSysctlGet))
 	return string(b), err
 }
 
 // SetSysctl sets a tunable (root only).
 func (c *Client) SetSysctl(name, value string) error {
-	return nothing(c.do(wire.OpSysctlSet, nil, []byte(name), []byte(value)))
+	return nothing(c.call(wire.OpSysctlSet, wire.Str(name), wire.Str(value)))
 }
 
 // Status returns the daemon's status lines.
 func (c *Client) Status() (string, error) {
-	b, err := bytesOf(c.do(wire.OpStatus, nil))
+	b, err := bytesOf(c.call(wire.OpStatus))
 	return string(b), err
 }
 
 // SessionToken returns the current session keyring's serial and a token
 // that lets another process possess it, formatted for SessionEnv.
 func (c *Client) SessionToken() (string, error) {
-	r, err := c.do(wire.OpSessionToken, nil)
+	r, err := c.call(wire.OpSessionToken)
 	if err != nil {
 		return "", err
 	}
@@ -208,5 +216,5 @@ func (c *Client) SessionToken() (string, error) {
 }
 
 func (c *Client) attach(token string) (keyctl.Serial, error) {
-	return serial(c.do(wire.OpSessionAttach, nil, []byte(token)))
+	return serial(c.call(wire.OpSessionAttach, wire.Str(token)))
 }

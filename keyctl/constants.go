@@ -29,3 +29,15 @@ const MaxKDFOutput = 1024
 // NegativeTimeout is how long a key whose construction failed stays
 // negative (the kernel's key_negative_timeout).
 const NegativeTimeout = 60 * time.Second
+
+// Limits the kernel puts on what a program passes in. Longer strings fail
+// with EINVAL, larger payloads with EINVAL or E2BIG as each call says.
+const (
+	MaxTypeName      = 31        // a key type's name
+	MaxDescription   = 4095      // a key's description (KEY_MAX_DESC_SIZE)
+	MaxPayload       = 1<<20 - 1 // add_key, instantiate
+	MaxUpdatePayload = 4096      // KEYCTL_UPDATE
+	MaxUserPayload   = 32767     // user and logon keys
+	MaxBigKeyPayload = 1 << 20
+	MaxCalloutInfo   = 4095 // request_key's callout information
+)

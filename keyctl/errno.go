@@ -40,6 +40,7 @@ const (
 	EKEYREVOKED  Errno = 128
 	EKEYREJECTED Errno = 129
 	EAGAIN       Errno = 11
+	ENOSYS       Errno = 38
 )
 
 var errnoText = map[Errno]string{
@@ -48,6 +49,7 @@ var errnoText = map[Errno]string{
 	EINTR:        "Interrupted system call",
 	EIO:          "Input/output error",
 	EAGAIN:       "Resource temporarily unavailable",
+	ENOSYS:       "Function not implemented",
 	ENOMEM:       "Cannot allocate memory",
 	EACCES:       "Permission denied",
 	EFAULT:       "Bad address",

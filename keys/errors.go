@@ -39,6 +39,7 @@ const (
 	EKEYREVOKED  = keyctl.EKEYREVOKED
 	EKEYREJECTED = keyctl.EKEYREJECTED
 	EAGAIN       = keyctl.EAGAIN
+	ENOSYS       = keyctl.ENOSYS
 )
 
 // opError wraps an errno with the operation and, where useful, the key

@@ -3,6 +3,8 @@ package keys
 import (
 	"fmt"
 	"strings"
+
+	"github.com/ukeys/ukeys/keyctl"
 )
 
 // Type is a key type: how keys of the type validate, store, read and
@@ -33,15 +35,15 @@ type Type struct {
 	Destroy func(p *Payload)
 }
 
-// Limits from the kernel.
+// Limits from the kernel (see package keyctl).
 const (
-	MaxTypeName      = 31
-	MaxDescription   = 4095
-	MaxPayload       = 1<<20 - 1 // add_key, instantiate
-	MaxUpdatePayload = 4096      // KEYCTL_UPDATE
-	MaxUserPayload   = 32767     // user and logon keys
-	MaxBigKeyPayload = 1 << 20
-	MaxCalloutInfo   = 4095
+	MaxTypeName      = keyctl.MaxTypeName
+	MaxDescription   = keyctl.MaxDescription
+	MaxPayload       = keyctl.MaxPayload
+	MaxUpdatePayload = keyctl.MaxUpdatePayload
+	MaxUserPayload   = keyctl.MaxUserPayload
+	MaxBigKeyPayload = keyctl.MaxBigKeyPayload
+	MaxCalloutInfo   = keyctl.MaxCalloutInfo
 )
 
 func userPreparse(data []byte) (*Payload, int, error) {

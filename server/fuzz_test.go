@@ -53,6 +53,15 @@ func FuzzDispatch(f *testing.F) {
 		f.Add(body, false)
 		f.Add(body, true)
 	}
+	// And one well-formed request of every operation in the table.
+	for s := range wire.Specs() {
+		body, err := wire.AppendRequest(nil, sampleRequest(f, s))
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(body, false)
+		f.Add(body, true)
+	}
 	f.Fuzz(func(t *testing.T, body []byte, asUser bool) {
 		req, err := wire.DecodeRequest(body)
 		if err != nil {

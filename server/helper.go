@@ -59,9 +59,6 @@ type helperGrant struct {
 // token.
 type helperConn struct {
 	grant *helperGrant
-	// admitted is set while a request that the grant permitted is being
-	// dispatched (dispatchHelper).
-	admitted bool
 }
 
 // addHelper registers a new token for u's helper.
@@ -132,17 +129,16 @@ func (g *helperGrant) isAuthKey(id keys.Serial) bool {
 	return id == keys.ReqKeyAuthKey || id == g.up.AuthKey
 }
 
-// permits reports whether the authority allows request r (nil) or not
+// permits reports whether the authority allows request a (nil) or not
 // (EACCES). It runs between enter and leave, so cl is not released.
-func (g *helperGrant) permits(cl *keys.Caller, r *wire.Request) error {
-	id := keys.Serial(r.Int(0))
+func (g *helperGrant) permits(cl *keys.Caller, a wire.Args) error {
 	target := g.up.Key
-	switch r.Op {
+	switch a.Op() {
 	case wire.OpCapabilities:
 		return nil
 	case wire.OpAssumeAuthority:
 		// Its own authorisation only (or 0, which drops it).
-		if id == target || id == 0 {
+		if id := a.Serial(0); id == target || id == 0 {
 			return nil
 		}
 	case wire.OpInstantiate, wire.OpNegate, wire.OpReject:
@@ -154,23 +150,23 @@ func (g *helperGrant) permits(cl *keys.Caller, r *wire.Request) error {
 	case wire.OpDescribe, wire.OpGetSecurity:
 		// The kernel lets the holder of the authorisation describe the key
 		// without View, and the authorisation key is the helper's own.
-		if id == target || g.isAuthKey(id) {
+		if id := a.Serial(0); id == target || g.isAuthKey(id) {
 			return nil
 		}
 	case wire.OpSetTimeout:
 		// Allowed by the kernel to the holder of the authorisation.
-		if id == target {
+		if a.Serial(0) == target {
 			return nil
 		}
 	case wire.OpRead:
 		// The callout information, or a key found through the requestor's
 		// keyrings; never a keyring's listing.
-		if g.isAuthKey(id) || cl.PossessesNonKeyring(id) {
+		if id := a.Serial(0); g.isAuthKey(id) || cl.PossessesNonKeyring(id) {
 			return nil
 		}
 	case wire.OpSearch:
 		// A search on the requestor's behalf, linking nothing.
-		if r.Int(1) == 0 {
+		if a.Serial(3) == 0 {
 			return nil
 		}
 	case wire.OpRequestKey:
@@ -178,12 +174,13 @@ func (g *helperGrant) permits(cl *keys.Caller, r *wire.Request) error {
 		// requestor's keyrings (keyutils' %{type:description}). With a
 		// callout it would create a key in the requestor's name and start
 		// another upcall; with a destination, link into its keyrings.
-		if r.Buf(2) == nil && id == 0 {
+		if a.Bytes(2) == nil && a.Serial(3) == 0 {
 			return nil
 		}
 	case wire.OpGetKeyringID:
 		// Special ids only, and creating no thread or process keyring.
-		if id < 0 && (r.Int(1) == 0 || id != keys.ThreadKeyring && id != keys.ProcessKeyring) {
+		id := a.Serial(0)
+		if id < 0 && (a.Int(1) == 0 || id != keys.ThreadKeyring && id != keys.ProcessKeyring) {
 			return nil
 		}
 	}
@@ -192,18 +189,15 @@ func (g *helperGrant) permits(cl *keys.Caller, r *wire.Request) error {
 
 // dispatchHelper serves a request on a connection that attached with a
 // helper token: only while the grant lasts, and only what it permits.
-func (c *conn) dispatchHelper(r *wire.Request) *wire.Response {
-	h := c.helper
+func (c *conn) dispatchHelper(h *helperConn, a wire.Args) *wire.Response {
 	if err := h.grant.enter(); err != nil {
 		return fail(err)
 	}
 	defer h.grant.leave()
-	if err := h.grant.permits(c.caller, r); err != nil {
+	if err := h.grant.permits(c.caller, a); err != nil {
 		return fail(err)
 	}
-	h.admitted = true
-	defer func() { h.admitted = false }()
-	return c.dispatch(r)
+	return c.run(a)
 }
 
 // attachHelper makes the connection act for the request-key helper whose

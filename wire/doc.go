@@ -46,8 +46,24 @@
 //
 // Operation numbers are keyctl(2)'s where the kernel has one (OpRevoke is
 // KEYCTL_REVOKE = 3 …); add_key, request_key and the daemon's own
-// operations use numbers from 1000 up. Arguments keep keyctl's order and
-// meaning; Ops documents each.
+// operations use numbers from 1000 up.
+//
+// # The table of operations
+//
+// One table says what every operation takes and answers: a Spec per
+// operation (SpecOf, Specs), listing its arguments in the order of the
+// system call that carries it, each with its kind (integer, string,
+// optional string, buffer), its bound and its position among the call's
+// arguments, and what a success answers. On the wire the integers and the
+// buffers each keep the table's order. A client builds a request with
+// Request.Set, which holds the arguments to the table; a server reads one
+// through Spec.Check, which cuts strings at their first NUL byte as the
+// kernel's copies from user space do, holds them to their bounds (EINVAL)
+// and hands back Args to read by position; the fuzz targets draw their
+// requests from it. Because every argument records where add_key(2),
+// keyctl(2) or request_key(2) passes it (SyscallSpec), the same table
+// decodes those system calls when a supervisor intercepts them. Adding an
+// operation is adding its entry, and a case where the server serves it.
 //
 // Decoding never panics and never allocates more than the frame holds:
 // every decoder has a fuzz target in the test suite.

@@ -14,8 +14,8 @@ import (
 // parse a request of each kind.
 func allOps() []Op {
 	var ops []Op
-	for op := range opNames {
-		ops = append(ops, op)
+	for s := range Specs() {
+		ops = append(ops, s.Op)
 	}
 	return ops
 }
