@@ -2,8 +2,10 @@ package server
 
 import (
 	"errors"
+	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -74,8 +76,40 @@ func (h *procHandle) leaving() bool {
 		return true
 	}
 	// Still there, so the pid is still this process's: /proc/<pid> is it.
-	st, ok := readStat(h.pid)
-	return ok && st.flags&pfExiting != 0
+	return allThreadsExiting(h.pid)
+}
+
+// allThreadsExiting reports whether every thread of process pid is on
+// its way out (PF_EXITING). The thread group leader's flag alone is not
+// enough: a process that calls execve from a thread other than its first
+// has that first thread killed (the kernel's de_thread) and carries on in
+// the new program under the same pid, and in that moment the leader's
+// /proc/<pid>/stat says PF_EXITING. A Go program execs from whichever
+// thread its goroutine runs on, and "ukeyctl session" closes its
+// connection just before it execs: the daemon must not take that for the
+// end of the session's process.
+func allThreadsExiting(pid int) bool {
+	if st, ok := readStat(pid); !ok || st.flags&pfExiting == 0 {
+		return false
+	}
+	tids, err := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
+	if err != nil {
+		return true // gone meanwhile
+	}
+	for _, t := range tids {
+		tid, err := strconv.Atoi(t.Name())
+		if err != nil {
+			continue
+		}
+		if ts, ok := readTaskStat(pid, tid); ok && ts.flags&pfExiting == 0 {
+			return false
+		}
+	}
+	// The exec'ing thread takes the leader's place (and pid) at the end
+	// of de_thread, perhaps while the threads were read: the leader's
+	// stat then shows it.
+	st, ok := readStat(pid)
+	return !ok || st.flags&pfExiting != 0
 }
 
 // exitPolled reports whether the process has exited, given h's

@@ -30,6 +30,16 @@ func readStat(pid int) (st stat, ok bool) {
 	return parseStat(b)
 }
 
+// readTaskStat reads and parses /proc/<pid>/task/<tid>/stat, the same
+// line for one thread of the process.
+func readTaskStat(pid, tid int) (st stat, ok bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
+	if err != nil {
+		return stat{}, false
+	}
+	return parseStat(b)
+}
+
 // parseStat parses one /proc/<pid>/stat line. The command name (field 2)
 // may hold spaces and parentheses, whatever a process chose to call
 // itself: the fields are counted from after the last ')', where field 3
