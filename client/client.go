@@ -11,15 +11,13 @@
 package client
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"sync"
-	"syscall"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -31,21 +29,15 @@ const SessionEnv = "UKEYS_SESSION"
 // Client is a connection to ukeys.
 type Client struct {
 	mu    sync.Mutex
-	conn  io.ReadWriteCloser
-	raw   syscall.RawConn
+	sc    *sock.Conn
 	local Handler
 	tag   uint32
 
-	// Reused from one request to the next, under mu: the request, the
-	// outgoing frame, the incoming frame and its decoding.
-	req   wire.Request
-	out   []byte
-	inBuf []byte // the incoming frame
-	in    []byte // its body
-	resp  wire.Response
-	rt    exchange
+	// Reused from one request to the next, under mu.
+	req  wire.Request
+	resp wire.Response
 
-	// pl, with WithPipelining, replaces all of the above but conn.
+	// pl, with WithPipelining, replaces mu, tag, req and resp.
 	pl *pipeline
 
 	sessionErr error // see SessionLost
@@ -53,6 +45,10 @@ type Client struct {
 
 // handshakeTimeout bounds the wait for the daemon's hello.
 var handshakeTimeout = 10 * time.Second
+
+// inSize is the size of the buffer a client reads answers into between
+// large ones.
+const inSize = 16 << 10
 
 // Dial connects to the daemon at the Unix socket path and, if the
 // environment carries a session (SessionEnv) or a request-key helper
@@ -62,63 +58,30 @@ func Dial(path string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	conn, err := dialUnix(path, 5*time.Second)
+	f, err := dialUnix(path, 5*time.Second)
 	if err != nil {
 		return nil, err
 	}
-	// Version 2 promises one request at a time, which do keeps: it holds
-	// mu from sending a request until its answer is read. A pipelining
-	// client speaks version 1, which may have several in flight.
+	sc, err := sock.New(f, inSize)
+	if err != nil {
+		f.Close()
+		return nil, err
+	}
+	// Version 2 promises one request at a time, which call keeps: it
+	// holds mu from sending a request until its answer is read. A
+	// pipelining client speaks version 1, which may have several in
+	// flight.
 	var version uint16 = wire.Version
 	if cfg.pipelined {
 		version = 1
 	}
-	// A daemon answers the hello at once; one that does not (its
-	// descriptor table is full and this connection waits in its backlog)
-	// is reported rather than waited for forever.
-	f, _ := conn.(*os.File)
-	if f != nil {
-		f.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	}
-	werr := wire.WriteFrame(conn, wire.EncodeHello(version))
-	if werr != nil && f != nil {
-		// A daemon that refuses this process writes why and closes at
-		// once, perhaps before the hello arrived (EPIPE): the refusal is
-		// still there to read, briefly.
-		f.SetReadDeadline(time.Now().Add(time.Second))
-	}
-	hello, err := wire.ReadFrame(conn, nil)
-	if f != nil {
-		f.SetReadDeadline(time.Time{})
-	}
-	if err != nil {
-		conn.Close()
-		if werr != nil {
-			return nil, werr
-		}
-		return nil, fmt.Errorf("client: handshake: %w", err)
-	}
-	if _, err := wire.DecodeHello(hello); err != nil {
-		conn.Close()
-		var refused *wire.Refused
-		if errors.As(err, &refused) {
-			// The daemon will not serve this process: its uid holds its
-			// share of the daemon already (EDQUOT), or the daemon is full
-			// (EMFILE).
-			return nil, &Error{Op: "connect", Errno: keyctl.Errno(refused.Errno)}
-		}
+	if err := handshake(sc, version); err != nil {
+		f.Close()
 		return nil, err
 	}
-	// The file from dialUnix reads and writes through the runtime's
-	// poller, and so do raw reads of it (roundTrip).
-	raw, err := conn.(syscall.Conn).SyscallConn()
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	c := &Client{conn: conn, raw: raw}
+	c := &Client{sc: sc}
 	if cfg.pipelined {
-		c.pl = newPipeline(conn)
+		c.pl = newPipeline(sc)
 	}
 	if tok := os.Getenv(HelperEnv); tok != "" {
 		if _, err := c.attach(tok); err != nil {
@@ -136,6 +99,46 @@ func Dial(path string, opts ...Option) (*Client, error) {
 		}
 	}
 	return c, nil
+}
+
+// handshake sends the hello for version and reads the daemon's.
+func handshake(sc *sock.Conn, version uint16) error {
+	// A daemon answers the hello at once; one that does not (its
+	// descriptor table is full and this connection waits in its backlog)
+	// is reported rather than waited for forever.
+	s := sc.Stream()
+	s.SetReadDeadline(time.Now().Add(handshakeTimeout))
+	defer s.SetReadDeadline(time.Time{})
+	sc.Out.Body(wire.EncodeHello(version))
+	_, werr := sc.Flush()
+	if werr != nil {
+		// A daemon that refuses this process writes why and closes at
+		// once, perhaps before the hello arrived (EPIPE): the refusal is
+		// still there to read, briefly.
+		s.SetReadDeadline(time.Now().Add(time.Second))
+	}
+	// Nothing larger than a hello is read before the daemon's hello.
+	sc.In.SetLimit(wire.MaxHello)
+	hello, err := sc.In.Next()
+	sc.In.SetLimit(wire.MaxFrame)
+	defer sc.In.Done()
+	if err != nil {
+		if werr != nil {
+			return werr
+		}
+		return fmt.Errorf("client: handshake: %w", err)
+	}
+	if _, err := wire.DecodeHello(hello); err != nil {
+		var refused *wire.Refused
+		if errors.As(err, &refused) {
+			// The daemon will not serve this process: its uid holds its
+			// share of the daemon already (EDQUOT), or the daemon is full
+			// (EMFILE).
+			return &Error{Op: "connect", Errno: keyctl.Errno(refused.Errno)}
+		}
+		return err
+	}
+	return werr
 }
 
 func cut(s string) (string, string, bool) {
@@ -163,7 +166,10 @@ func (c *Client) Close() error {
 	if c.pl != nil {
 		return c.pl.close()
 	}
-	return c.conn.Close()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.sc.In.Release()
+	return c.sc.Stream().Close()
 }
 
 // ErrProtocol reports an answer that does not fit the request.
@@ -177,52 +183,40 @@ func (c *Client) call(op wire.Op, args ...wire.Value) (*wire.Response, error) {
 	}
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	defer c.forget()
 	if err := c.req.Set(op, args...); err != nil {
 		return nil, err
 	}
 	c.tag++
 	c.req.Tag = c.tag
-	var resp *wire.Response
 	if c.local != nil {
-		resp = c.local.Do(&c.req)
-	} else {
-		// The frame is built in place and sent with one write.
-		out, err := wire.AppendRequest(wire.BeginFrame(c.out[:0]), &c.req)
-		if err == nil {
-			out, err = wire.EndFrame(out, 0)
-		}
-		if err == nil {
-			err = c.roundTrip(out)
-		}
-		clear(out) // requests may carry payloads
-		c.out = out
-		if cap(out) > 64<<10 {
-			c.out = nil
-		}
-		if err != nil {
-			c.forget()
-			return nil, err
-		}
-		if err := c.resp.Decode(c.in); err != nil {
-			c.forget()
-			return nil, err
-		}
-		resp = &c.resp
-		if resp.Tag != c.req.Tag {
-			c.forget()
-			return nil, ErrProtocol
-		}
+		return answer(op, c.local.Do(&c.req))
 	}
-	c.forget()
-	out, err := answer(op, resp)
-	if c.local == nil {
-		clear(c.in) // the copy is the caller's; wipe the frame
-		clear(c.resp.Bufs)
-		if cap(c.inBuf) > 64<<10 {
-			c.inBuf = nil // one large answer does not pin its buffer
-		}
+	// The frame is built in place and goes out in one write, after which
+	// the answer is waited for without a read that would fail.
+	err := c.sc.Out.Request(&c.req)
+	if err == nil {
+		_, _, err = c.sc.FlushAndWait(nil)
 	}
-	return out, err
+	var body []byte
+	if err == nil {
+		body, err = c.sc.In.Next()
+	}
+	defer c.sc.In.Done() // the copy is the caller's; wipe the frame
+	if err == nil && c.sc.In.Buffered() > 0 {
+		err = ErrProtocol // the daemon answers each request once
+	}
+	if err == nil {
+		err = c.resp.Decode(body)
+	}
+	defer clear(c.resp.Bufs)
+	if err == nil && c.resp.Tag != c.req.Tag {
+		err = ErrProtocol
+	}
+	if err != nil {
+		return nil, err
+	}
+	return answer(op, &c.resp)
 }
 
 // forget drops the request's references to the caller's buffers.
@@ -261,119 +255,6 @@ func (c *Client) callPipelined(op wire.Op, args []wire.Value) (*wire.Response, e
 		return nil, err
 	}
 	return answer(op, &resp)
-}
-
-// roundTrip writes the request frame out and reads the answer's body into
-// c.in, in two system calls: the write, and one read once the answer is
-// there. A plain write and read would cost a third, a read tried before
-// the answer can have arrived. Waiting without reading first is safe
-// because the write happens inside the raw read: the runtime forgets the
-// socket's readiness when a raw read begins, and nothing arrives in answer
-// to a request that has not been written.
-func (c *Client) roundTrip(out []byte) error {
-	t := &c.rt
-	in := c.inBuf[:cap(c.inBuf)]
-	if len(in) < 256 {
-		in = make([]byte, 256)
-	}
-	*t = exchange{out: out, in: in, need: -1, step: t.step}
-	if t.step == nil {
-		t.step = t.advance // bound once: a method value per call would allocate
-	}
-	err := c.raw.Read(t.step)
-	if err == nil && t.err == nil && t.written < len(out) {
-		// The socket was full: finish the write the plain way, then read.
-		if _, err = c.conn.Write(out[t.written:]); err == nil {
-			t.written = len(out)
-			err = c.raw.Read(t.step)
-		}
-	}
-	if err == nil {
-		err = t.err
-	}
-	in = t.in
-	c.inBuf = in
-	if err != nil {
-		clear(in[:t.have])
-		c.in = nil
-	} else {
-		c.in = in[4 : 4+t.need]
-	}
-	t.out, t.in = nil, nil
-	return err
-}
-
-// exchange is the state of one roundTrip, kept in the Client so that the
-// raw read's callback allocates nothing.
-type exchange struct {
-	out, in []byte
-	written int  // bytes of out written
-	wrote   bool // the write was tried
-	have    int  // bytes of in read
-	need    int  // the answer's length, once its prefix is in; else -1
-	err     error
-	step    func(fd uintptr) bool
-}
-
-// advance is the raw read's callback: it writes the request the first
-// time, and reads the answer after.
-func (t *exchange) advance(fd uintptr) bool {
-	if !t.wrote {
-		t.wrote = true
-		for t.written < len(t.out) {
-			n, err := syscall.Write(int(fd), t.out[t.written:])
-			if n > 0 {
-				t.written += n
-			}
-			switch {
-			case err == syscall.EINTR:
-				continue
-			case err == syscall.EAGAIN:
-				return true // the socket is full: finish with a plain write
-			case err != nil:
-				t.err = err
-				return true
-			}
-		}
-		return false // the answer cannot be there yet: wait for it
-	}
-	for {
-		n, err := syscall.Read(int(fd), t.in[t.have:])
-		switch {
-		case err == syscall.EINTR:
-			continue
-		case err == syscall.EAGAIN:
-			return false
-		case err != nil:
-			t.err = err
-			return true
-		case n == 0:
-			t.err = io.ErrUnexpectedEOF
-			if t.have == 0 {
-				t.err = io.EOF
-			}
-			return true
-		}
-		t.have += n
-		if t.need < 0 && t.have >= 4 {
-			if t.need = int(binary.BigEndian.Uint32(t.in)); t.need > wire.MaxFrame {
-				t.err = wire.ErrFrameTooLarge
-				return true
-			}
-			if 4+t.need > len(t.in) {
-				t.in = append(t.in[:t.have], make([]byte, 4+t.need-t.have)...)
-			}
-		}
-		if t.need >= 0 && t.have >= 4+t.need {
-			if t.have > 4+t.need {
-				t.err = ErrProtocol // the daemon answers each request once
-			}
-			return true
-		}
-		if t.have == len(t.in) {
-			t.in = append(t.in, make([]byte, len(t.in))...)
-		}
-	}
 }
 
 // detach copies a response out of the buffers the next request reuses.

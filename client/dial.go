@@ -1,7 +1,6 @@
 package client
 
 import (
-	"io"
 	"os"
 	"syscall"
 	"time"
@@ -53,7 +52,7 @@ func New(h Handler) *Client {
 // the caller's or root's and closed to others (checkSocketPath), and the
 // process answering must run as the caller or root (checkPeer); otherwise
 // the error wraps ErrUntrusted.
-func dialUnix(path string, timeout time.Duration) (io.ReadWriteCloser, error) {
+func dialUnix(path string, timeout time.Duration) (*os.File, error) {
 	euid := os.Geteuid()
 	if err := checkSocketPath(path, euid); err != nil {
 		return nil, err

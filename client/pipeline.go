@@ -1,11 +1,11 @@
 package client
 
 import (
-	"bufio"
 	"encoding/binary"
 	"io"
 	"sync"
 
+	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/wire"
 )
 
@@ -34,15 +34,15 @@ func WithPipelining() Option { return func(c *dialConfig) { c.pipelined = true }
 // frames to pending, the first to find nobody writing writes for everyone,
 // and one reader goroutine hands each answer to its caller by tag.
 type pipeline struct {
-	conn io.ReadWriteCloser
+	sc *sock.Conn // its In is the reader's; its Out is not used
 
 	mu      sync.Mutex
 	calls   map[uint32]*call // in flight, by tag
 	tag     uint32
-	pending []byte // frames not yet written
-	spare   []byte // the writer's other buffer
-	writing bool   // a caller is writing pending
-	err     error  // the connection's failure: every later call gets it
+	pending sock.Frames // frames not yet written
+	spare   sock.Frames // the writer's other buffer
+	writing bool        // a caller is writing pending
+	err     error       // the connection's failure: every later call gets it
 
 	done chan struct{} // closed when the reader has stopped
 }
@@ -56,8 +56,8 @@ type call struct {
 
 var callPool = sync.Pool{New: func() any { return &call{ch: make(chan struct{}, 1)} }}
 
-func newPipeline(conn io.ReadWriteCloser) *pipeline {
-	p := &pipeline{conn: conn, calls: map[uint32]*call{}, done: make(chan struct{})}
+func newPipeline(sc *sock.Conn) *pipeline {
+	p := &pipeline{sc: sc, calls: map[uint32]*call{}, done: make(chan struct{})}
 	go p.read()
 	return p
 }
@@ -66,16 +66,15 @@ func newPipeline(conn io.ReadWriteCloser) *pipeline {
 // fails or closes.
 func (p *pipeline) read() {
 	defer close(p.done)
-	br := bufio.NewReaderSize(p.conn, 16<<10)
-	var buf []byte
+	in := p.sc.In
+	defer in.Release()
 	for {
-		body, err := wire.ReadFrame(br, buf)
+		body, err := in.Next()
 		if err != nil {
 			p.fail(err)
 			return
 		}
 		if len(body) < 4 {
-			clear(body)
 			p.fail(ErrProtocol)
 			return
 		}
@@ -85,16 +84,11 @@ func (p *pipeline) read() {
 		delete(p.calls, tag)
 		p.mu.Unlock()
 		if cl == nil {
-			clear(body)
 			p.fail(ErrProtocol) // an answer nobody asked for
 			return
 		}
 		cl.body = append(cl.body[:0], body...)
-		clear(body) // answers may carry payloads
-		buf = body
-		if cap(buf) > 64<<10 {
-			buf = nil // one large answer does not pin its buffer
-		}
+		in.Done() // answers may carry payloads
 		cl.ch <- struct{}{}
 	}
 }
@@ -111,19 +105,18 @@ func (p *pipeline) fail(err error) {
 	}
 	calls := p.calls
 	p.calls = map[uint32]*call{}
-	clear(p.pending)
-	p.pending = p.pending[:0]
+	p.pending.Reset()
 	p.mu.Unlock()
 	for _, cl := range calls {
 		cl.err = p.err
 		cl.ch <- struct{}{}
 	}
-	p.conn.Close()
+	p.sc.Stream().Close()
 }
 
 // close closes the connection and waits for the reader to stop.
 func (p *pipeline) close() error {
-	err := p.conn.Close()
+	err := p.sc.Stream().Close()
 	<-p.done
 	return err
 }
@@ -141,15 +134,7 @@ func (p *pipeline) do(req *wire.Request) (*call, error) {
 	}
 	p.tag++
 	req.Tag = p.tag
-	start := len(p.pending)
-	var err error
-	p.pending, err = wire.AppendRequest(wire.BeginFrame(p.pending), req)
-	if err == nil {
-		p.pending, err = wire.EndFrame(p.pending, start)
-	}
-	if err != nil {
-		clear(p.pending[start:])
-		p.pending = p.pending[:start]
+	if err := p.pending.Request(req); err != nil {
 		p.mu.Unlock()
 		callPool.Put(cl)
 		return nil, err
@@ -175,20 +160,18 @@ func (p *pipeline) do(req *wire.Request) (*call, error) {
 func (p *pipeline) flush() {
 	for {
 		p.mu.Lock()
-		if len(p.pending) == 0 || p.err != nil {
+		if p.pending.Len() == 0 || p.err != nil {
 			p.writing = false
 			p.mu.Unlock()
 			return
 		}
 		out := p.pending
-		p.pending, p.spare = p.spare[:0], nil
+		p.pending, p.spare = p.spare, sock.Frames{}
 		p.mu.Unlock()
-		_, err := p.conn.Write(out)
-		clear(out) // requests may carry payloads
+		_, err := p.sc.Stream().Write(out.Bytes())
+		out.Reset() // requests may carry payloads
 		p.mu.Lock()
-		if cap(out) <= 64<<10 {
-			p.spare = out[:0]
-		}
+		p.spare = out
 		p.mu.Unlock()
 		if err != nil {
 			p.fail(err)
@@ -202,10 +185,6 @@ func (p *pipeline) flush() {
 
 // release wipes a call's answer and keeps the call for reuse.
 func (p *pipeline) release(cl *call) {
-	clear(cl.body)
-	cl.body, cl.err = cl.body[:0], nil
-	if cap(cl.body) > 64<<10 {
-		cl.body = nil
-	}
+	cl.body, cl.err = sock.Recycle(cl.body), nil
 	callPool.Put(cl)
 }

@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -31,7 +32,7 @@ const fdReserve = 64
 // connection keeps without one.
 const (
 	smallFrame  = 4 << 10
-	smallAnswer = 64 << 10
+	smallAnswer = sock.KeepMax
 )
 
 // Limits are the bounds a Server enforces. Zero fields take defaults

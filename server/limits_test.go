@@ -119,7 +119,9 @@ func TestConnectionBuffersKeepNoPayload(t *testing.T) {
 			if sc.busy {
 				return false
 			}
-			held = append(held, bytes.Clone(reflect.ValueOf(sc.fr).Elem().FieldByName("buf").Bytes()), bytes.Clone(sc.rbuf))
+			in := reflect.ValueOf(sc.sc.In).Elem().FieldByName("buf").Bytes()
+			out := reflect.ValueOf(&sc.sc.Out).Elem().FieldByName("b").Bytes()
+			held = append(held, bytes.Clone(in[:cap(in)]), bytes.Clone(out[:cap(out)]), bytes.Clone(sc.rbuf))
 			return true
 		})
 	}

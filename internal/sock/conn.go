@@ -1,0 +1,161 @@
+package sock
+
+import (
+	"errors"
+	"io"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/wire"
+)
+
+// Stream is what a Conn runs on: a Unix stream socket, as a
+// *net.UnixConn or an *os.File, non-blocking under the runtime's poller.
+type Stream interface {
+	io.ReadWriteCloser
+	syscall.Conn
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
+// Conn is one end of a connection: frames in through In, frames out
+// through Out.
+type Conn struct {
+	s   Stream
+	raw syscall.RawConn
+
+	// In reads the frames that arrive; its buffer holds size bytes
+	// between large frames, and is wiped as each frame is done with.
+	In *wire.Reader
+	// Out gathers frames to send, with Flush or FlushAndWait, which wipe
+	// it once they are written.
+	Out Frames
+
+	x exchange // FlushAndWait's, kept here so that its callback allocates nothing
+}
+
+// New returns a Conn on s whose reader keeps a buffer of size bytes.
+func New(s Stream, size int) (*Conn, error) {
+	raw, err := s.SyscallConn()
+	if err != nil {
+		return nil, err
+	}
+	return &Conn{s: s, raw: raw, In: wire.NewReader(s, size)}, nil
+}
+
+// Stream returns the socket the Conn runs on.
+func (c *Conn) Stream() Stream { return c.s }
+
+// Flush writes the frames in Out with a plain write and wipes Out. It
+// returns whether Out was dropped for having grown beyond KeepMax.
+func (c *Conn) Flush() (dropped bool, err error) {
+	if c.Out.Len() > 0 {
+		_, err = c.s.Write(c.Out.Bytes())
+	}
+	return c.Out.Reset(), err
+}
+
+// FlushAndWait writes the frames in Out and waits, without reading,
+// until the socket is readable: a client waiting for its answer, or a
+// server waiting for the next request of a client that sends one at a
+// time, skips the read that would fail right after the write (one system
+// call of the three a round trip would cost). then, if not nil, runs
+// once everything is written; if it returns true, FlushAndWait returns
+// at once with stopped set (a server whose connection is to close).
+//
+// Waiting without reading first is safe only because the write happens
+// inside the raw read: the runtime forgets the socket's readiness when a
+// raw read begins, so anything arriving after the write wakes it, and
+// the peer sends nothing before it has read what is written here. If the
+// socket is full, the rest is written the plain way and the wait is left
+// to the next read. Out is wiped either way; dropped says whether it was
+// dropped for having grown beyond KeepMax.
+func (c *Conn) FlushAndWait(then func() bool) (stopped, dropped bool, err error) {
+	x := &c.x
+	f := c.Out.Bytes()
+	*x = exchange{f: f, then: then, step: x.step}
+	if x.step == nil {
+		x.step = x.advance // bound once: a method value per call would allocate
+	}
+	rerr := c.raw.Read(x.step)
+	written, stopped, err := x.written, x.stopped, x.err
+	x.f, x.then = nil, nil
+	switch {
+	case err != nil:
+	case written < len(f):
+		if _, err = c.s.Write(f[written:]); err == nil && then != nil {
+			stopped = then()
+		}
+	case rerr != nil:
+		// Closed, or silent past the read deadline: the read that
+		// follows would say the same.
+		err = rerr
+	}
+	return stopped, c.Out.Reset(), err
+}
+
+// exchange is the state of one FlushAndWait.
+type exchange struct {
+	f       []byte
+	written int
+	wrote   bool
+	stopped bool
+	err     error
+	then    func() bool
+	step    func(fd uintptr) bool
+}
+
+// advance is the raw read's callback: it writes the frames the first
+// time, and reports readiness after.
+func (x *exchange) advance(fd uintptr) bool {
+	if x.wrote {
+		return true // readable (or woken for nothing): the reader reads
+	}
+	x.wrote = true
+	for x.written < len(x.f) {
+		n, err := unix.Write(int(fd), x.f[x.written:])
+		if n > 0 {
+			x.written += n
+		}
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return true // the socket is full: finish with a plain write
+		case err != nil:
+			x.err = err
+			return true
+		}
+	}
+	if x.then != nil && x.then() {
+		x.stopped = true
+		return true
+	}
+	return false // wait until something can be read
+}
+
+// Deadline keeps a deadline Timeout ahead of a connection's last
+// activity. Moving a socket's deadline re-arms a runtime timer, which on
+// every request would cost more than serving a key read; Renew moves it
+// only once an eighth of the timeout has passed, so that a silent
+// connection meets it between 7/8 and all of the timeout after its last
+// activity.
+type Deadline struct {
+	Timeout time.Duration
+	at      time.Time
+}
+
+// Renew returns the deadline to set and true when it is due to move, or
+// false when the one set last still holds. A zero Timeout never sets one.
+func (d *Deadline) Renew(now time.Time) (time.Time, bool) {
+	if d.Timeout <= 0 {
+		return time.Time{}, false
+	}
+	if !d.at.IsZero() && d.at.Sub(now) >= d.Timeout-d.Timeout/8 {
+		return d.at, false
+	}
+	d.at = now.Add(d.Timeout)
+	return d.at, true
+}

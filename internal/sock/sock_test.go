@@ -1,0 +1,333 @@
+package sock
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/wire"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// pair returns the two ends of a connected Unix stream socket, each
+// under the runtime's poller.
+func pair(t *testing.T) (*os.File, *os.File) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, fd := range fds {
+		unix.CloseOnExec(fd)
+		if err := unix.SetNonblock(fd, true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a, b := os.NewFile(uintptr(fds[0]), "a"), os.NewFile(uintptr(fds[1]), "b")
+	t.Cleanup(func() { a.Close(); b.Close() })
+	return a, b
+}
+
+// whole reports whether every byte of b's backing array is zero.
+func whole(b []byte) bool { return bytes.Count(b[:cap(b)], []byte{0}) == cap(b) }
+
+func TestFrames(t *testing.T) {
+	var f Frames
+	req := &wire.Request{Tag: 7, Op: wire.OpRead, Ints: []int64{-3}}
+	resp := &wire.Response{Tag: 7, Bufs: [][]byte{[]byte("secret payload")}}
+	if err := f.Request(req); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Response(resp); err != nil {
+		t.Fatal(err)
+	}
+	if err := f.Body(wire.EncodeHello(wire.Version)); err != nil {
+		t.Fatal(err)
+	}
+	// What was appended reads back as the three frames.
+	r := wire.NewReader(bytes.NewReader(bytes.Clone(f.Bytes())), 64)
+	b, err := r.Next()
+	if got, _ := wire.DecodeRequest(b); err != nil || got.Tag != 7 || got.Op != wire.OpRead {
+		t.Fatalf("request: %+v %v", got, err)
+	}
+	b, err = r.Next()
+	if got, _ := wire.DecodeResponse(b); err != nil || string(got.Bufs[0]) != "secret payload" {
+		t.Fatalf("response: %+v %v", got, err)
+	}
+	b, err = r.Next()
+	if v, _ := wire.DecodeHello(b); err != nil || v != wire.Version {
+		t.Fatalf("hello %x %v", b, err)
+	}
+
+	// Truncate wipes what it drops.
+	n := f.Len()
+	f.Body([]byte("more secret"))
+	tail := f.Bytes()[n:]
+	f.Truncate(n)
+	if f.Len() != n || !whole(tail[:0:len(tail)]) {
+		t.Fatalf("truncate left %q", tail)
+	}
+	// Reset wipes, and keeps a small buffer.
+	buf := f.Bytes()
+	if dropped := f.Reset(); dropped || f.Len() != 0 || f.Cap() == 0 || !whole(buf[:0]) {
+		t.Fatalf("reset: dropped %v, %d/%d, wiped %v", dropped, f.Len(), f.Cap(), whole(buf[:0]))
+	}
+	f.Reset()
+	// A frame too large is refused and leaves nothing behind.
+	big := &wire.Response{Bufs: [][]byte{bytes.Repeat([]byte("s"), wire.MaxFrame)}}
+	if err := f.Response(big); !errors.Is(err, wire.ErrFrameTooLarge) || f.Len() != 0 {
+		t.Fatalf("oversized: %v, %d bytes", err, f.Len())
+	}
+	if bytes.Contains(f.Bytes()[:cap(f.Bytes())], []byte("ssss")) {
+		t.Fatal("the refused frame's bytes are still in the buffer")
+	}
+	// One large frame: wiped, and its buffer dropped.
+	f.Body(bytes.Repeat([]byte("L"), KeepMax))
+	buf = f.Bytes()
+	if dropped := f.Reset(); !dropped || f.Cap() != 0 || !whole(buf[:0]) {
+		t.Fatalf("large reset: dropped %v, cap %d, wiped %v", dropped, f.Cap(), whole(buf[:0]))
+	}
+}
+
+func TestRecycle(t *testing.T) {
+	b := append(make([]byte, 0, 100), "payload"...)
+	if r := Recycle(b); len(r) != 0 || cap(r) != 100 || !whole(b[:0]) {
+		t.Fatalf("%d/%d %q", len(r), cap(r), b[:cap(b)])
+	}
+	big := append(make([]byte, 0, KeepMax+1), "payload"...)
+	if r := Recycle(big); r != nil || !whole(big[:0]) {
+		t.Fatal("a large buffer was kept, or not wiped")
+	}
+	if Recycle(nil) != nil {
+		t.Fatal("nil")
+	}
+}
+
+// A round trip as the client makes it: the request goes out in the raw
+// read, the wait ends when the answer is there, the reader reads it.
+func TestFlushAndWait(t *testing.T) {
+	a, b := pair(t)
+	c, err := New(a, 256)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.In.Release()
+	peer := wire.NewReader(b, 256)
+	go func() {
+		body, err := peer.Next()
+		if err != nil {
+			return
+		}
+		req, _ := wire.DecodeRequest(body)
+		peer.Done()
+		time.Sleep(20 * time.Millisecond) // the answer comes while the client waits
+		var f Frames
+		f.Response(&wire.Response{Tag: req.Tag, Ints: []int64{42}})
+		b.Write(f.Bytes())
+	}()
+	c.Out.Request(&wire.Request{Tag: 9, Op: wire.OpRevoke, Ints: []int64{5}})
+	ran := false
+	stopped, dropped, err := c.FlushAndWait(func() bool { ran = true; return false })
+	if err != nil || stopped || dropped || !ran || c.Out.Len() != 0 {
+		t.Fatalf("stopped %v dropped %v err %v then ran %v, %d left", stopped, dropped, err, ran, c.Out.Len())
+	}
+	if c.In.Buffered() != 0 {
+		t.Fatal("FlushAndWait read")
+	}
+	body, err := c.In.Next()
+	if resp, _ := wire.DecodeResponse(body); err != nil || resp.Tag != 9 || resp.Ints[0] != 42 {
+		t.Fatalf("%+v %v", resp, err)
+	}
+	c.In.Done()
+	peer.Release()
+}
+
+// then returning true ends the wait at once: a server whose connection
+// is to close does not wait for another request.
+func TestFlushAndWaitStops(t *testing.T) {
+	a, b := pair(t)
+	c, _ := New(a, 256)
+	c.Out.Body([]byte("bye"))
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		stopped, _, err := c.FlushAndWait(func() bool { return true })
+		if !stopped || err != nil {
+			t.Errorf("stopped %v err %v", stopped, err)
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("FlushAndWait waited although then said stop")
+	}
+	got, err := wire.NewReader(b, 64).Next()
+	if err != nil || string(got) != "bye" {
+		t.Fatalf("%q %v", got, err)
+	}
+}
+
+// Frames larger than the socket's buffer: the rest goes out the plain way
+// while the peer reads, and nothing is lost or reordered.
+func TestFlushAndWaitFullSocket(t *testing.T) {
+	a, b := pair(t)
+	c, _ := New(a, 256)
+	payload := bytes.Repeat([]byte("0123456789abcdef"), 64<<10) // 1 MiB: more than a socket holds
+	c.Out.Response(&wire.Response{Tag: 1, Bufs: [][]byte{payload}})
+	got := make(chan []byte, 1)
+	go func() {
+		r := wire.NewReader(b, 64)
+		body, err := r.Next()
+		if err != nil {
+			got <- nil
+			return
+		}
+		got <- bytes.Clone(body)
+		r.Release()
+		b.Write([]byte{0, 0, 0, 1, 'k'})
+	}()
+	stopped, dropped, err := c.FlushAndWait(nil)
+	if err != nil || stopped || !dropped {
+		t.Fatalf("stopped %v dropped %v err %v", stopped, dropped, err)
+	}
+	resp, err := wire.DecodeResponse(<-got)
+	if err != nil || !bytes.Equal(resp.Bufs[0], payload) {
+		t.Fatalf("the peer got %v", err)
+	}
+	if body, err := c.In.Next(); err != nil || string(body) != "k" {
+		t.Fatalf("%q %v", body, err)
+	}
+}
+
+// A closed peer ends the wait with the error the next read would give,
+// and a read deadline ends it too.
+func TestFlushAndWaitEnds(t *testing.T) {
+	a, b := pair(t)
+	c, _ := New(a, 256)
+	a.SetReadDeadline(time.Now().Add(50 * time.Millisecond))
+	c.Out.Body([]byte("x"))
+	if _, _, err := c.FlushAndWait(nil); !errors.Is(err, os.ErrDeadlineExceeded) {
+		t.Fatalf("past the deadline: %v", err)
+	}
+	a.SetReadDeadline(time.Time{})
+	b.Close()
+	c.Out.Body([]byte("y"))
+	_, _, err := c.FlushAndWait(nil)
+	if err == nil {
+		_, err = c.In.Next()
+	}
+	if err == nil || !(errors.Is(err, io.EOF) || errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET)) {
+		t.Fatalf("after the peer closed: %v", err)
+	}
+}
+
+// Conn runs on a *net.UnixConn as well as on an *os.File.
+func TestOnUnixConn(t *testing.T) {
+	a, b := pair(t)
+	fc, err := net.FileConn(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fc.Close()
+	c, err := New(fc.(*net.UnixConn), 64)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Out.Body([]byte("hello"))
+	if _, err := c.Flush(); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := wire.NewReader(b, 64).Next(); err != nil || string(got) != "hello" {
+		t.Fatalf("%q %v", got, err)
+	}
+}
+
+func TestDeadline(t *testing.T) {
+	t0 := time.Unix(1000, 0)
+	d := Deadline{Timeout: 80 * time.Second}
+	for _, c := range []struct {
+		after time.Duration
+		due   bool
+		at    time.Duration // from t0
+	}{
+		{0, true, 80 * time.Second},                // the first is always set
+		{5 * time.Second, false, 80 * time.Second}, // within the eighth: left alone
+		{10 * time.Second, false, 80 * time.Second},
+		{10*time.Second + 1, true, 90*time.Second + 1}, // past it: moved
+		{11 * time.Second, false, 90*time.Second + 1},
+	} {
+		at, due := d.Renew(t0.Add(c.after))
+		if due != c.due || !at.Equal(t0.Add(c.at)) {
+			t.Errorf("after %v: %v %v, want %v %v", c.after, at.Sub(t0), due, c.at, c.due)
+		}
+	}
+	var none Deadline
+	if _, due := none.Renew(t0); due {
+		t.Error("a zero timeout set a deadline")
+	}
+}
+
+// Any sequence of appends, truncations and resets leaves Bytes a
+// sequence of whole frames, each as appended, and a reset buffer wiped.
+func FuzzFrames(f *testing.F) {
+	f.Add([]byte{0, 5, 1, 200, 2, 3, 0, 1})
+	f.Add([]byte{1, 255, 1, 255, 1, 255, 3})
+	f.Fuzz(func(t *testing.T, script []byte) {
+		var fr Frames
+		var want [][]byte // the bodies appended, in order
+		var ends []int    // the length after each
+		for i := 0; i+1 < len(script); i += 2 {
+			arg := int(script[i+1])
+			switch script[i] % 4 {
+			case 0, 1: // a body of arg bytes, or arg KiB
+				n := arg
+				if script[i]%4 == 1 {
+					n = arg << 10
+				}
+				body := bytes.Repeat([]byte{byte(i) | 1}, n)
+				if err := fr.Body(body); err != nil {
+					t.Fatal(err)
+				}
+				want = append(want, body)
+				ends = append(ends, fr.Len())
+			case 2: // drop the last arg%3 frames
+				k := min(arg%3, len(want))
+				want, ends = want[:len(want)-k], ends[:len(ends)-k]
+				n := 0
+				if len(ends) > 0 {
+					n = ends[len(ends)-1]
+				}
+				old := fr.Bytes()
+				fr.Truncate(n)
+				if !whole(old[n:n:cap(old)]) {
+					t.Fatal("truncate left bytes behind")
+				}
+			case 3:
+				old := fr.Bytes()
+				dropped := fr.Reset()
+				if !whole(old[:0]) || fr.Len() != 0 || dropped != (cap(old) > KeepMax) {
+					t.Fatalf("reset: dropped %v of %d", dropped, cap(old))
+				}
+				want, ends = nil, nil
+			}
+		}
+		r := wire.NewReader(bytes.NewReader(bytes.Clone(fr.Bytes())), 64)
+		for i, w := range want {
+			got, err := r.Next()
+			if err != nil || !bytes.Equal(got, w) {
+				t.Fatalf("frame %d: %d bytes, %v; want %d", i, len(got), err, len(w))
+			}
+		}
+		if _, err := r.Next(); err != io.EOF {
+			t.Fatalf("after the frames: %v", err)
+		}
+	})
+}
