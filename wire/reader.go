@@ -127,6 +127,16 @@ func (r *Reader) Skip(head int) ([]byte, error) {
 	return r.head[:head:head], nil
 }
 
+// Fill reads once from the stream into the buffer, without handing
+// anything out; the next Next or NextLen starts from what it read. A
+// caller that knows the stream is readable right now (a raw read's
+// callback) takes what arrived this way instead of waiting on the stream
+// a second time. It wipes the frame handed out before, as Next does.
+func (r *Reader) Fill() error {
+	r.wipeOut()
+	return r.readMore()
+}
+
 // Release wipes every byte the Reader holds, handed out or not, and
 // drops a buffer grown beyond its base size. The Reader remains usable
 // (bytes not yet handed out are lost: call it between frames, or when

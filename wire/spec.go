@@ -98,11 +98,18 @@ type Spec struct {
 	required     int // arguments up to the last Int or Str: the rest may be missing
 }
 
+// opLimit bounds the operation numbers, so that opSpecs can be an array
+// indexed by them: a lookup per request and per answer, without hashing.
+const opLimit = 1300
+
 // opSpecs indexes specs by operation number.
-var opSpecs = func() map[Op]*Spec {
-	m := make(map[Op]*Spec, len(specs))
+var opSpecs = func() *[opLimit]*Spec {
+	m := new([opLimit]*Spec)
 	for i := range specs {
 		s := &specs[i]
+		if s.Op >= opLimit {
+			panic(fmt.Sprintf("wire: operation %d is past opLimit", s.Op))
+		}
 		if m[s.Op] != nil {
 			panic(fmt.Sprintf("wire: operation %d listed twice", s.Op))
 		}
@@ -132,7 +139,12 @@ var opSpecs = func() map[Op]*Spec {
 
 // SpecOf returns op's entry in the table, or nil for an operation this
 // version does not define.
-func SpecOf(op Op) *Spec { return opSpecs[op] }
+func SpecOf(op Op) *Spec {
+	if op >= opLimit {
+		return nil
+	}
+	return opSpecs[op]
+}
 
 // Specs yields every operation's entry, in the table's order.
 func Specs() iter.Seq[*Spec] {
@@ -152,12 +164,12 @@ func SyscallSpec(sys Syscall, cmd uint64) *Spec {
 	var s *Spec
 	switch sys {
 	case SysAddKey:
-		s = opSpecs[OpAddKey]
+		s = SpecOf(OpAddKey)
 	case SysRequestKey:
-		s = opSpecs[OpRequestKey]
+		s = SpecOf(OpRequestKey)
 	case SysKeyctl:
 		if cmd < 1000 {
-			s = opSpecs[Op(cmd)]
+			s = SpecOf(Op(cmd))
 		}
 	}
 	if s == nil || s.Sys != sys {
@@ -168,14 +180,14 @@ func SyscallSpec(sys Syscall, cmd uint64) *Spec {
 
 // String names the operation (for logs and metrics labels).
 func (o Op) String() string {
-	if s := opSpecs[o]; s != nil {
+	if s := SpecOf(o); s != nil {
 		return s.Name
 	}
 	return "unknown"
 }
 
 // Known reports whether o is an operation this version defines.
-func (o Op) Known() bool { return opSpecs[o] != nil }
+func (o Op) Known() bool { return SpecOf(o) != nil }
 
 // Check checks a request's arguments against the operation's entry and
 // returns them for reading by position. Every integer and string the
@@ -322,7 +334,7 @@ func Bytes(b []byte) Value {
 // operation's entry, reusing r's Ints and Bufs. The tag is left as it
 // is. Arguments that do not fit the entry are an error.
 func (r *Request) Set(op Op, args ...Value) error {
-	s := opSpecs[op]
+	s := SpecOf(op)
 	if s == nil {
 		return fmt.Errorf("wire: unknown operation %d", op)
 	}

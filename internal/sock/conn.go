@@ -42,7 +42,40 @@ func New(s Stream, size int) (*Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Conn{s: s, raw: raw, In: wire.NewReader(s, size)}, nil
+	c := &Conn{s: s, raw: raw}
+	c.x.fd = -1
+	c.In = wire.NewReader(source{c}, size)
+	return c, nil
+}
+
+// source is what In reads from: inside FlushAndWait's raw read, where the
+// poller has just said the socket is readable, a read system call on the
+// descriptor; elsewhere the stream's own Read, which waits on the poller.
+type source struct{ c *Conn }
+
+// errWouldBlock reports a read in the raw read that found nothing: the
+// wake-up was not for data, and the wait goes on.
+var errWouldBlock = errors.New("sock: nothing to read yet")
+
+func (s source) Read(p []byte) (int, error) {
+	fd := s.c.x.fd
+	if fd < 0 {
+		return s.c.s.Read(p)
+	}
+	for {
+		n, err := unix.Read(fd, p)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case errors.Is(err, unix.EAGAIN):
+			return 0, errWouldBlock
+		case err != nil:
+			return 0, err
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
 }
 
 // Stream returns the socket the Conn runs on.
@@ -75,13 +108,13 @@ func (c *Conn) Flush() (dropped bool, err error) {
 func (c *Conn) FlushAndWait(then func() bool) (stopped, dropped bool, err error) {
 	x := &c.x
 	f := c.Out.Bytes()
-	*x = exchange{f: f, then: then, step: x.step}
+	*x = exchange{f: f, then: then, step: x.step, in: c.In, fd: -1}
 	if x.step == nil {
 		x.step = x.advance // bound once: a method value per call would allocate
 	}
 	rerr := c.raw.Read(x.step)
 	written, stopped, err := x.written, x.stopped, x.err
-	x.f, x.then = nil, nil
+	x.f, x.then, x.in = nil, nil, nil
 	switch {
 	case err != nil:
 	case written < len(f):
@@ -98,6 +131,8 @@ func (c *Conn) FlushAndWait(then func() bool) (stopped, dropped bool, err error)
 
 // exchange is the state of one FlushAndWait.
 type exchange struct {
+	in      *wire.Reader
+	fd      int // the descriptor while the callback reads, else -1
 	f       []byte
 	written int
 	wrote   bool
@@ -108,10 +143,15 @@ type exchange struct {
 }
 
 // advance is the raw read's callback: it writes the frames the first
-// time, and reports readiness after.
+// time, and reads what arrives after.
 func (x *exchange) advance(fd uintptr) bool {
 	if x.wrote {
-		return true // readable (or woken for nothing): the reader reads
+		// Readable, or woken for nothing: take what arrived now, in this
+		// system call, rather than wait on the poller again to read it.
+		x.fd = int(fd)
+		err := x.in.Fill()
+		x.fd = -1
+		return err != errWouldBlock // anything else, EOF included, the reader meets again
 	}
 	x.wrote = true
 	for x.written < len(x.f) {
