@@ -206,11 +206,11 @@ func (w *trustWorld) victim(t *testing.T, env []string, args ...string) result {
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	r := result{stdout: out.String(), stderr: errb.String()}
+	r := result{Stdout: out.String(), Stderr: errb.String()}
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
+		r.Code = ee.ExitCode()
 	case err != nil:
 		t.Fatalf("ukeyctl %v: %v", args, err)
 	}
@@ -280,8 +280,8 @@ func wantRefusal(t *testing.T, r result, path, reason string) {
 	want := "ukeyctl: refusing to use ukeyd at " + path + ": " + reason + "\n" +
 		"ukeyctl: another user may be impersonating ukeyd there: nothing was sent to it and no daemon was started; " +
 		"use a directory of your own (set XDG_RUNTIME_DIR or UKEYS_SOCKET)\n"
-	if r.code != 1 || r.stdout != "" || r.stderr != want {
-		t.Errorf("ukeyctl: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and stderr:\n%s", r.code, r.stdout, r.stderr, want)
+	if r.Code != 1 || r.Stdout != "" || r.Stderr != want {
+		t.Errorf("ukeyctl: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and stderr:\n%s", r.Code, r.Stdout, r.Stderr, want)
 	}
 }
 
@@ -436,8 +436,8 @@ func TestTrustPlantedLog(t *testing.T) {
 		r := w.victim(t, nil, "add", "user", "k", victimSecret, "@s")
 		want := "ukeyctl: cannot start " + filepath.Join(w.bin, "ukeyd") + ": refusing to write ukeyd's log to " +
 			filepath.Join(dir, "ukeyd.log") + ": it is a symbolic link\n"
-		if r.code != 1 || r.stderr != want {
-			t.Errorf("exit %d, stderr %q; want exit 1, stderr %q", r.code, r.stderr, want)
+		if r.Code != 1 || r.Stderr != want {
+			t.Errorf("exit %d, stderr %q; want exit 1, stderr %q", r.Code, r.Stderr, want)
 		}
 		unchanged(t)
 		wantEmpty(t, dir, "ukeyd.log")
@@ -453,12 +453,12 @@ func TestTrustGoodDaemons(t *testing.T) {
 		dir := filepath.Join(w.shared, "ukeys-1000")
 		sock := filepath.Join(dir, "ukeyd.sock")
 		r := w.victim(t, nil, "id", "@u")
-		if r.code != 0 || r.stderr != "ukeyctl: started ukeyd on "+sock+"\n" {
+		if r.Code != 0 || r.Stderr != "ukeyctl: started ukeyd on "+sock+"\n" {
 			t.Fatalf("first command: %+v", r)
 		}
 		r2 := w.victim(t, nil, "id", "@u")
-		if r2.code != 0 || r2.stderr != "" || r2.stdout != r.stdout {
-			t.Fatalf("second command: %+v (first printed %q)", r2, r.stdout)
+		if r2.Code != 0 || r2.Stderr != "" || r2.Stdout != r.Stdout {
+			t.Fatalf("second command: %+v (first printed %q)", r2, r.Stdout)
 		}
 		for _, c := range []struct {
 			path string
@@ -485,11 +485,11 @@ func TestTrustGoodDaemons(t *testing.T) {
 		d.start(t)
 		env := []string{"UKEYS_SOCKET=" + d.path, "UKEYS_NO_AUTOSTART=1"}
 		r := w.victim(t, env, "add", "user", "k", victimSecret, "@u")
-		if r.code != 0 || r.stderr != "" {
+		if r.Code != 0 || r.Stderr != "" {
 			t.Fatalf("add: %+v", r)
 		}
-		r = w.victim(t, env, "print", strings.TrimSpace(r.stdout))
-		if r.code != 0 || r.stdout != victimSecret+"\n" {
+		r = w.victim(t, env, "print", strings.TrimSpace(r.Stdout))
+		if r.Code != 0 || r.Stdout != victimSecret+"\n" {
 			t.Fatalf("print: %+v", r)
 		}
 	})
