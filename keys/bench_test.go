@@ -41,9 +41,9 @@ func BenchmarkLookupRead(b *testing.B) {
 	c := benchCaller(b, s, 1000)
 	// A few neighbours, so that the session keyring is not trivially small.
 	for i := range 8 {
-		must(c.AddKey("user", fmt.Sprint("n", i), []byte("neighbour"), SessionKeyring))
+		must(c.AddKey("user", fmt.Sprint("n", i), []byte("neighbour"), SessionKeyring))(b)
 	}
-	id := must(c.AddKey("user", "secret", []byte("0123456789abcdef"), SessionKeyring))
+	id := must(c.AddKey("user", "secret", []byte("0123456789abcdef"), SessionKeyring))(b)
 	b.Run("serial", func(b *testing.B) {
 		b.ReportAllocs()
 		for b.Loop() {
@@ -106,9 +106,9 @@ func BenchmarkSearch10k(b *testing.B) {
 	tun := DefaultTunables()
 	s := benchEnv(b, tun)
 	c := benchCaller(b, s, 0)
-	ring := must(c.AddKey("keyring", "big", nil, SessionKeyring))
+	ring := must(c.AddKey("keyring", "big", nil, SessionKeyring))(b)
 	for i := range 10000 {
-		must(c.AddKey("user", "k"+strconv.Itoa(i), []byte("v"), ring))
+		must(c.AddKey("user", "k"+strconv.Itoa(i), []byte("v"), ring))(b)
 	}
 	descs := make([]string, 1024)
 	for i := range descs {
@@ -169,7 +169,7 @@ func BenchmarkAddKey(b *testing.B) {
 	b.Run("growing", func(b *testing.B) {
 		s := benchEnv(b, tun)
 		c := benchCaller(b, s, 0)
-		ring := must(c.AddKey("keyring", "dest", nil, SessionKeyring))
+		ring := must(c.AddKey("keyring", "dest", nil, SessionKeyring))(b)
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
@@ -182,7 +182,7 @@ func BenchmarkAddKey(b *testing.B) {
 	b.Run("steady", func(b *testing.B) {
 		s := benchEnv(b, tun)
 		c := benchCaller(b, s, 0)
-		ring := must(c.AddKey("keyring", "dest", nil, SessionKeyring))
+		ring := must(c.AddKey("keyring", "dest", nil, SessionKeyring))(b)
 		descs := make([]string, 1024)
 		for i := range descs {
 			descs[i] = "k" + strconv.Itoa(i)

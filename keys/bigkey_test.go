@@ -18,13 +18,13 @@ func TestBigKeyFileLimit(t *testing.T) {
 	prev := SetBigKeyFileLimit(base + 2)
 	defer SetBigKeyFileLimit(prev)
 	big := bytes.Repeat([]byte{0x5a}, BigKeyInline+1)
-	k1 := must(c.AddKey("big_key", "one", big, SessionKeyring))
-	must(c.AddKey("big_key", "two", big, SessionKeyring))
+	k1 := must(c.AddKey("big_key", "one", big, SessionKeyring))(t)
+	must(c.AddKey("big_key", "two", big, SessionKeyring))(t)
 	_, err := c.AddKey("big_key", "three", big, SessionKeyring)
 	wantErr(t, "the third big_key file", err, EMFILE)
-	must(c.AddKey("big_key", "small", big[:BigKeyInline], SessionKeyring))
+	must(c.AddKey("big_key", "small", big[:BigKeyInline], SessionKeyring))(t)
 	wantErr(t, "an update that needs a file", c.Update(k1, append(big, 1)), EMFILE)
-	if got := must(c.Read(k1)); !bytes.Equal(got, big) {
+	if got := must(c.Read(k1))(t); !bytes.Equal(got, big) {
 		t.Fatal("a failed update changed the payload")
 	}
 	if BigKeyFiles() != base+2 {
@@ -38,5 +38,5 @@ func TestBigKeyFileLimit(t *testing.T) {
 	if err := e.s.WaitGC(ctx); err != nil {
 		t.Fatal(err)
 	}
-	must(c.AddKey("big_key", "three", big, SessionKeyring))
+	must(c.AddKey("big_key", "three", big, SessionKeyring))(t)
 }

@@ -10,10 +10,10 @@ import (
 func TestCheckFindsBrokenInvariants(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 100)
-	ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))
-	inner := must(c.AddKey("keyring", "inner", nil, ring))
-	must(c.AddKey("user", "a", []byte("secret"), inner))
-	must(c.AddKey("logon", "svc:b", []byte("secret"), ring))
+	ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))(t)
+	inner := must(c.AddKey("keyring", "inner", nil, ring))(t)
+	must(c.AddKey("user", "a", []byte("secret"), inner))(t)
+	must(c.AddKey("logon", "svc:b", []byte("secret"), ring))(t)
 	e.settle()
 	if err := e.s.Check(); err != nil {
 		t.Fatalf("consistent service: %v", err)
@@ -53,7 +53,7 @@ func TestCheckFindsBrokenInvariants(t *testing.T) {
 func TestUninstantiatedListsKeysUnderConstruction(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 100)
-	must(c.AddKey("user", "done", []byte("x"), SessionKeyring))
+	must(c.AddKey("user", "done", []byte("x"), SessionKeyring))(t)
 	if got := e.s.Uninstantiated(); len(got) != 0 {
 		t.Fatalf("no construction yet: %v", got)
 	}

@@ -54,8 +54,8 @@ func concCheck(desc int, p []byte) error {
 func TestConcurrentReadersAndWriters(t *testing.T) {
 	e := newEnv(t)
 	owner := e.caller(1000, 1000)
-	pool := must(owner.AddKey("keyring", "pool", nil, SessionKeyring))
-	aux := must(owner.AddKey("keyring", "aux", nil, SessionKeyring))
+	pool := must(owner.AddKey("keyring", "pool", nil, SessionKeyring))(t)
+	aux := must(owner.AddKey("keyring", "aux", nil, SessionKeyring))(t)
 	tun := e.s.Tunables()
 	tun.MaxKeys, tun.MaxBytes = 100000, 10000000
 	if err := e.s.SetTunables(tun); err != nil {
@@ -63,7 +63,7 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 	}
 	desc := func(i int) string { return fmt.Sprint("k", i) }
 	for i := range concDescs {
-		must(owner.AddKey("user", desc(i), concPayload(i, 0), pool))
+		must(owner.AddKey("user", desc(i), concPayload(i, 0), pool))(t)
 	}
 
 	const (

@@ -68,7 +68,7 @@ func TestDHComputeKnownAnswers(t *testing.T) {
 	c := e.caller(1000, 1000)
 	add := func(desc string, data []byte) Serial {
 		t.Helper()
-		return must(c.AddKey("user", desc, data, SessionKeyring))
+		return must(c.AddKey("user", desc, data, SessionKeyring))(t)
 	}
 	prime := add("prime", unhex(t, modp2048))
 	gen := add("gen", []byte{2})
@@ -154,23 +154,23 @@ func TestDHComputeErrors(t *testing.T) {
 	other := e.caller(2000, 2000)
 	add := func(typ, desc string, data []byte) Serial {
 		t.Helper()
-		return must(c.AddKey(typ, desc, data, SessionKeyring))
+		return must(c.AddKey(typ, desc, data, SessionKeyring))(t)
 	}
 	prime := add("user", "prime", unhex(t, modp2048))
 	gen := add("user", "gen", []byte{2})
 	priv := add("user", "priv", unhex(t, dhPrivA))
 	logonDefault := add("logon", "svc:default", unhex(t, modp2048))
 	logon := add("logon", "svc:prime", unhex(t, modp2048))
-	must(0, c.SetPerm(logon, 0x3f010000)) // readable, though logon has no read
+	noErr(t, c.SetPerm(logon, 0x3f010000)) // readable, though logon has no read
 	ring := add("keyring", "ring", nil)
 	revoked := add("user", "revoked", []byte{2})
-	must(0, c.Revoke(revoked))
+	noErr(t, c.Revoke(revoked))
 	expired := add("user", "expired", []byte{2})
-	must(0, c.SetTimeout(expired, 1))
+	noErr(t, c.SetTimeout(expired, 1))
 	e.clock.advance(2 * time.Second)
 	unreadable := add("user", "unreadable", []byte{2})
-	must(0, c.SetPerm(unreadable, 0x3d010000)) // possessor: all but read
-	foreign := must(other.AddKey("user", "theirs", []byte{2}, SessionKeyring))
+	noErr(t, c.SetPerm(unreadable, 0x3d010000)) // possessor: all but read
+	foreign := must(other.AddKey("user", "theirs", []byte{2}, SessionKeyring))(t)
 	zeroPrime := add("user", "zero-prime", make([]byte, 256))
 	shortPrime := add("user", "short-prime", padded(23, 191))
 	smallPrime := add("user", "small-prime", padded(23, 192))

@@ -31,33 +31,33 @@ func TestGCMassReap(t *testing.T) {
 	c := e.caller(0, 0)
 	var rings [4]Serial
 	for i := range rings {
-		rings[i] = must(c.AddKey("keyring", fmt.Sprint("r", i), nil, SessionKeyring))
+		rings[i] = must(c.AddKey("keyring", fmt.Sprint("r", i), nil, SessionKeyring))(t)
 	}
 	var doomed []*Key // keys, not serials: a reaped key's serial may be reused
 	var movers []Serial
 	for i := range n {
 		ring := rings[i%3]
-		id := must(c.AddKey("user", fmt.Sprint("k", i), []byte("payload"), ring))
+		id := must(c.AddKey("user", fmt.Sprint("k", i), []byte("payload"), ring))(t)
 		if i%8 <= 5 {
 			doomed = append(doomed, e.s.lookup(id)) // before a revocation lets it go
 		}
 		switch i % 8 {
 		case 0, 1, 2: // expires
-			noErr(c.SetTimeout(id, 1))
+			noErr(t, c.SetTimeout(id, 1))
 		case 3: // linked twice, then expires
-			noErr(c.Link(id, rings[3]))
-			noErr(c.SetTimeout(id, 1))
+			noErr(t, c.Link(id, rings[3]))
+			noErr(t, c.SetTimeout(id, 1))
 		case 4: // unlinked (below)
 		case 5: // revoked
-			noErr(c.Revoke(id))
+			noErr(t, c.Revoke(id))
 		case 6: // moved between keyrings during the passes
 			movers = append(movers, id)
 		}
 	}
 	for i := range n { // the unlinked ones lose their only link
 		if i%8 == 4 {
-			id := must(c.Search(rings[i%3], "user", fmt.Sprint("k", i), 0))
-			noErr(c.Unlink(id, rings[i%3]))
+			id := must(c.Search(rings[i%3], "user", fmt.Sprint("k", i), 0))(t)
+			noErr(t, c.Unlink(id, rings[i%3]))
 		}
 	}
 	e.clock.advance(2 * time.Second)

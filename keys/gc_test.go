@@ -29,9 +29,9 @@ func (e *env) gcNow() {
 func TestGCRevokedKey(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	must(c.GetKeyringID(UserKeyring, false))
+	must(c.GetKeyringID(UserKeyring, false))(t)
 	k0, b0 := e.s.QuotaUsage(1000)
-	id := must(c.AddKey("user", "secret", []byte("payload"), SessionKeyring))
+	id := must(c.AddKey("user", "secret", []byte("payload"), SessionKeyring))(t)
 
 	// A reader holds the payload across the revocation until it lets go.
 	k := e.s.lookup(id)
@@ -47,7 +47,7 @@ func TestGCRevokedKey(t *testing.T) {
 		sec.End()
 	}()
 	held := <-loaded
-	noErr(c.Revoke(id))
+	noErr(t, c.Revoke(id))
 	_, err := c.Read(id)
 	wantErr(t, "read after revoke", err, EKEYREVOKED)
 	close(release)
@@ -60,13 +60,13 @@ func TestGCRevokedKey(t *testing.T) {
 	}
 	// Before gc_delay the link stays.
 	e.gcNow()
-	if got := serials(must(c.Read(SessionKeyring))); len(got) != 1 || got[0] != id {
+	if got := serials(must(c.Read(SessionKeyring))(t)); len(got) != 1 || got[0] != id {
 		t.Fatalf("session holds %v before gc_delay, want the revoked key", got)
 	}
 	// After gc_delay the link is pruned and the key destroyed.
 	e.clock.advance(e.s.Tunables().GCDelay + time.Second)
 	e.gcNow()
-	if got := serials(must(c.Read(SessionKeyring))); len(got) != 0 {
+	if got := serials(must(c.Read(SessionKeyring))(t)); len(got) != 0 {
 		t.Fatalf("session still holds %v after gc_delay", got)
 	}
 	if k1, b1 := e.s.QuotaUsage(1000); k1 != k0 || b1 != b0 {
@@ -81,19 +81,19 @@ func TestGCRevokedKey(t *testing.T) {
 func TestGCExpiredAndInvalidated(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	ex := must(c.AddKey("user", "ex", []byte("x"), SessionKeyring))
-	iv := must(c.AddKey("user", "iv", []byte("x"), SessionKeyring))
-	keep := must(c.AddKey("user", "keep", []byte("x"), SessionKeyring))
-	noErr(c.SetTimeout(ex, 5))
-	noErr(c.Invalidate(iv))
+	ex := must(c.AddKey("user", "ex", []byte("x"), SessionKeyring))(t)
+	iv := must(c.AddKey("user", "iv", []byte("x"), SessionKeyring))(t)
+	keep := must(c.AddKey("user", "keep", []byte("x"), SessionKeyring))(t)
+	noErr(t, c.SetTimeout(ex, 5))
+	noErr(t, c.Invalidate(iv))
 	e.gcNow()
-	got := serials(must(c.Read(SessionKeyring)))
+	got := serials(must(c.Read(SessionKeyring))(t))
 	if len(got) != 2 || !containsSerial(got, ex) || !containsSerial(got, keep) {
 		t.Fatalf("after invalidation the session holds %v, want %d and %d", got, ex, keep)
 	}
 	e.clock.advance(5*time.Second + e.s.Tunables().GCDelay)
 	e.gcNow()
-	if got := serials(must(c.Read(SessionKeyring))); len(got) != 1 || got[0] != keep {
+	if got := serials(must(c.Read(SessionKeyring))(t)); len(got) != 1 || got[0] != keep {
 		t.Fatalf("after expiry + gc_delay the session holds %v, want only %d", got, keep)
 	}
 	st := e.s.GCStats()
@@ -117,16 +117,16 @@ func TestGCPrunesEveryLink(t *testing.T) {
 	c := e.caller(1000, 1000)
 	var rings []Serial
 	for i := range 5 {
-		rings = append(rings, must(c.AddKey("keyring", fmt.Sprint("r", i), nil, SessionKeyring)))
+		rings = append(rings, must(c.AddKey("keyring", fmt.Sprint("r", i), nil, SessionKeyring))(t))
 	}
-	id := must(c.AddKey("user", "shared", []byte("x"), rings[0]))
+	id := must(c.AddKey("user", "shared", []byte("x"), rings[0]))(t)
 	for _, r := range rings[1:] {
-		noErr(c.Link(id, r))
+		noErr(t, c.Link(id, r))
 	}
-	noErr(c.Invalidate(id))
+	noErr(t, c.Invalidate(id))
 	e.gcNow()
 	for _, r := range rings {
-		if got := serials(must(c.Read(r))); len(got) != 0 {
+		if got := serials(must(c.Read(r))(t)); len(got) != 0 {
 			t.Fatalf("keyring %d still holds %v", r, got)
 		}
 	}
@@ -141,16 +141,16 @@ func TestGCUnregisterType(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
 	custom := &Type{Name: "custom", Preparse: userPreparse, Read: func(p *Payload) ([]byte, error) { return p.Data, nil }}
-	noErr(e.s.RegisterType(custom))
+	noErr(t, e.s.RegisterType(custom))
 	var ids []Serial
 	var rings []Serial
 	for i := range 4 {
-		r := must(c.AddKey("keyring", fmt.Sprint("r", i), nil, SessionKeyring))
+		r := must(c.AddKey("keyring", fmt.Sprint("r", i), nil, SessionKeyring))(t)
 		rings = append(rings, r)
 		for j := range 3 {
-			id := must(c.AddKey("custom", fmt.Sprint("k", i, j), []byte("x"), r))
+			id := must(c.AddKey("custom", fmt.Sprint("k", i, j), []byte("x"), r))(t)
 			ids = append(ids, id)
-			noErr(c.Link(id, rings[0]))
+			noErr(t, c.Link(id, rings[0]))
 		}
 	}
 	if err := e.s.UnregisterType("custom"); err != nil {
@@ -158,7 +158,7 @@ func TestGCUnregisterType(t *testing.T) {
 	}
 	e.settle()
 	for _, r := range rings {
-		if got := serials(must(c.Read(r))); len(got) != 0 && !(r == rings[0] && allKeyrings(e, got)) {
+		if got := serials(must(c.Read(r))(t)); len(got) != 0 && !(r == rings[0] && allKeyrings(e, got)) {
 			t.Fatalf("keyring %d still holds %v", r, got)
 		}
 	}
@@ -187,9 +187,9 @@ func TestGCChunksAndRequestsDuringPass(t *testing.T) {
 	const n = 5000
 	e := newEnv(t, withChunkSize(64))
 	c := e.caller(0, 0)
-	ring := must(c.AddKey("keyring", "bulk", nil, SessionKeyring))
+	ring := must(c.AddKey("keyring", "bulk", nil, SessionKeyring))(t)
 	for i := range n {
-		must(c.AddKey("user", fmt.Sprint("k", i), []byte("payload"), ring))
+		must(c.AddKey("user", fmt.Sprint("k", i), []byte("payload"), ring))(t)
 	}
 	before := e.s.Keys()
 	var wg sync.WaitGroup
@@ -201,7 +201,7 @@ func TestGCChunksAndRequestsDuringPass(t *testing.T) {
 			time.Sleep(50 * time.Microsecond)
 		}
 	}()
-	noErr(c.Clear(ring))
+	noErr(t, c.Clear(ring))
 	wg.Wait()
 	e.settle()
 	if got := e.s.Keys(); got != before-n {
@@ -233,8 +233,8 @@ func TestGCSweepOrDefer(t *testing.T) {
 	tun.GCDelay = 0
 	e := newEnv(t, withChunkSize(chunk), WithTunables(tun))
 	c := e.caller(0, 0)
-	many := must(c.AddKey("keyring", "many", nil, SessionKeyring))
-	few := must(c.AddKey("keyring", "few", nil, SessionKeyring))
+	many := must(c.AddKey("keyring", "many", nil, SessionKeyring))(t)
+	few := must(c.AddKey("keyring", "few", nil, SessionKeyring))(t)
 	k0, b0 := e.s.QuotaUsage(0)
 	var live []Serial
 	for i := range n {
@@ -242,7 +242,7 @@ func TestGCSweepOrDefer(t *testing.T) {
 			ring Serial
 			dies bool
 		}{{many, i%2 == 0}, {few, i%100 == 0}} {
-			id := must(c.AddKey("user", fmt.Sprint(r.ring, "-", i), []byte("payload"), r.ring))
+			id := must(c.AddKey("user", fmt.Sprint(r.ring, "-", i), []byte("payload"), r.ring))(t)
 			// Revocation requests a pass at once; expiry waits for the
 			// clock (the test's, which moves only when told), so that the
 			// many deaths come to one pass.
@@ -250,9 +250,9 @@ func TestGCSweepOrDefer(t *testing.T) {
 			case !r.dies:
 				live = append(live, id)
 			case r.ring == few && i%200 == 0:
-				noErr(c.Revoke(id))
+				noErr(t, c.Revoke(id))
 			default:
-				noErr(c.SetTimeout(id, 1))
+				noErr(t, c.SetTimeout(id, 1))
 			}
 		}
 	}
@@ -262,7 +262,7 @@ func TestGCSweepOrDefer(t *testing.T) {
 		ring Serial
 		want int
 	}{{many, n / 2}, {few, n - n/100}} {
-		if got := len(must(c.Read(r.ring))) / 4; got != r.want {
+		if got := len(must(c.Read(r.ring))(t)) / 4; got != r.want {
 			t.Fatalf("keyring %d holds %d links, want %d", r.ring, got, r.want)
 		}
 	}
@@ -282,8 +282,8 @@ func TestGCSweepOrDefer(t *testing.T) {
 		t.Fatalf("an item did %d units of work (scanned %d, destroyed %d); the chunk is %d",
 			st.MaxWorkPerItem, st.MaxScannedPerItem, st.MaxDestroyedPerItem, chunk)
 	}
-	noErr(c.Clear(many))
-	noErr(c.Clear(few))
+	noErr(t, c.Clear(many))
+	noErr(t, c.Clear(few))
 	e.gcNow()
 	if k1, b1 := e.s.QuotaUsage(0); k1 != k0 || b1 != b0 {
 		t.Fatalf("quota %d/%d after reaping everything, want %d/%d", k1, b1, k0, b0)
@@ -303,20 +303,20 @@ func TestGCUnregisterTypeLargeKeyring(t *testing.T) {
 	e := newEnv(t, withChunkSize(100))
 	c := e.caller(0, 0)
 	custom := &Type{Name: "custom", Preparse: userPreparse}
-	noErr(e.s.RegisterType(custom))
-	ring := must(c.AddKey("keyring", "big", nil, SessionKeyring))
+	noErr(t, e.s.RegisterType(custom))
+	ring := must(c.AddKey("keyring", "big", nil, SessionKeyring))(t)
 	var doomed []*Key
 	for i := range n {
-		id := must(c.AddKey("custom", fmt.Sprint("c", i), []byte("x"), ring))
+		id := must(c.AddKey("custom", fmt.Sprint("c", i), []byte("x"), ring))(t)
 		doomed = append(doomed, e.s.lookup(id))
 		if i%10 == 0 {
-			must(c.AddKey("user", fmt.Sprint("u", i), []byte("live"), ring))
+			must(c.AddKey("user", fmt.Sprint("u", i), []byte("live"), ring))(t)
 		}
 	}
 	before := e.s.GCStats().Sweeps
-	noErr(e.s.UnregisterType("custom"))
+	noErr(t, e.s.UnregisterType("custom"))
 	e.settle()
-	if got := len(must(c.Read(ring))) / 4; got != n/10 {
+	if got := len(must(c.Read(ring))(t)) / 4; got != n/10 {
 		t.Fatalf("keyring holds %d links after unregistering, want the %d live ones", got, n/10)
 	}
 	for _, k := range doomed {
@@ -342,11 +342,11 @@ func TestGCItemCPUTime(t *testing.T) {
 		}
 		e := newEnv(t, opts...)
 		c := e.caller(0, 0)
-		ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))
+		ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))(t)
 		for i := range 100 {
-			must(c.AddKey("user", fmt.Sprint("k", i), []byte("x"), ring))
+			must(c.AddKey("user", fmt.Sprint("k", i), []byte("x"), ring))(t)
 		}
-		noErr(c.Clear(ring))
+		noErr(t, c.Clear(ring))
 		e.gcNow()
 		st := e.s.GCStats()
 		if st.Items == 0 {

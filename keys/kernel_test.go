@@ -12,18 +12,18 @@ import (
 func TestKernelObserved(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(0, 0)
-	k := must(c.AddKey("user", "nr", []byte("data"), SessionKeyring))
+	k := must(c.AddKey("user", "nr", []byte("data"), SessionKeyring))(t)
 
 	// keyctl setperm $k 0x39000000; keyctl read $k → "4 bytes of data in key"
 	// (a possessor may read even without the read bit).
-	noErr(c.SetPerm(k, 0x39000000))
-	if got := must(c.Read(k)); string(got) != "data" {
+	noErr(t, c.SetPerm(k, 0x39000000))
+	if got := must(c.Read(k))(t); string(got) != "data" {
 		t.Fatalf("possessed read without read permission = %q", got)
 	}
 	// keyctl setperm $k 0x3b000000; keyctl timeout $k 1; sleep; read/search
 	// → "Key has expired" for both.
-	noErr(c.SetPerm(k, 0x3b000000))
-	noErr(c.SetTimeout(k, 1))
+	noErr(t, c.SetPerm(k, 0x3b000000))
+	noErr(t, c.SetTimeout(k, 1))
 	e.clock.advance(1200e6)
 	steps := []struct {
 		what string
@@ -42,8 +42,8 @@ func TestKernelObserved(t *testing.T) {
 	_, err = c.Search(SessionKeyring, "user", "nr", 0)
 	add("search expired", err, EKEYEXPIRED)
 
-	rv := must(c.AddKey("user", "rv", []byte("x"), SessionKeyring))
-	noErr(c.Revoke(rv))
+	rv := must(c.AddKey("user", "rv", []byte("x"), SessionKeyring))(t)
+	noErr(t, c.Revoke(rv))
 	_, err = c.Search(SessionKeyring, "user", "rv", 0)
 	add("search revoked", err, EKEYREVOKED)
 	_, err = c.Read(rv)
@@ -72,12 +72,5 @@ func TestKernelObserved(t *testing.T) {
 	// keyctl unlink $revoked @s → success.
 	if err := c.Unlink(rv, SessionKeyring); err != nil {
 		t.Errorf("unlink revoked: %v, kernel succeeded", err)
-	}
-}
-
-// noErr panics (failing the test with a stack) on err.
-func noErr(err error) {
-	if err != nil {
-		panic("unexpected error: " + err.Error())
 	}
 }

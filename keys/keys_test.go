@@ -9,25 +9,25 @@ import (
 func TestAddReadUpdateDescribe(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	id := must(c.AddKey("user", "greeting", []byte("hello"), SessionKeyring))
+	id := must(c.AddKey("user", "greeting", []byte("hello"), SessionKeyring))(t)
 	if id < 3 || id >= 1<<30 {
 		t.Fatalf("serial %d outside [3, 2^30)", id)
 	}
-	if got := must(c.Read(id)); string(got) != "hello" {
+	if got := must(c.Read(id))(t); string(got) != "hello" {
 		t.Fatalf("Read = %q", got)
 	}
 	// add_key on the same type and description updates in place.
-	again := must(c.AddKey("user", "greeting", []byte("bonjour"), SessionKeyring))
+	again := must(c.AddKey("user", "greeting", []byte("bonjour"), SessionKeyring))(t)
 	if again != id {
 		t.Fatalf("re-add returned %d, want the existing %d", again, id)
 	}
-	if got := must(c.Read(id)); string(got) != "bonjour" {
+	if got := must(c.Read(id))(t); string(got) != "bonjour" {
 		t.Fatalf("Read after update = %q", got)
 	}
 	if err := c.Update(id, []byte("hej")); err != nil {
 		t.Fatal(err)
 	}
-	d := must(c.Describe(id))
+	d := must(c.Describe(id))(t)
 	if got := d.String(); got != "user;1000;1000;3f010000;greeting" {
 		t.Fatalf("Describe = %q", got)
 	}
@@ -39,7 +39,7 @@ func TestAddReadUpdateDescribe(t *testing.T) {
 func TestAddKeyErrors(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	uk := must(c.AddKey("user", "u", []byte("x"), SessionKeyring))
+	uk := must(c.AddKey("user", "u", []byte("x"), SessionKeyring))(t)
 	cases := []struct {
 		name      string
 		typ, desc string
@@ -76,19 +76,19 @@ func TestAddKeyErrors(t *testing.T) {
 func TestLogonAndBigKey(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	lk := must(c.AddKey("logon", "svc:pw", []byte("secret"), SessionKeyring))
+	lk := must(c.AddKey("logon", "svc:pw", []byte("secret"), SessionKeyring))(t)
 	_, err := c.Read(lk)
 	wantErr(t, "Read logon", err, EOPNOTSUPP)
-	if d := must(c.Describe(lk)); d.Perm != PermLogon {
+	if d := must(c.Describe(lk))(t); d.Perm != PermLogon {
 		t.Fatalf("logon perm %08x", uint32(d.Perm))
 	}
-	small := must(c.AddKey("big_key", "small", []byte("tiny"), SessionKeyring))
+	small := must(c.AddKey("big_key", "small", []byte("tiny"), SessionKeyring))(t)
 	big := bytes.Repeat([]byte("0123456789abcdef"), 40000) // 640 KB, sealed in a file
-	bk := must(c.AddKey("big_key", "big", big, SessionKeyring))
-	if got := must(c.Read(bk)); !bytes.Equal(got, big) {
+	bk := must(c.AddKey("big_key", "big", big, SessionKeyring))(t)
+	if got := must(c.Read(bk))(t); !bytes.Equal(got, big) {
 		t.Fatal("big_key payload read back differs")
 	}
-	if got := must(c.Read(small)); string(got) != "tiny" {
+	if got := must(c.Read(small))(t); string(got) != "tiny" {
 		t.Fatalf("small big_key = %q", got)
 	}
 	proc := c.ProcKeys()
@@ -103,7 +103,7 @@ func TestPermissionClasses(t *testing.T) {
 	member := e.caller(1001, 200, 100)
 	other := e.caller(1002, 300)
 	root := e.caller(0, 0)
-	id := must(owner.AddKey("user", "shared", []byte("data"), SessionKeyring))
+	id := must(owner.AddKey("user", "shared", []byte("data"), SessionKeyring))(t)
 	// Others do not possess it: default perms give them nothing.
 	for _, c := range []*Caller{member, other, root} {
 		_, err := c.Read(id)
@@ -122,7 +122,7 @@ func TestPermissionClasses(t *testing.T) {
 	if err := owner.SetPerm(id, PossAll|View<<UserShift|(View|Read)<<GroupShift); err != nil {
 		t.Fatal(err)
 	}
-	if got := must(member.Read(id)); string(got) != "data" {
+	if got := must(member.Read(id))(t); string(got) != "data" {
 		t.Fatalf("member read %q", got)
 	}
 	_, err = other.Read(id)
@@ -147,7 +147,7 @@ func TestPermissionClasses(t *testing.T) {
 	if err := root.Chown(id, 1002, -1); err != nil {
 		t.Fatalf("root chown: %v", err)
 	}
-	if d := must(root.Describe(id)); d.UID != 1002 {
+	if d := must(root.Describe(id))(t); d.UID != 1002 {
 		t.Fatalf("uid after chown %d", d.UID)
 	}
 }
@@ -155,7 +155,7 @@ func TestPermissionClasses(t *testing.T) {
 func TestRevokeInvalidateTimeout(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	id := must(c.AddKey("user", "r", []byte("x"), SessionKeyring))
+	id := must(c.AddKey("user", "r", []byte("x"), SessionKeyring))(t)
 	if err := c.Revoke(id); err != nil {
 		t.Fatal(err)
 	}
@@ -165,18 +165,18 @@ func TestRevokeInvalidateTimeout(t *testing.T) {
 	_, err = c.Search(SessionKeyring, "user", "r", 0)
 	wantErr(t, "Search revoked", err, EKEYREVOKED)
 
-	ex := must(c.AddKey("user", "e", []byte("x"), SessionKeyring))
+	ex := must(c.AddKey("user", "e", []byte("x"), SessionKeyring))(t)
 	if err := c.SetTimeout(ex, 10); err != nil {
 		t.Fatal(err)
 	}
-	must(c.Read(ex))
+	must(c.Read(ex))(t)
 	e.clock.advance(11e9)
 	_, err = c.Read(ex)
 	wantErr(t, "Read expired", err, EKEYEXPIRED)
 	_, err = c.Search(SessionKeyring, "user", "e", 0)
 	wantErr(t, "Search expired", err, EKEYEXPIRED)
 
-	iv := must(c.AddKey("user", "i", []byte("x"), SessionKeyring))
+	iv := must(c.AddKey("user", "i", []byte("x"), SessionKeyring))(t)
 	if err := c.Invalidate(iv); err != nil {
 		t.Fatal(err)
 	}
@@ -189,11 +189,11 @@ func TestRevokeInvalidateTimeout(t *testing.T) {
 func TestKeyringLinks(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	a := must(c.AddKey("keyring", "a", nil, SessionKeyring))
-	b := must(c.AddKey("keyring", "b", nil, a))
+	a := must(c.AddKey("keyring", "a", nil, SessionKeyring))(t)
+	b := must(c.AddKey("keyring", "b", nil, a))(t)
 	wantErr(t, "link a into b (cycle)", c.Link(a, b), EDEADLK)
 	wantErr(t, "link a into itself", c.Link(a, a), EDEADLK)
-	k := must(c.AddKey("user", "k", []byte("x"), b))
+	k := must(c.AddKey("user", "k", []byte("x"), b))(t)
 	if err := c.Link(k, a); err != nil {
 		t.Fatal(err)
 	}
@@ -203,25 +203,25 @@ func TestKeyringLinks(t *testing.T) {
 	}
 	wantErr(t, "unlink twice", c.Unlink(k, a), ENOENT)
 	// Search finds the key two levels down.
-	if got := must(c.Search(SessionKeyring, "user", "k", 0)); got != k {
+	if got := must(c.Search(SessionKeyring, "user", "k", 0))(t); got != k {
 		t.Fatalf("Search found %d, want %d", got, k)
 	}
 	// Move with and without the exclusive flag.
-	k2 := must(c.AddKey("user", "k", []byte("y"), a))
+	k2 := must(c.AddKey("user", "k", []byte("y"), a))(t)
 	wantErr(t, "exclusive move onto an existing name", c.Move(k2, a, b, MoveExcl), EEXIST)
 	if err := c.Move(k2, a, b, 0); err != nil {
 		t.Fatal(err)
 	}
-	ids := serials(must(c.Read(b)))
+	ids := serials(must(c.Read(b))(t))
 	if len(ids) != 1 || ids[0] != k2 {
 		t.Fatalf("b holds %v after the move, want only %d", ids, k2)
 	}
 	// Depth, as the kernel measured here: a keyring with 6 levels of
 	// keyrings below it may be linked, one with 7 may not.
-	top := must(c.AddKey("keyring", "top", nil, SessionKeyring))
+	top := must(c.AddKey("keyring", "top", nil, SessionKeyring))(t)
 	var chain []Serial
 	for i := range 8 {
-		chain = append(chain, must(c.AddKey("keyring", "n"+string(rune('0'+i)), nil, SessionKeyring)))
+		chain = append(chain, must(c.AddKey("keyring", "n"+string(rune('0'+i)), nil, SessionKeyring))(t))
 	}
 	for i := len(chain) - 1; i > 0; i-- {
 		if err := c.Link(chain[i], chain[i-1]); err != nil {
@@ -236,7 +236,7 @@ func TestKeyringLinks(t *testing.T) {
 	if err := c.Clear(a); err != nil {
 		t.Fatal(err)
 	}
-	if got := must(c.Read(a)); len(got) != 0 {
+	if got := must(c.Read(a))(t); len(got) != 0 {
 		t.Fatalf("a not empty after Clear: %v", serials(got))
 	}
 }
@@ -252,12 +252,12 @@ func serials(b []byte) []Serial {
 func TestListingOrderMatchesKernel(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	r := must(c.AddKey("keyring", "order", nil, SessionKeyring))
+	r := must(c.AddKey("keyring", "order", nil, SessionKeyring))(t)
 	var ks []Serial
 	for _, d := range []string{"k1", "k2", "k3", "k4"} {
-		ks = append(ks, must(c.AddKey("user", d, []byte("x"), r)))
+		ks = append(ks, must(c.AddKey("user", d, []byte("x"), r))(t))
 	}
-	got := serials(must(c.Read(r)))
+	got := serials(must(c.Read(r))(t))
 	want := []Serial{ks[0], ks[3], ks[2], ks[1]}
 	for i := range want {
 		if got[i] != want[i] {
@@ -269,9 +269,9 @@ func TestListingOrderMatchesKernel(t *testing.T) {
 func TestQuota(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	must(c.GetKeyringID(UserKeyring, false)) // _uid.N and _uid_ses.N are charged too
+	must(c.GetKeyringID(UserKeyring, false))(t) // _uid.N and _uid_ses.N are charged too
 	keys0, bytes0 := e.s.QuotaUsage(1000)
-	id := must(c.AddKey("user", "q", []byte("12345"), SessionKeyring))
+	id := must(c.AddKey("user", "q", []byte("12345"), SessionKeyring))(t)
 	keys1, bytes1 := e.s.QuotaUsage(1000)
 	// One key; description + 1 + payload + a 4-byte link in the session keyring.
 	if keys1-keys0 != 1 || bytes1-bytes0 != len("q")+1+5+4 {
@@ -290,8 +290,8 @@ func TestQuota(t *testing.T) {
 	if err := e.s.SetTunables(tun); err != nil {
 		t.Fatal(err)
 	}
-	must(c.AddKey("user", "a", []byte("x"), SessionKeyring))
-	must(c.AddKey("user", "b", []byte("x"), SessionKeyring))
+	must(c.AddKey("user", "a", []byte("x"), SessionKeyring))(t)
+	must(c.AddKey("user", "b", []byte("x"), SessionKeyring))(t)
 	_, err := c.AddKey("user", "c", []byte("x"), SessionKeyring)
 	wantErr(t, "AddKey over maxkeys", err, EDQUOT)
 	tun.MaxKeys = 0
@@ -304,26 +304,26 @@ func TestSpecialKeyrings(t *testing.T) {
 	defer c.Release()
 	_, err := c.GetKeyringID(ThreadKeyring, false)
 	wantErr(t, "thread keyring without create", err, ENOKEY)
-	tid := must(c.GetKeyringID(ThreadKeyring, true))
-	if d := must(c.Describe(tid)); d.Description != "_tid" || d.Perm != PermThreadProcess {
+	tid := must(c.GetKeyringID(ThreadKeyring, true))(t)
+	if d := must(c.Describe(tid))(t); d.Description != "_tid" || d.Perm != PermThreadProcess {
 		t.Fatalf("thread keyring %+v", d)
 	}
 	// No session: @s is the user-session keyring.
-	s := must(c.GetKeyringID(SessionKeyring, false))
-	if d := must(c.Describe(s)); d.Description != "_uid_ses.1000" || d.GID != OverflowID || d.Perm != PermUserKeyring {
+	s := must(c.GetKeyringID(SessionKeyring, false))(t)
+	if d := must(c.Describe(s))(t); d.Description != "_uid_ses.1000" || d.GID != OverflowID || d.Perm != PermUserKeyring {
 		t.Fatalf("session fallback %+v", d)
 	}
-	u := must(c.GetKeyringID(UserKeyring, false))
-	if d := must(c.Describe(u)); d.Description != "_uid.1000" {
+	u := must(c.GetKeyringID(UserKeyring, false))(t)
+	if d := must(c.Describe(u))(t); d.Description != "_uid.1000" {
 		t.Fatalf("user keyring %+v", d)
 	}
 	// The user-session keyring links the user keyring.
-	if ids := serials(must(c.Read(s))); len(ids) != 1 || ids[0] != u {
+	if ids := serials(must(c.Read(s))(t)); len(ids) != 1 || ids[0] != u {
 		t.Fatalf("_uid_ses holds %v, want [%d]", ids, u)
 	}
 	// With create, a user-session session is replaced by a fresh _ses.
-	ns := must(c.GetKeyringID(SessionKeyring, true))
-	if d := must(c.Describe(ns)); ns == s || d.Description != "_ses" || d.Perm != PermSessionAnon {
+	ns := must(c.GetKeyringID(SessionKeyring, true))(t)
+	if d := must(c.Describe(ns))(t); ns == s || d.Description != "_ses" || d.Perm != PermSessionAnon {
 		t.Fatalf("created session %d %+v", ns, d)
 	}
 	_, err = c.GetKeyringID(GroupKeyring, true)
@@ -333,8 +333,8 @@ func TestSpecialKeyrings(t *testing.T) {
 	// Named sessions: a second join of the same name makes another keyring,
 	// since the named keyring's perms do not let its owner search it.
 	name := "fish"
-	a := must(c.JoinSessionKeyring(&name))
-	b := must(c.JoinSessionKeyring(&name))
+	a := must(c.JoinSessionKeyring(&name))(t)
+	b := must(c.JoinSessionKeyring(&name))(t)
 	if a == b || a == 0 {
 		t.Fatalf("joins of %q gave %d and %d", name, a, b)
 	}
@@ -346,7 +346,7 @@ func TestSpecialKeyrings(t *testing.T) {
 func TestProcKeysFormat(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	id := must(c.AddKey("user", "foo", []byte("bar"), SessionKeyring))
+	id := must(c.AddKey("user", "foo", []byte("bar"), SessionKeyring))(t)
 	line := ""
 	for _, l := range strings.Split(c.ProcKeys(), "\n") {
 		if strings.HasSuffix(l, "foo: 3") {

@@ -25,7 +25,7 @@ func allocated(n int, f func()) uint64 {
 func TestHugeArgumentsRefusedBeforeAllocation(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 100)
-	ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))
+	ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))(t)
 	const size = 2 << 20
 	huge := strings.Repeat("d", size)
 	hugeB := []byte(huge)

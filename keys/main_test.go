@@ -3,7 +3,6 @@ package keys
 import (
 	"context"
 	"errors"
-	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -70,12 +69,40 @@ func (e *env) settle() {
 	}
 }
 
-// must returns v, or panics (failing the test with a stack) on err.
-func must[T any](v T, err error) T {
-	if err != nil {
-		panic(fmt.Sprintf("unexpected error: %v", err))
+// fataler is the part of a test that must and noErr need. *testing.T
+// and *testing.B are fatalers, and so is rapid's *T, which has no Helper.
+type fataler interface {
+	Fatalf(format string, args ...any)
+}
+
+// must returns v, or fails the test on err: must(c.AddKey(...))(t). It
+// takes the test second, in a call of its own, because Go infers T only
+// from all of a call's arguments, and a (v, err) pair can only be passed
+// alone. It fails with Fatalf, not a panic, so that the test's cleanups
+// and the goroutine-leak check still run; like Fatalf, it must be called
+// from the test's own goroutine (an upcall helper, say, runs on another:
+// report there with Errorf).
+func must[T any](v T, err error) func(fataler) T {
+	return func(t fataler) T {
+		if h, ok := t.(interface{ Helper() }); ok {
+			h.Helper()
+		}
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return v
 	}
-	return v
+}
+
+// noErr fails the test on err, as must does for calls that return only
+// an error.
+func noErr(t fataler, err error) {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
 }
 
 func wantErr(t *testing.T, what string, err error, want Errno) {

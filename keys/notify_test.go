@@ -44,8 +44,8 @@ func TestNotifications(t *testing.T) {
 	root := e.caller(0, 0)
 	q := NewWatchQueue(64)
 	defer q.Close()
-	ring := must(c.AddKey("keyring", "watched", nil, SessionKeyring))
-	other := must(c.AddKey("keyring", "other", nil, SessionKeyring))
+	ring := must(c.AddKey("keyring", "watched", nil, SessionKeyring))(t)
+	other := must(c.AddKey("keyring", "other", nil, SessionKeyring))(t)
 	if err := c.WatchKey(ring, q, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -189,7 +189,7 @@ func TestNotifyConstruction(t *testing.T) {
 			})))
 			s = e.s
 			c := e.caller(1000, 1000)
-			sess := must(c.GetKeyringID(SessionKeyring, false))
+			sess := must(c.GetKeyringID(SessionKeyring, false))(t)
 			if err := c.WatchKey(SessionKeyring, q, 1); err != nil {
 				t.Fatal(err)
 			}
@@ -218,8 +218,8 @@ func TestWatchKeyErrors(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
 	stranger := e.caller(2000, 2000)
-	k := must(c.AddKey("user", "k", []byte("v"), SessionKeyring))
-	unwatched := must(c.AddKey("user", "u", []byte("v"), SessionKeyring))
+	k := must(c.AddKey("user", "k", []byte("v"), SessionKeyring))(t)
+	unwatched := must(c.AddKey("user", "u", []byte("v"), SessionKeyring))(t)
 	q, q2, closed := NewWatchQueue(8), NewWatchQueue(8), NewWatchQueue(8)
 	defer q.Close()
 	defer q2.Close()
@@ -273,8 +273,8 @@ func TestWatchedKeyDestroyed(t *testing.T) {
 	c := e.caller(1000, 1000)
 	q := NewWatchQueue(8)
 	defer q.Close()
-	ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))
-	k := must(c.AddKey("user", "k", []byte("v"), ring))
+	ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))(t)
+	k := must(c.AddKey("user", "k", []byte("v"), ring))(t)
 	if err := c.WatchKey(k, q, 3); err != nil {
 		t.Fatal(err)
 	}
@@ -305,7 +305,7 @@ func TestWatchQueueBounds(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
 	q := NewWatchQueue(2)
-	k := must(c.AddKey("user", "k", []byte("v"), SessionKeyring))
+	k := must(c.AddKey("user", "k", []byte("v"), SessionKeyring))(t)
 	if err := c.WatchKey(k, q, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -362,7 +362,7 @@ func TestWatchQueueBounds(t *testing.T) {
 	if n, ok := q.Next(); ok {
 		t.Fatalf("Next on a drained closed queue = %+v", n)
 	}
-	sess := e.s.lookup(must(c.GetKeyringID(SessionKeyring, false)))
+	sess := e.s.lookup(must(c.GetKeyringID(SessionKeyring, false))(t))
 	sess.mu.Lock()
 	left := len(sess.watches)
 	sess.mu.Unlock()

@@ -56,7 +56,7 @@ func TestPermissionMatrix(t *testing.T) {
 				name := fmt.Sprintf("%s-%s/%s", cl.name, r.name, who.name)
 				t.Run(name, func(t *testing.T) {
 					n++
-					id := must(owner.AddKey("user", fmt.Sprintf("k%d", n), []byte("data"), SessionKeyring))
+					id := must(owner.AddKey("user", fmt.Sprintf("k%d", n), []byte("data"), SessionKeyring))(t)
 					if err := owner.SetPerm(id, PermMask); err != nil {
 						t.Fatal(err)
 					}

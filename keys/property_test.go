@@ -110,10 +110,10 @@ func newMachine(rt *rapid.T) *machine {
 	// A keyring open to all, in every session: whatever is linked there is
 	// possessed by everyone.
 	root := m.callers[2]
-	shared := must(root.AddKey("keyring", "shared", nil, SessionKeyring))
-	must(0, root.SetPerm(shared, PossAll|OtherAll))
+	shared := must(root.AddKey("keyring", "shared", nil, SessionKeyring))(rt)
+	noErr(rt, root.SetPerm(shared, PossAll|OtherAll))
 	for _, c := range m.callers[:2] {
-		must(0, c.Link(shared, SessionKeyring))
+		noErr(rt, c.Link(shared, SessionKeyring))
 	}
 	m.shared = shared
 	m.observe()
@@ -737,9 +737,9 @@ func TestStateMachineSmoke(t *testing.T) {
 		m := newMachine(rt)
 		defer m.close()
 		a, b := m.callers[0], m.callers[1]
-		ring := must(a.AddKey("keyring", "r1", nil, SessionKeyring))
+		ring := must(a.AddKey("keyring", "r1", nil, SessionKeyring))(rt)
 		m.added(ring, keyringType)
-		k := must(a.AddKey("user", "a", []byte("xx"), ring))
+		k := must(a.AddKey("user", "a", []byte("xx"), ring))(rt)
 		m.added(k, userType)
 		m.invariants()
 		if err := a.SetPerm(ring, PossAll|UserAll|GroupAll); err != nil {
@@ -771,13 +771,13 @@ func TestStateMachineSmoke(t *testing.T) {
 func TestCycleThroughInvalidatedKeyring(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	a := must(c.AddKey("keyring", "a", nil, SessionKeyring))
-	b := must(c.AddKey("keyring", "b", nil, SessionKeyring))
-	cc := must(c.AddKey("keyring", "c", nil, SessionKeyring))
-	must(0, c.Link(a, cc)) // c -> a
-	must(0, c.Link(cc, b)) // b -> c
+	a := must(c.AddKey("keyring", "a", nil, SessionKeyring))(t)
+	b := must(c.AddKey("keyring", "b", nil, SessionKeyring))(t)
+	cc := must(c.AddKey("keyring", "c", nil, SessionKeyring))(t)
+	noErr(t, c.Link(a, cc)) // c -> a
+	noErr(t, c.Link(cc, b)) // b -> c
 	wantErr(t, "closing the cycle a -> b -> c -> a", c.Link(b, a), EDEADLK)
-	must(0, c.Invalidate(cc))
+	noErr(t, c.Invalidate(cc))
 	// c is skipped now: the kernel lets this link through.
 	if err := c.Link(b, a); err != nil {
 		t.Fatalf("link b into a past invalidated c: %v", err)
@@ -822,9 +822,9 @@ func TestRequestorSearchUsesRequestorCred(t *testing.T) {
 	e := newEnv(t)
 	req := e.caller(1000, 1000)
 	helper := e.caller(0, 0)
-	id := must(req.AddKey("user", "secret", []byte("x"), SessionKeyring))
+	id := must(req.AddKey("user", "secret", []byte("x"), SessionKeyring))(t)
 	// Only the owner may search it; the possessor byte grants nothing.
-	must(0, req.SetPerm(id, UserAll))
+	noErr(t, req.SetPerm(id, UserAll))
 	k := e.s.lookup(id)
 	auth, err := e.s.alloc(keySpec{typ: authType, desc: "auth", uid: 0, gid: 0, perm: PermAuthKey})
 	if err != nil {

@@ -15,7 +15,7 @@ func TestReadIntoAgreesWithRead(t *testing.T) {
 	owner := e.caller(1000, 1000)
 	other := e.caller(2000, 2000)
 	add := func(desc, payload string) Serial {
-		return must(owner.AddKey("user", desc, []byte(payload), SessionKeyring))
+		return must(owner.AddKey("user", desc, []byte(payload), SessionKeyring))(t)
 	}
 	plain := add("plain", "hello")
 	revoked := add("revoked", "gone")
@@ -30,8 +30,8 @@ func TestReadIntoAgreesWithRead(t *testing.T) {
 	if err := owner.SetPerm(otherReadable, PermDefault|0x3f); err != nil {
 		t.Fatal(err)
 	}
-	logon := must(owner.AddKey("logon", "svc:pw", []byte("secret"), SessionKeyring))
-	ring := must(owner.AddKey("keyring", "nested", nil, SessionKeyring))
+	logon := must(owner.AddKey("logon", "svc:pw", []byte("secret"), SessionKeyring))(t)
+	ring := must(owner.AddKey("keyring", "nested", nil, SessionKeyring))(t)
 	e.clock.advance(2 * time.Second)
 
 	cases := []struct {
@@ -77,7 +77,7 @@ func TestReadIntoAgreesWithRead(t *testing.T) {
 func TestReadIntoShortBuffer(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
-	id := must(c.AddKey("user", "k", []byte("0123456789"), SessionKeyring))
+	id := must(c.AddKey("user", "k", []byte("0123456789"), SessionKeyring))(t)
 	if n, err := c.ReadInto(id, nil); n != 10 || err != nil {
 		t.Fatalf("size query: %d, %v", n, err)
 	}
@@ -90,8 +90,8 @@ func TestReadIntoShortBuffer(t *testing.T) {
 		t.Fatalf("exact buffer: %d, %v, %q", n, err, exact)
 	}
 	// A keyring reads as its serials through the general path, same rule.
-	ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))
-	must(c.AddKey("user", "in", []byte("x"), ring))
+	ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))(t)
+	must(c.AddKey("user", "in", []byte("x"), ring))(t)
 	if n, err := c.ReadInto(ring, make([]byte, 2)); n != 4 || err != nil {
 		t.Fatalf("keyring short buffer: %d, %v", n, err)
 	}

@@ -49,9 +49,9 @@ func BenchmarkReap(b *testing.B) {
 					if _, err := c.JoinSessionKeyring(nil); err != nil {
 						b.Fatal(err)
 					}
-					ring := must(c.AddKey("keyring", "garbage", nil, SessionKeyring))
+					ring := must(c.AddKey("keyring", "garbage", nil, SessionKeyring))(b)
 					for i := range n {
-						id := must(c.AddKey("user", fmt.Sprint("g", i), []byte("0123456789abcdef"), ring))
+						id := must(c.AddKey("user", fmt.Sprint("g", i), []byte("0123456789abcdef"), ring))(b)
 						if cs == "expired" {
 							if err := c.SetTimeout(id, 1); err != nil {
 								b.Fatal(err)

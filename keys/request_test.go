@@ -104,35 +104,35 @@ func TestRequestKeyFindsExisting(t *testing.T) {
 		err     Errno
 	}{
 		{"in session keyring", func(t *testing.T, c *Caller) (Serial, Serial) {
-			return must(c.AddKey("user", "k", []byte("v"), SessionKeyring)), 0
+			return must(c.AddKey("user", "k", []byte("v"), SessionKeyring))(t), 0
 		}, nil, 0},
 		{"found before any upcall", func(t *testing.T, c *Caller) (Serial, Serial) {
-			return must(c.AddKey("user", "k", []byte("v"), SessionKeyring)), 0
+			return must(c.AddKey("user", "k", []byte("v"), SessionKeyring))(t), 0
 		}, []byte("info"), 0},
 		{"in a nested keyring", func(t *testing.T, c *Caller) (Serial, Serial) {
-			r := must(c.AddKey("keyring", "nest", nil, SessionKeyring))
-			return must(c.AddKey("user", "k", []byte("v"), r)), 0
+			r := must(c.AddKey("keyring", "nest", nil, SessionKeyring))(t)
+			return must(c.AddKey("user", "k", []byte("v"), r))(t), 0
 		}, nil, 0},
 		{"in the thread keyring", func(t *testing.T, c *Caller) (Serial, Serial) {
-			return must(c.AddKey("user", "k", []byte("v"), ThreadKeyring)), 0
+			return must(c.AddKey("user", "k", []byte("v"), ThreadKeyring))(t), 0
 		}, nil, 0},
 		{"linked into dest", func(t *testing.T, c *Caller) (Serial, Serial) {
-			d := must(c.AddKey("keyring", "dest", nil, SessionKeyring))
-			return must(c.AddKey("user", "k", []byte("v"), SessionKeyring)), d
+			d := must(c.AddKey("keyring", "dest", nil, SessionKeyring))(t)
+			return must(c.AddKey("user", "k", []byte("v"), SessionKeyring))(t), d
 		}, nil, 0},
 		{"dest given as special id", func(t *testing.T, c *Caller) (Serial, Serial) {
-			return must(c.AddKey("user", "k", []byte("v"), SessionKeyring)), ProcessKeyring
+			return must(c.AddKey("user", "k", []byte("v"), SessionKeyring))(t), ProcessKeyring
 		}, nil, 0},
 		{"no link permission with dest", func(t *testing.T, c *Caller) (Serial, Serial) {
-			d := must(c.AddKey("keyring", "dest", nil, SessionKeyring))
-			k := must(c.AddKey("user", "k", []byte("v"), SessionKeyring))
+			d := must(c.AddKey("keyring", "dest", nil, SessionKeyring))(t)
+			k := must(c.AddKey("user", "k", []byte("v"), SessionKeyring))(t)
 			if err := c.SetPerm(k, (View|Read|Write|Search|SetAttr)<<PossessorShift|View<<UserShift); err != nil {
 				t.Fatal(err)
 			}
 			return k, d
 		}, nil, EACCES},
 		{"no link permission without dest", func(t *testing.T, c *Caller) (Serial, Serial) {
-			k := must(c.AddKey("user", "k", []byte("v"), SessionKeyring))
+			k := must(c.AddKey("user", "k", []byte("v"), SessionKeyring))(t)
 			if err := c.SetPerm(k, (View|Read|Write|Search|SetAttr)<<PossessorShift|View<<UserShift); err != nil {
 				t.Fatal(err)
 			}
@@ -191,12 +191,12 @@ func TestRequestKeyErrors(t *testing.T) {
 		{name: "no such dest", typ: "user", desc: "d", dest: 12345, want: ENOKEY},
 		{name: "group keyring dest", typ: "user", desc: "d", dest: GroupKeyring, want: EINVAL},
 		{name: "revoked key", typ: "user", desc: "r", callout: []byte("x"), setup: func(t *testing.T, e *env, c *Caller) {
-			if err := c.Revoke(must(c.AddKey("user", "r", []byte("v"), SessionKeyring))); err != nil {
+			if err := c.Revoke(must(c.AddKey("user", "r", []byte("v"), SessionKeyring))(t)); err != nil {
 				t.Fatal(err)
 			}
 		}, want: EKEYREVOKED},
 		{name: "expired key is ignored", typ: "user", desc: "x", setup: func(t *testing.T, e *env, c *Caller) {
-			if err := c.SetTimeout(must(c.AddKey("user", "x", []byte("v"), SessionKeyring)), 5); err != nil {
+			if err := c.SetTimeout(must(c.AddKey("user", "x", []byte("v"), SessionKeyring))(t), 5); err != nil {
 				t.Fatal(err)
 			}
 			e.clock.advance(6 * time.Second)
@@ -263,12 +263,12 @@ func TestUpcallRequest(t *testing.T) {
 		return h.Instantiate(u.Key, []byte("payload"), 0)
 	})))
 	c := e.caller(1000, 1000)
-	id := must(c.RequestKey("user", "wanted", []byte("some info"), 0))
-	if got := must(c.Read(id)); string(got) != "payload" {
+	id := must(c.RequestKey("user", "wanted", []byte("some info"), 0))(t)
+	if got := must(c.Read(id))(t); string(got) != "payload" {
 		t.Fatalf("payload %q", got)
 	}
 	u := rec.last()
-	sess := must(c.GetKeyringID(SessionKeyring, false))
+	sess := must(c.GetKeyringID(SessionKeyring, false))(t)
 	if u.Key != id || u.Op != "create" || u.Type != "user" || u.Description != "wanted" ||
 		string(u.CalloutInfo) != "some info" || u.UID != 1000 || u.GID != 1000 {
 		t.Fatalf("upcall %+v", u)
@@ -283,17 +283,17 @@ func TestUpcallRequest(t *testing.T) {
 
 	// With thread and process keyrings, and without a session keyring
 	// (the user-session keyring stands in).
-	th := must(c.GetKeyringID(ThreadKeyring, true))
-	pr := must(c.GetKeyringID(ProcessKeyring, true))
-	id2 := must(c.RequestKey("user", "wanted2", []byte("some info"), SessionKeyring))
+	th := must(c.GetKeyringID(ThreadKeyring, true))(t)
+	pr := must(c.GetKeyringID(ProcessKeyring, true))(t)
+	id2 := must(c.RequestKey("user", "wanted2", []byte("some info"), SessionKeyring))(t)
 	u = rec.last()
 	if got, want := u.Args(), []string{"create", fmt.Sprint(id2), "1000", "1000", fmt.Sprint(th), fmt.Sprint(pr), fmt.Sprint(sess)}; !slices.Equal(got, want) {
 		t.Fatalf("Args() = %q, want %q", got, want)
 	}
 	nosess := e.s.NewCaller(Cred{UID: 1001, GID: 1001, PID: 7})
 	defer nosess.Release()
-	id3 := must(nosess.RequestKey("user", "wanted", []byte("some info"), 0))
-	us := must(nosess.GetKeyringID(UserSessionKeyring, false))
+	id3 := must(nosess.RequestKey("user", "wanted", []byte("some info"), 0))(t)
+	us := must(nosess.GetKeyringID(UserSessionKeyring, false))(t)
 	u = rec.last()
 	if got, want := u.Args(), []string{"create", fmt.Sprint(id3), "1001", "1001", "0", "0", fmt.Sprint(us)}; !slices.Equal(got, want) {
 		t.Fatalf("Args() without session = %q, want %q", got, want)
@@ -376,7 +376,7 @@ func TestConstructionOutcomes(t *testing.T) {
 				if id != key {
 					t.Fatalf("RequestKey = %d, upcall was for %d", id, key)
 				}
-				if again := must(c.RequestKey("user", "k", []byte("info"), 0)); again != id {
+				if again := must(c.RequestKey("user", "k", []byte("info"), 0))(t); again != id {
 					t.Fatalf("second RequestKey = %d, want %d", again, id)
 				}
 				if rec.count() != 1 {
@@ -406,11 +406,11 @@ func TestConstructionOutcomes(t *testing.T) {
 			// nothing is found; with one, the key is constructed anew.
 			_, err = c.RequestKey("user", "k", nil, 0)
 			wantErr(t, "RequestKey without callout after expiry", err, ENOKEY)
-			id2 := must(c.RequestKey("user", "k", []byte("info"), 0))
+			id2 := must(c.RequestKey("user", "k", []byte("info"), 0))(t)
 			if rec.count() != 2 || id2 == key {
 				t.Fatalf("after expiry: %d upcalls, key %d (old %d)", rec.count(), id2, key)
 			}
-			if got := must(c.Read(id2)); string(got) != "again" {
+			if got := must(c.Read(id2))(t); string(got) != "again" {
 				t.Fatalf("reconstructed payload %q", got)
 			}
 			if linked(t, c, SessionKeyring, key) {
@@ -425,7 +425,7 @@ func TestNoUpcaller(t *testing.T) {
 	c := e.caller(1000, 1000)
 	_, err := c.RequestKey("user", "k", []byte("info"), 0)
 	wantErr(t, "RequestKey without upcaller", err, ENOENT)
-	ids := must(ringSerials(c, SessionKeyring))
+	ids := must(ringSerials(c, SessionKeyring))(t)
 	if len(ids) != 1 {
 		t.Fatalf("session holds %v, want the negated key", ids)
 	}
@@ -625,14 +625,14 @@ func TestInstantiateRules(t *testing.T) {
 	svc = env.s
 	c = env.caller(1000, 1000)
 	stranger := env.caller(2000, 2000)
-	foreign = must(stranger.AddKey("keyring", "theirs", nil, SessionKeyring))
-	plain = must(c.AddKey("user", "plain", []byte("p"), SessionKeyring))
-	other = must(c.AddKey("user", "other", []byte("o"), SessionKeyring))
-	id := must(c.RequestKey("user", "target", []byte("info"), 0))
+	foreign = must(stranger.AddKey("keyring", "theirs", nil, SessionKeyring))(t)
+	plain = must(c.AddKey("user", "plain", []byte("p"), SessionKeyring))(t)
+	other = must(c.AddKey("user", "other", []byte("o"), SessionKeyring))(t)
+	id := must(c.RequestKey("user", "target", []byte("info"), 0))(t)
 	if ran != len(steps) {
 		t.Fatalf("ran %d of %d steps", ran, len(steps))
 	}
-	if got := must(c.Read(id)); string(got) != "v" {
+	if got := must(c.Read(id))(t); string(got) != "v" {
 		t.Fatalf("payload %q, want the first instantiation's", got)
 	}
 }
@@ -703,7 +703,7 @@ func TestInstantiationDestination(t *testing.T) {
 				return nil
 			})))
 			c = e.caller(1000, 1000)
-			dest = must(c.AddKey("keyring", "dest", nil, SessionKeyring))
+			dest = must(c.AddKey("keyring", "dest", nil, SessionKeyring))(t)
 			_, err := c.RequestKey("user", "k", []byte("x"), dest)
 			if tc.negate {
 				wantErr(t, "RequestKey", err, ENOKEY)
@@ -779,13 +779,13 @@ func TestHelperAuthority(t *testing.T) {
 	})))
 	c = e.caller(1000, 1000)
 	stranger = e.caller(1000, 1000) // same user, other session
-	reqSession = must(c.GetKeyringID(SessionKeyring, false))
-	secret = must(c.AddKey("user", "secret", []byte("s3cret"), SessionKeyring))
-	id := must(c.RequestKey("user", "wanted", []byte("x"), 0))
+	reqSession = must(c.GetKeyringID(SessionKeyring, false))(t)
+	secret = must(c.AddKey("user", "secret", []byte("s3cret"), SessionKeyring))(t)
+	id := must(c.RequestKey("user", "wanted", []byte("x"), 0))(t)
 	// The timeout the helper set applies: once it passes, the key is
 	// ignored and constructed anew.
 	e.clock.advance(101 * time.Second)
-	id2 := must(c.RequestKey("user", "wanted", []byte("x"), 0))
+	id2 := must(c.RequestKey("user", "wanted", []byte("x"), 0))(t)
 	if id2 == id || rec.count() != 2 {
 		t.Fatalf("after the helper's timeout: key %d (was %d), %d upcalls", id2, id, rec.count())
 	}
@@ -806,7 +806,11 @@ func TestNestedRequest(t *testing.T) {
 			if err != nil {
 				t.Errorf("nested RequestKey: %v", err)
 			}
-			if !slices.Contains(must(ringSerials(c, dest)), id) {
+			// This helper runs on the upcall's goroutine, where the
+			// test may not stop (Fatal): it reports and goes on.
+			if ids, err := ringSerials(c, dest); err != nil {
+				t.Errorf("listing the requestor's destination: %v", err)
+			} else if !slices.Contains(ids, id) {
 				t.Errorf("inner key not in the requestor's destination")
 			}
 			return h.Instantiate(u.Key, []byte("outer"), 0)
@@ -824,15 +828,15 @@ func TestNestedRequest(t *testing.T) {
 		return nil
 	})))
 	c = e.caller(1000, 1000)
-	secret = must(c.AddKey("user", "secret", []byte("s"), SessionKeyring))
-	dest = must(c.AddKey("keyring", "dest", nil, SessionKeyring))
-	must(c.RequestKey("user", "outer", []byte("x"), dest))
+	secret = must(c.AddKey("user", "secret", []byte("s"), SessionKeyring))(t)
+	dest = must(c.AddKey("keyring", "dest", nil, SessionKeyring))(t)
+	must(c.RequestKey("user", "outer", []byte("x"), dest))(t)
 	if rec.count() != 2 {
 		t.Fatalf("%d upcalls, want 2", rec.count())
 	}
 	// The inner upcall names the outer helper's keyrings, as the kernel
 	// passes those of the process that asked.
-	if inner.Thread != 0 || inner.Process != 0 || inner.Session == must(c.GetKeyringID(SessionKeyring, false)) {
+	if inner.Thread != 0 || inner.Process != 0 || inner.Session == must(c.GetKeyringID(SessionKeyring, false))(t) {
 		t.Fatalf("inner upcall keyrings %d %d %d", inner.Thread, inner.Process, inner.Session)
 	}
 }
@@ -865,8 +869,8 @@ func TestSetReqKeyKeyring(t *testing.T) {
 		}
 	}
 	// Setting thread or process creates that keyring.
-	must(c.GetKeyringID(ThreadKeyring, false))
-	must(c.GetKeyringID(ProcessKeyring, false))
+	must(c.GetKeyringID(ThreadKeyring, false))(t)
+	must(c.GetKeyringID(ProcessKeyring, false))(t)
 }
 
 // TestConstructDestination checks where a constructed key goes without an
@@ -875,21 +879,21 @@ func TestConstructDestination(t *testing.T) {
 	cases := []struct {
 		name    string
 		session bool // whether the caller has a session keyring
-		setup   func(c *Caller)
+		setup   func(t *testing.T, c *Caller)
 		jit     int
 		want    Serial // special id of the keyring that must hold the key
 	}{
 		{"default", true, nil, ReqKeyDefault, SessionKeyring},
-		{"default with a process keyring", true, func(c *Caller) { must(c.GetKeyringID(ProcessKeyring, true)) }, ReqKeyDefault, ProcessKeyring},
-		{"default with a thread keyring", true, func(c *Caller) {
-			must(c.GetKeyringID(ProcessKeyring, true))
-			must(c.GetKeyringID(ThreadKeyring, true))
+		{"default with a process keyring", true, func(t *testing.T, c *Caller) { must(c.GetKeyringID(ProcessKeyring, true))(t) }, ReqKeyDefault, ProcessKeyring},
+		{"default with a thread keyring", true, func(t *testing.T, c *Caller) {
+			must(c.GetKeyringID(ProcessKeyring, true))(t)
+			must(c.GetKeyringID(ThreadKeyring, true))(t)
 		}, ReqKeyDefault, ThreadKeyring},
 		{"default without a session", false, nil, ReqKeyDefault, UserSessionKeyring},
 		{"thread", true, nil, ReqKeyThread, ThreadKeyring},
 		{"process", true, nil, ReqKeyProcess, ProcessKeyring},
 		{"session", true, nil, ReqKeySession, SessionKeyring},
-		{"session with a thread keyring", true, func(c *Caller) { must(c.GetKeyringID(ThreadKeyring, true)) }, ReqKeySession, SessionKeyring},
+		{"session with a thread keyring", true, func(t *testing.T, c *Caller) { must(c.GetKeyringID(ThreadKeyring, true))(t) }, ReqKeySession, SessionKeyring},
 		{"session without a session", false, nil, ReqKeySession, UserSessionKeyring},
 		{"user", true, nil, ReqKeyUser, UserKeyring},
 		{"user session", true, nil, ReqKeyUserSession, UserSessionKeyring},
@@ -903,16 +907,16 @@ func TestConstructDestination(t *testing.T) {
 			c := e.s.NewCaller(Cred{UID: 1000, GID: 1000, PID: 99})
 			t.Cleanup(c.Release)
 			if tc.session {
-				must(c.JoinSessionKeyring(nil))
+				must(c.JoinSessionKeyring(nil))(t)
 			}
 			if tc.setup != nil {
-				tc.setup(c)
+				tc.setup(t, c)
 			}
 			if _, err := c.SetReqKeyKeyring(tc.jit); err != nil {
 				t.Fatal(err)
 			}
-			id := must(c.RequestKey("user", "k", []byte("x"), 0))
-			wantRing := must(c.GetKeyringID(tc.want, false))
+			id := must(c.RequestKey("user", "k", []byte("x"), 0))(t)
+			wantRing := must(c.GetKeyringID(tc.want, false))(t)
 			for _, sp := range specials {
 				ring, err := c.GetKeyringID(sp, false)
 				if err != nil {

@@ -38,26 +38,26 @@ func TestPayloadWipedOnEveryExit(t *testing.T) {
 		gone func(e *env, c *Caller, id Serial)
 	}{
 		{"unlinked user", "user", "u", func(e *env, c *Caller, id Serial) {
-			must(0, c.Unlink(id, SessionKeyring))
+			noErr(e.t, c.Unlink(id, SessionKeyring))
 		}},
 		{"unlinked logon", "logon", "svc:l", func(e *env, c *Caller, id Serial) {
-			must(0, c.Unlink(id, SessionKeyring))
+			noErr(e.t, c.Unlink(id, SessionKeyring))
 		}},
 		{"unlinked big_key inline", "big_key", "b", func(e *env, c *Caller, id Serial) {
-			must(0, c.Unlink(id, SessionKeyring))
+			noErr(e.t, c.Unlink(id, SessionKeyring))
 		}},
 		{"updated", "user", "up", func(e *env, c *Caller, id Serial) {
-			must(0, c.Update(id, []byte("replacement")))
+			noErr(e.t, c.Update(id, []byte("replacement")))
 		}},
 		{"revoked", "user", "rv", func(e *env, c *Caller, id Serial) {
-			must(0, c.Revoke(id))
+			noErr(e.t, c.Revoke(id))
 		}},
 		{"invalidated", "user", "inv", func(e *env, c *Caller, id Serial) {
-			must(0, c.Invalidate(id))
+			noErr(e.t, c.Invalidate(id))
 			e.s.RequestGC()
 		}},
 		{"expired and reaped", "user", "exp", func(e *env, c *Caller, id Serial) {
-			must(0, c.SetTimeout(id, 1))
+			noErr(e.t, c.SetTimeout(id, 1))
 			e.clock.advance(2 * e.s.Tunables().GCDelay)
 			e.s.RequestGC()
 		}},
@@ -69,7 +69,7 @@ func TestPayloadWipedOnEveryExit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			e := newEnv(t)
 			c := e.caller(1000, 100)
-			id := must(c.AddKey(tc.typ, tc.desc, secret, SessionKeyring))
+			id := must(c.AddKey(tc.typ, tc.desc, secret, SessionKeyring))(t)
 			mem := backing(t, e.s, id)
 			if !bytes.Equal(mem, secret) {
 				t.Fatalf("payload memory holds %q", mem)
@@ -92,7 +92,7 @@ func TestBigKeyFileWiped(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 100)
 	secret := bytes.Repeat([]byte("big-wipe-marker-"), 4096/16)
-	id := must(c.AddKey("big_key", "big", secret, SessionKeyring))
+	id := must(c.AddKey("big_key", "big", secret, SessionKeyring))(t)
 	p := e.s.lookup(id).payload.Load()
 	sl, ok := p.Extra.(*sealed)
 	if !ok {
@@ -106,7 +106,7 @@ func TestBigKeyFileWiped(t *testing.T) {
 	f := os.NewFile(uintptr(fd), "big_key copy")
 	defer f.Close()
 	sealedKey := sl.key[:]
-	must(0, c.Unlink(id, SessionKeyring))
+	noErr(t, c.Unlink(id, SessionKeyring))
 	e.settle()
 	if !isZero(sealedKey) {
 		t.Fatal("the file's encryption key survived destruction")

@@ -43,6 +43,18 @@ type torture struct {
 	reads      atomic.Int64
 	updates    atomic.Int64
 	fakeGPs    atomic.Int64
+
+	errOnce sync.Once
+	err     error // the first error a torture goroutine met
+}
+
+// fail records the first error a torture goroutine met and stops the run.
+// The test reports it once the goroutines are done: t.Fatal may only be
+// called from the test's own goroutine, and a panic would skip the test's
+// cleanups and leak check.
+func (tt *torture) fail(err error) {
+	tt.errOnce.Do(func() { tt.err = err })
+	tt.stop.Store(true)
 }
 
 func (tt *torture) alloc(serial uint64) *tortureObj {
@@ -89,11 +101,13 @@ func (tt *torture) writer(rng *rand.Rand) {
 		if rng.IntN(8) == 0 {
 			// The synchronous way: wait, then age it by hand.
 			if err := tt.d.Synchronize(context.Background()); err != nil {
-				panic(err)
+				tt.fail(err)
+				return
 			}
 			for old.age.Add(1) < torturePipe {
 				if err := tt.d.Synchronize(context.Background()); err != nil {
-					panic(err)
+					tt.fail(err)
+					return
 				}
 			}
 			tt.poison(old)
@@ -176,7 +190,8 @@ func (tt *torture) taskReader(name string, seed uint64) {
 func (tt *torture) fakeWriter() {
 	for !tt.stop.Load() {
 		if err := tt.d.Synchronize(context.Background()); err != nil {
-			panic(err)
+			tt.fail(err)
+			return
 		}
 		tt.fakeGPs.Add(1)
 	}
@@ -217,6 +232,9 @@ func TestTorture(t *testing.T) {
 	time.Sleep(dur)
 	tt.stop.Store(true)
 	wg.Wait()
+	if tt.err != nil {
+		t.Fatalf("torture: %v", tt.err)
+	}
 
 	// Drain the pipeline: each callback re-queues itself until its object
 	// is poisoned.

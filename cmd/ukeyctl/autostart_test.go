@@ -20,7 +20,7 @@ func TestAutostart(t *testing.T) {
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	r := run("keyctl", "", "id", "@u")
-	if r.code != 0 || r.stderr != "ukeyctl: started ukeyd on "+sock+"\n" {
+	if r.Code != 0 || r.Stderr != "ukeyctl: started ukeyd on "+sock+"\n" {
 		t.Fatalf("first command: %+v", r)
 	}
 	pidText, err := os.ReadFile(sock + ".pid")
@@ -36,8 +36,8 @@ func TestAutostart(t *testing.T) {
 		}
 	})
 	r2 := run("keyctl", "", "id", "@u")
-	if r2.code != 0 || r2.stderr != "" || r2.stdout != r.stdout {
-		t.Fatalf("second command: %+v (first printed %q)", r2, r.stdout)
+	if r2.Code != 0 || r2.Stderr != "" || r2.Stdout != r.Stdout {
+		t.Fatalf("second command: %+v (first printed %q)", r2, r.Stdout)
 	}
 	if _, err := os.Stat(filepath.Join(filepath.Dir(sock), "ukeyd.log")); err != nil {
 		t.Errorf("no daemon log beside the socket: %v", err)
@@ -49,17 +49,17 @@ func TestNoAutostart(t *testing.T) {
 	t.Setenv("UKEYS_SOCKET", sock)
 	t.Setenv("UKEYS_NO_AUTOSTART", "1")
 	r := run("keyctl", "", "id", "@s")
-	if r.code != 1 || !strings.Contains(r.stderr, "UKEYS_NO_AUTOSTART") {
+	if r.Code != 1 || !strings.Contains(r.Stderr, "UKEYS_NO_AUTOSTART") {
 		t.Fatalf("%+v", r)
 	}
 	// Usage errors need no daemon.
-	if r := run("keyctl", "", "id"); r.code != 2 {
+	if r := run("keyctl", "", "id"); r.Code != 2 {
 		t.Fatalf("usage without a daemon: %+v", r)
 	}
 	t.Setenv("UKEYS_NO_AUTOSTART", "")
 	t.Setenv("PATH", t.TempDir())
 	r = run("keyctl", "", "id", "@s")
-	if r.code != 1 || !strings.Contains(r.stderr, "no ukeyd found") {
+	if r.Code != 1 || !strings.Contains(r.Stderr, "no ukeyd found") {
 		t.Fatalf("without a ukeyd to start: %+v", r)
 	}
 }

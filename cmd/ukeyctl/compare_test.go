@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/ukeys/ukeys/internal/script"
 )
 
 // realKeyctl returns the installed keyutils keyctl, skipping the test if
@@ -70,7 +72,7 @@ func TestSideBySide(t *testing.T) {
 	ukeys := runScript(t, steps, filepath.Join(bin, "keyctl"), d.path)
 	for i, s := range steps {
 		if kernel[i] != ukeys[i] {
-			t.Errorf("$ %s\n--- keyctl (kernel)\n%s--- ukeyctl\n%s", s.cmd, kernel[i], ukeys[i])
+			t.Errorf("$ %s\n--- keyctl (kernel)\n%s--- ukeyctl\n%s", s.Cmd, kernel[i], ukeys[i])
 		}
 	}
 }
@@ -98,30 +100,21 @@ func TestGoldenAgainstKernel(t *testing.T) {
 			steps := parseGolden(t, string(data))
 			kernel := runScript(t, steps, real, "")
 			for i, s := range steps {
-				if kernel[i] == s.want {
+				want := s.Want.String()
+				if kernel[i] == want {
 					continue
 				}
-				if why := differs(s); why != "" {
-					t.Logf("known difference (%s):\n$ %s\n--- keyctl\n%s--- ukeyctl\n%s", why, s.cmd, kernel[i], s.want)
+				if why, ok := s.Directive("kernel-differs"); ok {
+					t.Logf("known difference (%s):\n$ %s\n--- keyctl\n%s--- ukeyctl\n%s", why, s.Cmd, kernel[i], want)
 					continue
 				}
-				t.Errorf("$ %s\n--- keyctl (kernel)\n%s--- ukeyctl (%s)\n%s", s.cmd, kernel[i], f, s.want)
+				t.Errorf("$ %s\n--- keyctl (kernel)\n%s--- ukeyctl (%s)\n%s", s.Cmd, kernel[i], f, want)
 			}
 		})
 	}
 	if n == 0 {
 		t.Fatal("no golden file is marked #! compare")
 	}
-}
-
-// differs returns the reason a step is marked as differing, if it is.
-func differs(s step) string {
-	for _, c := range s.comments {
-		if why, ok := strings.CutPrefix(c, "#! kernel-differs: "); ok {
-			return why
-		}
-	}
-	return ""
 }
 
 func shellQuote(s string) string {
@@ -133,17 +126,17 @@ func shellQuote(s string) string {
 // output. With socket empty the kernel is used and /proc/keys read after
 // each step; otherwise the daemon at socket, whose /proc/keys view
 // ukeyctl appends itself (see snapshot).
-func runScript(t *testing.T, steps []step, prog, socket string) []string {
+func runScript(t *testing.T, steps []*script.Step, prog, socket string) []string {
 	t.Helper()
 	dir := t.TempDir()
 	var sh strings.Builder
 	for i, s := range steps {
-		args, err := splitArgs(s.cmd)
-		if err != nil || len(args) == 0 || args[0] != "keyctl" {
-			t.Fatalf("step %q cannot be compared", s.cmd)
+		args := commandArgs(s)
+		if args[0] != "keyctl" {
+			t.Fatalf("step %q cannot be compared", s.Cmd)
 		}
 		in := filepath.Join(dir, fmt.Sprintf("in.%d", i))
-		if err := os.WriteFile(in, []byte(s.stdin), 0o600); err != nil {
+		if err := os.WriteFile(in, []byte(s.Stdin), 0o600); err != nil {
 			t.Fatal(err)
 		}
 		q := []string{shellQuote(prog)}
@@ -186,12 +179,12 @@ func runScript(t *testing.T, steps []step, prog, socket string) []string {
 		if err != nil {
 			t.Fatalf("step %d: no exit status", i)
 		}
-		results[i] = result{read("out"), read("err"), code}
+		results[i] = result{Stdout: read("out"), Stderr: read("err"), Code: code}
 	}
 	usage := usageTexts()
 	out := make([]string, len(steps))
 	for i, r := range results {
-		out[i] = render(r, m, usage)
+		out[i] = shown(r, m, usage).String()
 	}
 	return out
 }

@@ -13,6 +13,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/script"
 	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
@@ -137,17 +138,14 @@ func (d *daemon) shell(t *testing.T) *client.Client {
 	return c
 }
 
-// result is what one invocation produced.
-type result struct {
-	stdout, stderr string
-	code           int
-}
+// result is what one invocation produced, as golden scripts record it.
+type result = script.Result
 
 // run runs ukeyctl in process under the program name prog.
 func run(prog string, stdin string, args ...string) result {
 	var out, errb strings.Builder
 	code := Main(append([]string{prog}, args...), strings.NewReader(stdin), &out, &errb)
-	return result{out.String(), errb.String(), code}
+	return result{Stdout: out.String(), Stderr: errb.String(), Code: code}
 }
 
 // binDir makes a directory holding links to the test binary under the

@@ -93,33 +93,33 @@ negate  *       *         *      /bin/negate %k
 	} {
 		r := run("ukeyctl", "", "request-key", "-d", "-v", "-n", "-D", c.desc,
 			"create", "42", "1000", "1001", "11", "12", "13", c.info)
-		if r.code != 0 || r.stdout != "-- exec disabled --\n" {
+		if r.Code != 0 || r.Stdout != "-- exec disabled --\n" {
 			t.Fatalf("%s: %+v", c.desc, r)
 		}
 		var argv []string
-		for _, line := range strings.Split(r.stderr, "\n") {
+		for _, line := range strings.Split(r.Stderr, "\n") {
 			if _, v, ok := strings.Cut(line, "] = \""); ok && strings.HasPrefix(line, "- argv[") {
 				argv = append(argv, strings.TrimSuffix(v, "\""))
 			}
 		}
 		if strings.Join(argv, " ") != strings.Join(c.argv, " ") {
-			t.Errorf("%s %s: argv %q, want %q\n%s", c.desc, c.info, argv, c.argv, r.stderr)
+			t.Errorf("%s %s: argv %q, want %q\n%s", c.desc, c.info, argv, c.argv, r.Stderr)
 		}
 	}
 	r := run("ukeyctl", "", "request-key", "-d", "-n", "-D", "keyring;0;0;1f0000;x", "create", "42", "0", "0", "0", "0", "0", "i")
-	if r.code != 1 || r.stdout != "" || r.stderr != "" {
+	if r.Code != 1 || r.Stdout != "" || r.Stderr != "" {
 		t.Errorf("no matching line: %+v", r)
 	}
 	r = run("ukeyctl", "", "request-key", "-d", "-v", "-n", "-D", "keyring;0;0;1f0000;x", "create", "42", "0", "0", "0", "0", "0", "i")
-	if r.code != 1 || !strings.HasSuffix(r.stderr, "request-key.conf: No matching action\n") {
+	if r.Code != 1 || !strings.HasSuffix(r.Stderr, "request-key.conf: No matching action\n") {
 		t.Errorf("no matching line, verbose: %+v", r)
 	}
 	r = run("ukeyctl", "", "request-key", "-v", "-n", "create", "42")
-	if r.code != 1 || r.stderr != "Unexpected argument count: 2\n" {
+	if r.Code != 1 || r.Stderr != "Unexpected argument count: 2\n" {
 		t.Errorf("bad argument count: %+v", r)
 	}
 	r = run("ukeyctl", "", "request-key", "--version")
-	if r.code != 0 || !strings.HasPrefix(r.stdout, "request-key from ukeys ") {
+	if r.Code != 0 || !strings.HasPrefix(r.Stdout, "request-key from ukeys ") {
 		t.Errorf("--version: %+v", r)
 	}
 }
@@ -139,8 +139,8 @@ func TestRequestKeyConfErrors(t *testing.T) {
 	} {
 		writeConf(t, dir, c.conf, nil)
 		r := run("ukeyctl", "", "request-key", "-d", "-v", "-n", "create", "42", "0", "0", "0", "0", "0", "info")
-		if r.code != 1 || !strings.Contains(r.stderr, c.want) {
-			t.Errorf("%q: exit %d, stderr %q; want %q", c.conf, r.code, r.stderr, c.want)
+		if r.Code != 1 || !strings.Contains(r.Stderr, c.want) {
+			t.Errorf("%q: exit %d, stderr %q; want %q", c.conf, r.Code, r.Stderr, c.want)
 		}
 	}
 }
@@ -191,28 +191,28 @@ negate user fail:*   *  `+k+` reject %k 30 expired %S
 		{"nomatch:a", "x", 1, "", "request_key: Required key not available\n"},
 	} {
 		r := run("keyctl", "", "request2", "user", c.desc, c.info, "@s")
-		if r.code != c.code || r.stderr != c.err {
+		if r.Code != c.code || r.Stderr != c.err {
 			t.Errorf("request2 %s: %+v; want exit %d, stderr %q", c.desc, r, c.code, c.err)
 			continue
 		}
 		if c.code != 0 {
 			// The negative key answers later requests without an upcall.
-			if r2 := run("keyctl", "", "request", "user", c.desc); r2.stderr != c.err {
+			if r2 := run("keyctl", "", "request", "user", c.desc); r2.Stderr != c.err {
 				t.Errorf("request %s after failure: %+v", c.desc, r2)
 			}
 			continue
 		}
-		if p := run("keyctl", "", "print", strings.TrimSpace(r.stdout)); p.stdout != c.print {
+		if p := run("keyctl", "", "print", strings.TrimSpace(r.Stdout)); p.Stdout != c.print {
 			t.Errorf("print %s = %+v, want %q", c.desc, p, c.print)
 		}
 	}
 	// prequest2 reads the callout information from stdin; the key found
 	// is the one constructed before.
 	r := run("keyctl", "info2", "prequest2", "user", "inst:b")
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("prequest2: %+v", r)
 	}
-	if p := run("keyctl", "", "print", "%user:inst:b"); p.stdout != "info2\n" {
+	if p := run("keyctl", "", "print", "%user:inst:b"); p.Stdout != "info2\n" {
 		t.Errorf("print after prequest2: %+v", p)
 	}
 }

@@ -27,11 +27,11 @@ func TestSessionLostAfterRestart(t *testing.T) {
 	t.Setenv(client.SessionEnv, fmt.Sprintf("%d:%s", ses, tok))
 
 	r := run("ukeyctl", "", "add", "user", "k", "v", "@s")
-	if r.code != 1 || !strings.Contains(r.stderr, "add_key: Key has been revoked") || !strings.Contains(r.stderr, "UKEYS_SESSION is gone") {
-		t.Fatalf("add to @s in a lost session: exit %d\nstdout %q\nstderr %q", r.code, r.stdout, r.stderr)
+	if r.Code != 1 || !strings.Contains(r.Stderr, "add_key: Key has been revoked") || !strings.Contains(r.Stderr, "UKEYS_SESSION is gone") {
+		t.Fatalf("add to @s in a lost session: exit %d\nstdout %q\nstderr %q", r.Code, r.Stdout, r.Stderr)
 	}
-	if r := run("ukeyctl", "", "add", "user", "k", "v", "@u"); r.code != 0 {
-		t.Fatalf("add to @u in a lost session: exit %d %q", r.code, r.stderr)
+	if r := run("ukeyctl", "", "add", "user", "k", "v", "@u"); r.Code != 0 {
+		t.Fatalf("add to @u in a lost session: exit %d %q", r.Code, r.Stderr)
 	}
 	// Joining a new session replaces the revoked keyring, as in the
 	// kernel.

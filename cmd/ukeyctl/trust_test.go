@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/wire"
 )
 
@@ -139,9 +140,7 @@ type trustWorld struct {
 
 func newTrustWorld(t *testing.T) *trustWorld {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test acts as other uids (a victim 1000 and an attacker 1002)")
-	}
+	ukeystest.NeedRoot(t, "the test acts as other uids (a victim 1000 and an attacker 1002)")
 	w := &trustWorld{}
 	var err error
 	if w.shared, err = os.MkdirTemp("", "ukeys-trust-"); err != nil {
@@ -167,30 +166,11 @@ func newTrustWorld(t *testing.T) *trustWorld {
 	}
 	// A copy, not a link: ukeyctl looks for ukeyd beside its own
 	// executable, which a link would resolve to the go test cache.
-	if err := copyExecutable(exe, filepath.Join(w.bin, "ukeyctl")); err != nil {
-		t.Fatal(err)
-	}
+	ukeystest.CopyExecutable(t, exe, filepath.Join(w.bin, "ukeyctl"))
 	if err := os.Symlink("ukeyctl", filepath.Join(w.bin, "ukeyd")); err != nil {
 		t.Fatal(err)
 	}
 	return w
-}
-
-func copyExecutable(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_EXCL, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
 
 // killDaemons stops every daemon that autostart left under dir (each
@@ -213,10 +193,6 @@ func killDaemons(dir string) {
 	})
 }
 
-func credential(uid, gid uint32) *syscall.SysProcAttr {
-	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: []uint32{}}}
-}
-
 // victim runs ukeyctl as uid 1000 with only TMPDIR (and env) to find its
 // daemon: no XDG_RUNTIME_DIR, UKEYS_SOCKET or UKEYS_NO_AUTOSTART.
 func (w *trustWorld) victim(t *testing.T, env []string, args ...string) result {
@@ -226,15 +202,15 @@ func (w *trustWorld) victim(t *testing.T, env []string, args ...string) result {
 	cmd := exec.CommandContext(ctx, filepath.Join(w.bin, "ukeyctl"), args...)
 	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/", "TMPDIR=" + w.shared, "GORACE=atexit_sleep_ms=0"}, env...)
 	cmd.Dir = "/"
-	cmd.SysProcAttr = credential(victimUID, victimGID)
+	cmd.SysProcAttr = ukeystest.As(victimUID, victimGID)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	err := cmd.Run()
-	r := result{stdout: out.String(), stderr: errb.String()}
+	r := result{Stdout: out.String(), Stderr: errb.String()}
 	var ee *exec.ExitError
 	switch {
 	case errors.As(err, &ee):
-		r.code = ee.ExitCode()
+		r.Code = ee.ExitCode()
 	case err != nil:
 		t.Fatalf("ukeyctl %v: %v", args, err)
 	}
@@ -262,7 +238,7 @@ func (w *trustWorld) startTrap(t *testing.T, path, mkdir string) *trap {
 	tr := &trap{cmd: exec.Command(filepath.Join(w.bin, "ukeyctl"))}
 	tr.cmd.Env = []string{trapEnv + "=" + path, trapMkdirEnv + "=" + mkdir, "GORACE=atexit_sleep_ms=0"}
 	tr.cmd.Dir = "/"
-	tr.cmd.SysProcAttr = credential(attackerUID, attackerGID)
+	tr.cmd.SysProcAttr = ukeystest.As(attackerUID, attackerGID)
 	tr.cmd.Stderr = &tr.errb
 	var err error
 	if tr.in, err = tr.cmd.StdinPipe(); err != nil {
@@ -304,8 +280,8 @@ func wantRefusal(t *testing.T, r result, path, reason string) {
 	want := "ukeyctl: refusing to use ukeyd at " + path + ": " + reason + "\n" +
 		"ukeyctl: another user may be impersonating ukeyd there: nothing was sent to it and no daemon was started; " +
 		"use a directory of your own (set XDG_RUNTIME_DIR or UKEYS_SOCKET)\n"
-	if r.code != 1 || r.stdout != "" || r.stderr != want {
-		t.Errorf("ukeyctl: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and stderr:\n%s", r.code, r.stdout, r.stderr, want)
+	if r.Code != 1 || r.Stdout != "" || r.Stderr != want {
+		t.Errorf("ukeyctl: exit %d, stdout %q, stderr:\n%s\nwant exit 1 and stderr:\n%s", r.Code, r.Stdout, r.Stderr, want)
 	}
 }
 
@@ -460,8 +436,8 @@ func TestTrustPlantedLog(t *testing.T) {
 		r := w.victim(t, nil, "add", "user", "k", victimSecret, "@s")
 		want := "ukeyctl: cannot start " + filepath.Join(w.bin, "ukeyd") + ": refusing to write ukeyd's log to " +
 			filepath.Join(dir, "ukeyd.log") + ": it is a symbolic link\n"
-		if r.code != 1 || r.stderr != want {
-			t.Errorf("exit %d, stderr %q; want exit 1, stderr %q", r.code, r.stderr, want)
+		if r.Code != 1 || r.Stderr != want {
+			t.Errorf("exit %d, stderr %q; want exit 1, stderr %q", r.Code, r.Stderr, want)
 		}
 		unchanged(t)
 		wantEmpty(t, dir, "ukeyd.log")
@@ -477,12 +453,12 @@ func TestTrustGoodDaemons(t *testing.T) {
 		dir := filepath.Join(w.shared, "ukeys-1000")
 		sock := filepath.Join(dir, "ukeyd.sock")
 		r := w.victim(t, nil, "id", "@u")
-		if r.code != 0 || r.stderr != "ukeyctl: started ukeyd on "+sock+"\n" {
+		if r.Code != 0 || r.Stderr != "ukeyctl: started ukeyd on "+sock+"\n" {
 			t.Fatalf("first command: %+v", r)
 		}
 		r2 := w.victim(t, nil, "id", "@u")
-		if r2.code != 0 || r2.stderr != "" || r2.stdout != r.stdout {
-			t.Fatalf("second command: %+v (first printed %q)", r2, r.stdout)
+		if r2.Code != 0 || r2.Stderr != "" || r2.Stdout != r.Stdout {
+			t.Fatalf("second command: %+v (first printed %q)", r2, r.Stdout)
 		}
 		for _, c := range []struct {
 			path string
@@ -509,11 +485,11 @@ func TestTrustGoodDaemons(t *testing.T) {
 		d.start(t)
 		env := []string{"UKEYS_SOCKET=" + d.path, "UKEYS_NO_AUTOSTART=1"}
 		r := w.victim(t, env, "add", "user", "k", victimSecret, "@u")
-		if r.code != 0 || r.stderr != "" {
+		if r.Code != 0 || r.Stderr != "" {
 			t.Fatalf("add: %+v", r)
 		}
-		r = w.victim(t, env, "print", strings.TrimSpace(r.stdout))
-		if r.code != 0 || r.stdout != victimSecret+"\n" {
+		r = w.victim(t, env, "print", strings.TrimSpace(r.Stdout))
+		if r.Code != 0 || r.Stdout != victimSecret+"\n" {
 			t.Fatalf("print: %+v", r)
 		}
 	})
@@ -650,9 +626,7 @@ func TestOpenDaemonLog(t *testing.T) {
 		}, "refusing to write ukeyd's log to LOG: it has 2 hard links")
 	})
 	t.Run("another's", func(t *testing.T) {
-		if os.Geteuid() != 0 {
-			t.Skip("needs root to make a file of another uid")
-		}
+		ukeystest.NeedRoot(t, "the test makes a file of another uid")
 		check(t, func(_, log string) {
 			os.WriteFile(log, nil, 0o666)
 			os.Chown(log, attackerUID, attackerGID)

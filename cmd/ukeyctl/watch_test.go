@@ -40,10 +40,10 @@ func watchKey(t *testing.T, args ...string) (wait func() result) {
 func mustRun(t *testing.T, args ...string) string {
 	t.Helper()
 	r := run("keyctl", "", args...)
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("keyctl %v: %+v", args, r)
 	}
-	return strings.TrimSpace(r.stdout)
+	return strings.TrimSpace(r.Stdout)
 }
 
 func TestWatch(t *testing.T) {
@@ -60,8 +60,8 @@ func TestWatch(t *testing.T) {
 	mustRun(t, "unlink", key, ring)
 	r := wait()
 	want := fmt.Sprintf("%s upd\n%s attr\n%s rev\n%s gc\n", key, key, key, key)
-	if r.code != 0 || r.stdout != want || r.stderr != "" {
-		t.Fatalf("watch printed %q %q (exit %d), want %q", r.stdout, r.stderr, r.code, want)
+	if r.Code != 0 || r.Stdout != want || r.Stderr != "" {
+		t.Fatalf("watch printed %q %q (exit %d), want %q", r.Stdout, r.Stderr, r.Code, want)
 	}
 }
 
@@ -79,15 +79,15 @@ func TestWatchKeyringFiltered(t *testing.T) {
 	mustRun(t, "unlink", ring, "@s")
 	r := wait()
 	want := fmt.Sprintf("%s link %s\n%s unlk %s\n%s gc\n", ring, k, ring, k, ring)
-	if r.code != 0 || r.stdout != want {
-		t.Fatalf("watch -fln printed %q (exit %d), want %q", r.stdout, r.code, want)
+	if r.Code != 0 || r.Stdout != want {
+		t.Fatalf("watch -fln printed %q (exit %d), want %q", r.Stdout, r.Code, want)
 	}
 }
 
 func TestWatchErrors(t *testing.T) {
 	startDaemon(t)
 	r := run("keyctl", "", "watch", "12345")
-	if r.code != 1 || r.stderr != "keyctl_watch_key: Required key not available\n" {
+	if r.Code != 1 || r.Stderr != "keyctl_watch_key: Required key not available\n" {
 		t.Fatalf("watch of a missing key: %+v", r)
 	}
 }
@@ -113,21 +113,21 @@ keyctl watch_rm $KEYCTL_WATCH_FD $r || true
 keyctl watch_add 1 $r || true
 `
 	r := run("keyctl", "", "watch_session", logf, gcf, "5", "/bin/sh", "-c", script)
-	if r.code != 0 {
+	if r.Code != 0 {
 		t.Fatalf("watch_session: %+v", r)
 	}
-	m := regexp.MustCompile(`^Joined session keyring: (\d+)\n`).FindStringSubmatch(r.stderr)
+	m := regexp.MustCompile(`^Joined session keyring: (\d+)\n`).FindStringSubmatch(r.Stderr)
 	if m == nil {
-		t.Fatalf("watch_session stderr: %q", r.stderr)
+		t.Fatalf("watch_session stderr: %q", r.Stderr)
 	}
 	ses := m[1]
-	ids := strings.Fields(r.stdout)
+	ids := strings.Fields(r.Stdout)
 	if len(ids) != 3 {
-		t.Fatalf("script printed %q", r.stdout)
+		t.Fatalf("script printed %q", r.Stdout)
 	}
 	a, ring, b := ids[0], ids[1], ids[2]
 	wantErr := "keyctl_watch_key: Invalid slot\nkeyctl_watch_key: Invalid argument\n"
-	if got := strings.TrimPrefix(r.stderr, m[0]); got != wantErr {
+	if got := strings.TrimPrefix(r.Stderr, m[0]); got != wantErr {
 		t.Errorf("script stderr %q, want %q", got, wantErr)
 	}
 	log, _ := os.ReadFile(logf)

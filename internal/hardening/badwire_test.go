@@ -22,10 +22,11 @@ func frame(body []byte) []byte {
 
 func withFrame(body []byte) []byte { return append(frame(body), body...) }
 
-func reqBody(tag uint32, op wire.Op, ints []int64, bufs ...[]byte) []byte {
+func reqBody(t testing.TB, tag uint32, op wire.Op, ints []int64, bufs ...[]byte) []byte {
+	t.Helper()
 	b, err := wire.AppendRequest(nil, &wire.Request{Tag: tag, Op: op, Ints: ints, Bufs: bufs})
 	if err != nil {
-		panic(err)
+		t.Fatal(err)
 	}
 	return b
 }
@@ -77,7 +78,7 @@ func TestMalformedMessagesOverSocket(t *testing.T) {
 	}
 	idle := statusConns()
 
-	read := reqBody(1, wire.OpRead, []int64{int64(id)})
+	read := reqBody(t, 1, wire.OpRead, []int64{int64(id)})
 	closed := []struct {
 		name string
 		send []byte
@@ -138,12 +139,12 @@ func TestMalformedMessagesOverSocket(t *testing.T) {
 		// Pipelined requests, a reused tag, an unknown operation, missing
 		// and extra arguments: each answered in order, the connection kept.
 		reqs := [][]byte{
-			reqBody(7, wire.OpRead, []int64{int64(id)}),
-			reqBody(7, wire.Op(9999), nil),
-			reqBody(8, wire.OpRead, nil),
-			reqBody(9, wire.OpAddKey, nil),
-			reqBody(10, wire.OpSearch, []int64{int64(keys.UserKeyring)}, []byte("user")),
-			reqBody(11, wire.OpRead, []int64{int64(id), 1, 2, 3, 4, 5, 6, 7}, []byte("x"), nil, []byte("y")),
+			reqBody(t, 7, wire.OpRead, []int64{int64(id)}),
+			reqBody(t, 7, wire.Op(9999), nil),
+			reqBody(t, 8, wire.OpRead, nil),
+			reqBody(t, 9, wire.OpAddKey, nil),
+			reqBody(t, 10, wire.OpSearch, []int64{int64(keys.UserKeyring)}, []byte("user")),
+			reqBody(t, 11, wire.OpRead, []int64{int64(id), 1, 2, 3, 4, 5, 6, 7}, []byte("x"), nil, []byte("y")),
 		}
 		var all []byte
 		for _, r := range reqs {

@@ -16,6 +16,7 @@ import (
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/internal/testutil"
+	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -191,7 +192,7 @@ func runWithToken(t *testing.T, d *daemon, w who, token string, calls ...call) (
 	cmd := exec.Command(agentBinary(t), "-test.run=^$")
 	cmd.Env = []string{agentEnv + "=1", "UKEYS_SOCKET=" + d.path, client.HelperEnv + "=" + token}
 	if w.uid != 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: w.uid, Gid: w.gid, Groups: w.groups}}
+		cmd.SysProcAttr = ukeystest.As(w.uid, w.gid, w.groups...)
 	}
 	b, _ := json.Marshal(calls)
 	cmd.Stdin = bytes.NewReader(append(b, '\n'))

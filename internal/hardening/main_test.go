@@ -17,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -199,51 +198,35 @@ var (
 	binOnce sync.Once
 	binDir  string
 	binPath string
-	binErr  error
 )
 
 // agentBinary is a copy of this test binary that every uid can execute.
 func agentBinary(t testing.TB) string {
 	t.Helper()
 	binOnce.Do(func() {
-		binDir, binErr = os.MkdirTemp("", "ukeys-hardening-bin-")
-		if binErr != nil {
-			return
+		// A failure here fails this test (t.Fatal ends the Once too)
+		// and leaves binPath empty for the tests after it.
+		dir, err := os.MkdirTemp("", "ukeys-hardening-bin-")
+		if err != nil {
+			t.Fatal(err)
 		}
-		if binErr = os.Chmod(binDir, 0o755); binErr != nil {
-			return
+		binDir = dir // TestMain removes it
+		if err := os.Chmod(dir, 0o755); err != nil {
+			t.Fatal(err)
 		}
-		binPath = filepath.Join(binDir, "agent.test")
-		binErr = copyFile(os.Args[0], binPath)
+		path := filepath.Join(dir, "agent.test")
+		ukeystest.CopyExecutable(t, os.Args[0], path)
+		binPath = path
 	})
-	if binErr != nil {
-		t.Fatal(binErr)
+	if binPath == "" {
+		t.Fatal("no agent binary: making it failed in an earlier test")
 	}
 	return binPath
 }
 
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
-}
-
 func needRoot(t testing.TB) {
 	t.Helper()
-	if os.Geteuid() != 0 {
-		t.Skip("needs root: the test runs its clients as other uids (1000-1003, 65534)")
-	}
+	ukeystest.NeedRoot(t, "the test runs its clients as other uids (1000-1003, 65534)")
 }
 
 // call is one operation an agent runs; reply is its outcome.
@@ -288,7 +271,7 @@ func startAgent(t testing.TB, d *daemon, w who, env ...string) *agent {
 	cmd := exec.Command(agentBinary(t), "-test.run=^$")
 	cmd.Env = append([]string{agentEnv + "=1", "UKEYS_SOCKET=" + d.path}, env...)
 	if w.uid != 0 {
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: w.uid, Gid: w.gid, Groups: w.groups}}
+		cmd.SysProcAttr = ukeystest.As(w.uid, w.gid, w.groups...)
 	}
 	a := &agent{t: t, who: w, cmd: cmd, errb: &syncBuffer{}}
 	cmd.Stderr = a.errb

@@ -18,4 +18,9 @@
 // to the test by default, in one with another mode when clients running
 // as other uids must reach it (WithDirMode), or at a given path
 // (WithSocket).
+//
+// Tests that act as other users share three small helpers: NeedRoot
+// skips a test unless it runs as root, As gives a child process a uid,
+// gid and supplementary groups of the test's choosing, and
+// CopyExecutable copies the test binary where another uid can run it.
 package ukeystest

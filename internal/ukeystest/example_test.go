@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"os/exec"
 	"testing"
 
 	"github.com/ukeys/ukeys/internal/ukeystest"
@@ -28,6 +29,16 @@ func ExampleNewDaemon() {
 	}
 	fmt.Printf("%s\n", b)
 	// Output: hello
+}
+
+// A test that runs a process as another user gives it exactly the
+// credentials it names, no supplementary groups of root's among them.
+func ExampleAs() {
+	cmd := exec.Command("id", "-u")
+	cmd.SysProcAttr = ukeystest.As(1000, 100)
+	cr := cmd.SysProcAttr.Credential
+	fmt.Println(cr.Uid, cr.Gid, len(cr.Groups))
+	// Output: 1000 100 0
 }
 
 // exampleTB is the little of testing.TB that NewDaemon and Dial use.
