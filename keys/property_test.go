@@ -189,8 +189,12 @@ func (m *machine) check(op string, err error, allowed ...Errno) {
 	}
 }
 
-// Errors any lookup of a key id may produce.
-var lookupErrs = []Errno{ENOKEY, EACCES, EKEYREVOKED, EKEYEXPIRED, EINVAL}
+// Errors any lookup of a key id may produce. ELOOP: resolving a special
+// keyring may make a new user-session keyring (the old one invalidated)
+// and link the user keyring into it, and that link fails, as the kernel's
+// key_link does in look_up_user_keyrings, when the user keyring's tree
+// nests deeper than MaxDepth.
+var lookupErrs = []Errno{ENOKEY, EACCES, EKEYREVOKED, EKEYEXPIRED, EINVAL, ELOOP}
 
 func (m *machine) caller(rt *rapid.T) (int, *Caller) {
 	i := rapid.IntRange(0, len(m.callers)-1).Draw(rt, "caller")
