@@ -1,22 +1,17 @@
 package server_test
 
 import (
-	"context"
-	"errors"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
-	"time"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
-	"github.com/ukeys/ukeys/server"
 )
 
 // childRead runs in a child process: it reads key UKEYS_TEST_KEY.
@@ -39,46 +34,14 @@ func childRead() {
 // Two real uids share one daemon: the daemon learns the second from the
 // socket, and the key's permissions decide.
 func TestTwoRealUIDs(t *testing.T) {
-	if os.Geteuid() != 0 {
-		t.Skip("needs root to run a child as another uid")
-	}
+	ukeystest.NeedRoot(t, "to run a child as another uid")
 	const nobody = 65534
-	dir, err := os.MkdirTemp("", "ukeys-uid-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer os.RemoveAll(dir)
-	if err := os.Chmod(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	d := ukeystest.NewDaemon(t, ukeystest.WithDirMode(0o755))
 	// The child must be able to execute a copy of this test binary.
-	bin := filepath.Join(dir, "child.test")
-	if err := copyFile(os.Args[0], bin); err != nil {
-		t.Fatal(err)
-	}
-	svc := keys.New()
-	defer svc.Close()
-	srv := server.New(svc, server.Config{})
-	sock := filepath.Join(dir, "run", "ukeyd.sock")
-	ln, err := server.Listen(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.Serve(ln) }()
-	defer func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		srv.Shutdown(ctx)
-		if err := <-done; !errors.Is(err, server.ErrClosed) {
-			t.Errorf("Serve: %v", err)
-		}
-	}()
-	root, err := client.Dial(sock)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer root.Close()
+	bin := filepath.Join(d.Dir, "child.test")
+	ukeystest.CopyExecutable(t, os.Args[0], bin)
+	sock := d.Socket
+	root := d.Dial(t)
 	id, err := root.AddKey("user", "root-secret", []byte("only-root"), keys.UserKeyring)
 	if err != nil {
 		t.Fatal(err)
@@ -86,7 +49,7 @@ func TestTwoRealUIDs(t *testing.T) {
 	read := func() string {
 		cmd := exec.Command(bin, "-test.run=^$")
 		cmd.Env = []string{"UKEYS_TEST_CHILD=read", "UKEYS_SOCKET=" + sock, "UKEYS_TEST_KEY=" + fmt.Sprint(id)}
-		cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: nobody, Gid: nobody}}
+		cmd.SysProcAttr = ukeystest.As(nobody, nobody)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			t.Fatalf("child as uid %d: %v\n%s", nobody, err, out)
@@ -103,21 +66,4 @@ func TestTwoRealUIDs(t *testing.T) {
 	if got := read(); got != "read only-root" {
 		t.Fatalf("uid %d after setperm: %q", nobody, got)
 	}
-}
-
-func copyFile(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o755)
-	if err != nil {
-		return err
-	}
-	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
-		return err
-	}
-	return out.Close()
 }
