@@ -10,12 +10,8 @@ import (
 // stat is what the daemon reads of a process from /proc/<pid>/stat.
 type stat struct {
 	ppid  int    // field 4
-	flags uint64 // field 9: the task's PF_* flags
 	start string // field 22: start time in clock ticks since boot
 }
-
-// pfExiting is the task flag of a process on its way out (PF_EXITING).
-const pfExiting = 0x4
 
 // readStat reads and parses /proc/<pid>/stat; ok is false if the process
 // or /proc is not there.
@@ -24,16 +20,6 @@ func readStat(pid int) (st stat, ok bool) {
 		return stat{}, false
 	}
 	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return stat{}, false
-	}
-	return parseStat(b)
-}
-
-// readTaskStat reads and parses /proc/<pid>/task/<tid>/stat, the same
-// line for one thread of the process.
-func readTaskStat(pid, tid int) (st stat, ok bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/task/%d/stat", pid, tid))
 	if err != nil {
 		return stat{}, false
 	}
@@ -54,9 +40,9 @@ func parseStat(b []byte) (st stat, ok bool) {
 		return stat{}, false
 	}
 	ppid, err1 := strconv.Atoi(string(f[1]))
-	flags, err2 := strconv.ParseUint(string(f[6]), 10, 64)
+	_, err2 := strconv.ParseUint(string(f[6]), 10, 64) // the flags: a field a stat line has
 	if _, err3 := strconv.ParseUint(string(f[19]), 10, 64); err1 != nil || err2 != nil || err3 != nil || ppid < 0 {
 		return stat{}, false
 	}
-	return stat{ppid: ppid, flags: flags, start: string(f[19])}, true
+	return stat{ppid: ppid, start: string(f[19])}, true
 }
