@@ -101,11 +101,25 @@ func (c *Caller) move(id, fromID, toID Serial, flags uint32) error {
 	if l, ok := from.key.ring.Load().find(k.typeName(), k.desc); !ok || l.key != k {
 		return ENOENT
 	}
-	if err := c.s.link(to.key, k.get(), true, flags&MoveExcl != 0); err != nil {
+	replaced, err := c.s.linkSilently(to.key, k.get(), true, flags&MoveExcl != 0)
+	if err != nil {
 		k.put()
 		return err
 	}
-	return c.s.unlinkFrom(from.key, k)
+	unlinked, err := c.s.unlinkSilently(from.key, k)
+	// Watchers hear of the move as the kernel's key_move tells them:
+	// unlinked from the source, then linked into the destination.
+	if err == nil {
+		notify(from.key, NotifyUnlinked, unlinked.serial)
+	}
+	notify(to.key, NotifyLinked, k.serial)
+	if unlinked != nil {
+		unlinked.put()
+	}
+	if replaced != nil {
+		replaced.put()
+	}
+	return err
 }
 
 // linkCost is what a link charges to the keyring owner's byte quota.
@@ -125,8 +139,23 @@ func (s *Service) linkInto(ring, k *Key, checkRestriction bool) error {
 // link is linkInto with the exclusive flag of KEYCTL_MOVE: with excl, an
 // existing link of the same type and description fails with EEXIST.
 func (s *Service) link(ring, k *Key, checkRestriction, excl bool) error {
+	replaced, err := s.linkSilently(ring, k, checkRestriction, excl)
+	if err != nil {
+		return err
+	}
+	notify(ring, NotifyLinked, k.serial)
+	if replaced != nil {
+		replaced.put()
+	}
+	return nil
+}
+
+// linkSilently is link without the notification: it returns the key whose
+// link k replaced (nil if none), whose reference the caller puts once it
+// has notified.
+func (s *Service) linkSilently(ring, k *Key, checkRestriction, excl bool) (replaced *Key, _ error) {
 	if !ring.isKeyring() {
-		return ENOTDIR
+		return nil, ENOTDIR
 	}
 	if k.isKeyring() {
 		// Links of keyrings into keyrings are serialised so that the cycle
@@ -137,19 +166,19 @@ func (s *Service) link(ring, k *Key, checkRestriction, excl bool) error {
 	ring.mu.Lock()
 	if ring.has(flagRevoked | flagInvalidated | flagDead) {
 		ring.mu.Unlock()
-		return EKEYREVOKED
+		return nil, EKEYREVOKED
 	}
 	// Build the next version first (one walk of the trie tells whether a
 	// link is replaced); it is published only if every check passes.
 	next, old, replacing := ring.ring.Load().with(k)
 	if replacing && excl {
 		ring.mu.Unlock()
-		return EEXIST
+		return nil, EEXIST
 	}
 	if !replacing {
 		if err := s.chargeLink(ring, linkCost); err != nil {
 			ring.mu.Unlock()
-			return err
+			return nil, err
 		}
 	}
 	undo := func(err error) error {
@@ -161,12 +190,12 @@ func (s *Service) link(ring, k *Key, checkRestriction, excl bool) error {
 	}
 	if checkRestriction && ring.restrict != nil {
 		if err := ring.restrict.check(ring, k); err != nil {
-			return undo(err)
+			return nil, undo(err)
 		}
 	}
 	if k.isKeyring() {
 		if err := s.detectCycle(ring, k); err != nil {
-			return undo(err)
+			return nil, undo(err)
 		}
 	}
 	ring.ring.Store(next)
@@ -175,11 +204,10 @@ func (s *Service) link(ring, k *Key, checkRestriction, excl bool) error {
 		old.key.removeParent(ring)
 	}
 	ring.mu.Unlock()
-	notify(ring, NotifyLinked, k.serial)
 	if replacing {
-		old.key.put()
+		return old.key, nil
 	}
-	return nil
+	return nil, nil
 }
 
 // chargeLink adjusts the keyring owner's byte quota for links. Called with
@@ -199,22 +227,32 @@ func (s *Service) chargeLink(ring *Key, delta int) error {
 // holds no link for k's type and description. Like the kernel, it removes
 // whatever key occupies that slot.
 func (s *Service) unlinkFrom(ring, k *Key) error {
+	old, err := s.unlinkSilently(ring, k)
+	if err != nil {
+		return err
+	}
+	notify(ring, NotifyUnlinked, old.serial)
+	old.put()
+	return nil
+}
+
+// unlinkSilently is unlinkFrom without the notification: it returns the
+// key unlinked, whose reference the caller puts once it has notified.
+func (s *Service) unlinkSilently(ring, k *Key) (*Key, error) {
 	if !ring.isKeyring() {
-		return ENOTDIR
+		return nil, ENOTDIR
 	}
 	ring.mu.Lock()
 	next, old, ok := ring.ring.Load().without(k.typeName(), k.desc)
 	if !ok {
 		ring.mu.Unlock()
-		return ENOENT
+		return nil, ENOENT
 	}
 	ring.ring.Store(next)
 	old.key.removeParent(ring)
 	s.chargeLink(ring, -linkCost)
 	ring.mu.Unlock()
-	notify(ring, NotifyUnlinked, old.key.serial)
-	old.key.put()
-	return nil
+	return old.key, nil
 }
 
 // clearRing drops every link of ring.

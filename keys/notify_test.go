@@ -382,3 +382,22 @@ func TestNotifyKindString(t *testing.T) {
 		}
 	}
 }
+
+// A move posts what the kernel's key_move posts, in its order: unlinked
+// from the source keyring, then linked into the destination (keyutils'
+// keyctl/move/valid test watches both and expects exactly this).
+func TestMoveNotificationOrder(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	q := NewWatchQueue(64)
+	defer q.Close()
+	from := must(c.AddKey("keyring", "from", nil, SessionKeyring))(t)
+	to := must(c.AddKey("keyring", "to", nil, SessionKeyring))(t)
+	k := must(c.AddKey("user", "moved", []byte("x"), from))(t)
+	noErr(t, c.WatchKey(from, q, 1))
+	noErr(t, c.WatchKey(to, q, 2))
+	noErr(t, c.Move(k, from, to, 0))
+	wantNotes(t, "move", q,
+		Notification{Key: from, Kind: NotifyUnlinked, Aux: int32(k), WatchID: 1},
+		Notification{Key: to, Kind: NotifyLinked, Aux: int32(k), WatchID: 2})
+}
