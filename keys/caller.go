@@ -393,14 +393,19 @@ func (c *Caller) resolve(id Serial, flags lookupFlags) (ref, error) {
 		}
 		return ref{k, true}, nil
 	case id == SessionKeyring:
-		u, us, err := s.userKeyrings(c.cred.UID)
-		if err != nil {
-			return ref{}, err
-		}
-		_ = u
 		c.mu.Lock()
 		sess := c.session.Load()
 		c.mu.Unlock()
+		// As the kernel's lookup_user_key: the user keyrings are made (and
+		// charged to the user's quota) only for a caller without a session,
+		// which falls back to its user-session keyring.
+		var us *Key
+		if sess == nil {
+			var err error
+			if _, us, err = s.userKeyrings(c.cred.UID); err != nil {
+				return ref{}, err
+			}
+		}
 		switch {
 		case flags&lookupCreate != 0 && (sess == nil || sess.has(flagUIDKeyring)):
 			if _, err := c.joinSession(nil); err != nil {

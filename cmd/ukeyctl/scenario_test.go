@@ -1,0 +1,177 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/server"
+)
+
+// A scenario is a shell script that a user runs in a fresh session
+// (keyctl session - sh -c script), once with the kernel's keyctl on its
+// PATH and once with ukeyctl as keyctl against one daemon, as the uid
+// given and with the setpriv options given. Its output must be the same;
+// serial numbers are not printed, so nothing is masked.
+type scenario struct {
+	name    string
+	setpriv []string // options for setpriv(1); none: run as root, as the test
+	script  string
+	// differs says why ukeys answers otherwise today. A scenario that
+	// differs without it fails, and so does one that no longer differs
+	// with it: the mark goes when the difference does.
+	differs string
+}
+
+// uidOpts runs a scenario as uid (and gid) with no supplementary groups.
+func uidOpts(uid string) []string {
+	return []string{"--reuid=" + uid, "--regid=" + uid, "--clear-groups"}
+}
+
+// Issue 15's scenarios: how processes and sessions inherit keyrings, and
+// what a user is charged and allowed, as the kernel keeps them.
+var scenarios = []scenario{
+	{
+		name: "quota: the user keyrings are not charged until used",
+		// 200 keys for a non-root user: the session keyring and 199 keys.
+		setpriv: uidOpts("1003"),
+		script: `i=0
+while keyctl add user "k$i" v @s >/dev/null 2>err; do i=$((i+1)); done
+echo "added $i"; cat err`,
+	},
+	{
+		name:   "security label without an LSM",
+		script: `keyctl security @s; echo "rc=$?"`,
+	},
+	{
+		name: "a key that lost its last link is dead until the collector runs",
+		script: `k=$(keyctl add user d v @s); keyctl timeout $k 1; sleep 2
+keyctl unlink $k @s; keyctl describe $k >/dev/null; echo "rc=$?"`,
+		differs: "an unlinked key leaves the index at once (ENOKEY), where the kernel keeps it until its collector runs",
+	},
+	{
+		name: "a setuid child keeps the session it inherited",
+		script: `k=$(keyctl add user s v @s)
+setpriv --reuid=65534 --regid=65534 --clear-groups keyctl print $k; echo "rc=$?"`,
+		differs: "the session travels as a token bound to its uid; ancestry is not followed yet",
+	},
+	{
+		name: "an empty environment keeps the session",
+		script: `keyctl add user e v @s >/dev/null
+env -i PATH="$PATH" UKEYS_SOCKET="$UKEYS_SOCKET" UKEYS_NO_AUTOSTART=1 keyctl print %user:e; echo "rc=$?"`,
+		differs: "the session travels in UKEYS_SESSION, which env -i drops; ancestry is not followed yet",
+	},
+	{
+		name: "a background job keeps the session after its shell exits",
+		script: `keyctl session - sh -c 'keyctl add user bgkey v @s >/dev/null; (sleep 1; keyctl print %user:bgkey; echo "rc=$?") &' 2>/dev/null
+sleep 3`,
+		differs: "the session is dropped with the last process the daemon knows holds it; forks are not followed yet",
+	},
+	{
+		name: "new_session replaces the calling shell's session",
+		script: `keyctl add user ns v @s >/dev/null
+keyctl new_session >/dev/null
+keyctl print %user:ns; echo "rc=$?"`,
+		differs: "SESSION_TO_PARENT reaches only a parent that is itself a client of the daemon",
+	},
+	{
+		name: "session NAME joins an existing keyring the caller may search",
+		script: `keyctl newring myring @s >/dev/null
+keyctl setperm %:myring 0x3f3f0000
+keyctl add user in v %:myring >/dev/null
+keyctl session myring keyctl print %user:in 2>&1 | grep -v '^Joined'; echo "rc=$?"`,
+		differs: "join_session_keyring creates a new keyring instead of looking for one by name",
+	},
+	{
+		name: "privilege is a capability, not uid 0",
+		// Root without CAP_SETUID may not take another uid's persistent
+		// keyring.
+		setpriv: []string{"--inh-caps=-all", "--bounding-set=-all"},
+		script:  `keyctl get_persistent @s 1003 >/dev/null; echo "rc=$?"`,
+		differs: "privilege is uid 0; the caller's capabilities are not read",
+	},
+}
+
+// joined is what "keyctl session" says on stderr, with the new session's
+// serial.
+var joined = regexp.MustCompile(`(?m)^Joined session keyring: [0-9]+\n`)
+
+// TestScenariosAgainstKernel runs every scenario with the kernel's keyctl
+// and with ukeyctl, and counts the ones that agree.
+func TestScenariosAgainstKernel(t *testing.T) {
+	real := realKeyctl(t)
+	ukeystest.NeedRoot(t, "scenarios run as other uids and without capabilities")
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	d := ukeystest.NewDaemon(t, ukeystest.WithDirMode(0o755), ukeystest.WithConfig(server.Config{ReadTimeout: time.Minute}))
+	ours := filepath.Join(d.Dir, "bin")
+	theirs := filepath.Join(d.Dir, "kernel")
+	for _, dir := range []string{ours, theirs} {
+		if err := os.Mkdir(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ukeystest.CopyExecutable(t, os.Args[0], filepath.Join(ours, "keyctl"))
+	if err := os.Symlink(real, filepath.Join(theirs, "keyctl")); err != nil {
+		t.Fatal(err)
+	}
+	same, different := 0, 0
+	for _, sc := range scenarios {
+		t.Run(sc.name, func(t *testing.T) {
+			kernel := runScenario(t, setpriv, theirs, "", sc)
+			ukeys := runScenario(t, setpriv, ours, d.Socket, sc)
+			agree := kernel == ukeys
+			switch {
+			case agree && sc.differs == "":
+				same++
+			case agree:
+				same++
+				t.Errorf("marked as differing (%s), but ukeys now answers as the kernel:\n%s", sc.differs, ukeys)
+			case sc.differs != "":
+				different++
+				t.Logf("known difference (%s):\n--- kernel\n%s--- ukeys\n%s", sc.differs, kernel, ukeys)
+			default:
+				different++
+				t.Errorf("--- kernel\n%s--- ukeys\n%s", kernel, ukeys)
+			}
+		})
+	}
+	t.Logf("scenarios: %d answer as the kernel, %d differ", same, different)
+}
+
+// runScenario runs sc's script in a fresh session with dir's keyctl
+// first on the PATH and returns what it printed and its status.
+func runScenario(t *testing.T, setpriv, dir, socket string, sc scenario) string {
+	t.Helper()
+	work := t.TempDir()
+	if err := os.Chmod(work, 0o777); err != nil { // the scenario's uid writes its files here
+		t.Fatal(err)
+	}
+	argv := []string{filepath.Join(dir, "keyctl"), "session", "-", "/bin/sh", "-c", sc.script}
+	if len(sc.setpriv) > 0 {
+		argv = append(append([]string{setpriv}, sc.setpriv...), argv...)
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = work
+	cmd.Env = []string{"PATH=" + dir + ":/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + work, "LC_ALL=C"}
+	if socket != "" {
+		cmd.Env = append(cmd.Env, "UKEYS_SOCKET="+socket, "UKEYS_NO_AUTOSTART=1", "GORACE=atexit_sleep_ms=0")
+	}
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	err := cmd.Run()
+	code := 0
+	if ee, ok := err.(*exec.ExitError); ok {
+		code = ee.ExitCode()
+	} else if err != nil {
+		t.Fatalf("%s: %v", argv[0], err)
+	}
+	return result{Stdout: stdout.String(), Stderr: joined.ReplaceAllString(stderr.String(), ""), Code: code}.String()
+}
