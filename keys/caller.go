@@ -256,10 +256,13 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 		c.replaceSession(k)
 		return k.serial, nil
 	}
+	// As the kernel's join_session_keyring: the oldest keyring of that
+	// name that the caller may search without possessing it, if any;
+	// otherwise a new one.
 	s.specialMu.Lock()
 	defer s.specialMu.Unlock()
-	for _, k := range s.sessions {
-		if k.desc != *name || k.has(flagRevoked|flagInvalidated|flagDead) {
+	for _, k := range s.keyringsNamed(*name) {
+		if k.has(flagRevoked|flagInvalidated|flagDead) || k.ring.Load() == nil {
 			continue
 		}
 		if !permitted(k, &c.cred, false, Search) || !k.tryGet() {
@@ -279,8 +282,6 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 	if err != nil {
 		return 0, err
 	}
-	s.sessions = slices.DeleteFunc(s.sessions, func(x *Key) bool { return x.usage.Load() <= 0 })
-	s.sessions = append(s.sessions, k)
 	c.replaceSession(k)
 	return k.serial, nil
 }

@@ -24,6 +24,34 @@ func (s *Service) Check() error {
 	if got := s.Keys(); got != len(idx) {
 		return fmt.Errorf("keys: Keys() = %d but the index holds %d", got, len(idx))
 	}
+	// The keyrings by name are the named keyrings of the index. Check is
+	// exact once destructions have run (WaitGC): a keyring out of the
+	// index stays listed until it is destroyed.
+	s.namesMu.Lock()
+	listed := 0
+	for name, l := range s.names {
+		for _, k := range l {
+			listed++
+			if k.desc != name || k.typ.Load() != keyringType {
+				s.namesMu.Unlock()
+				return fmt.Errorf("keys: key %d listed under the keyring name %q", k.serial, name)
+			}
+			if idx[k.serial] != k {
+				s.namesMu.Unlock()
+				return fmt.Errorf("keys: keyring %d (%q) listed by name but not indexed", k.serial, name)
+			}
+		}
+	}
+	s.namesMu.Unlock()
+	named := 0
+	for _, k := range idx {
+		if k.typ.Load() == keyringType && k.desc[0] != '.' {
+			named++
+		}
+	}
+	if named != listed {
+		return fmt.Errorf("keys: %d named keyrings indexed, %d listed by name", named, listed)
+	}
 	type tally struct{ qkeys, qbytes, keys int }
 	want := map[uint32]*tally{}
 	for id, k := range idx {

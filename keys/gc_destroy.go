@@ -175,6 +175,9 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 			hwalk(snap.root, func(l link) bool { links = append(links, l); return true })
 		}
 	}
+	if k.typ.Load() == keyringType && k.desc[0] != '.' {
+		s.unpublishName(k)
+	}
 	u, ql := k.quota, k.quotalen
 	inQuota := k.has(flagInQuota)
 	instantiated := k.state.Load() != stateUninstantiated

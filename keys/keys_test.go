@@ -379,3 +379,54 @@ func hex8(id Serial) string {
 	}
 	return string(b)
 }
+
+// Joining a session by name joins the oldest keyring of that name that
+// the caller may search without possessing it, made as a session or not
+// (the kernel's find_keyring_by_name); only when there is none is a new
+// one made. A destroyed keyring is no longer found.
+func TestJoinSessionByName(t *testing.T) {
+	e := newEnv(t)
+	alice := e.caller(1000, 1000)
+	bob := e.caller(1001, 1001)
+	name := "shared"
+	// Alice's keyring grants its owner search: she may join it, though
+	// it was never a session; bob, neither owner nor possessor, may not.
+	ring := must(alice.AddKey("keyring", name, nil, SessionKeyring))(t)
+	noErr(t, alice.SetPerm(ring, PossAll|UserAll))
+	inner := must(alice.AddKey("user", "in", []byte("v"), ring))(t)
+	other := e.caller(1000, 1000)
+	if got := must(other.JoinSessionKeyring(&name))(t); got != ring {
+		t.Fatalf("joined %d, want the existing keyring %d", got, ring)
+	}
+	if b := must(other.Read(inner))(t); string(b) != "v" {
+		t.Fatalf("read %q", b)
+	}
+	// Joining it again changes nothing and says so with 0.
+	if got := must(other.JoinSessionKeyring(&name))(t); got != 0 {
+		t.Fatalf("joining the session it has: %d, want 0", got)
+	}
+	bobs := must(bob.JoinSessionKeyring(&name))(t)
+	if bobs == ring {
+		t.Fatal("bob joined a keyring he may not search")
+	}
+	// Now two keyrings are named so: a third caller who may search both
+	// (root, with other search granted on bob's) gets the oldest.
+	noErr(t, bob.SetPerm(bobs, PossAll|UserAll|OtherAll))
+	noErr(t, alice.SetPerm(ring, PossAll|UserAll|OtherAll))
+	carol := e.caller(1002, 1002)
+	if got := must(carol.JoinSessionKeyring(&name))(t); got != ring {
+		t.Fatalf("carol joined %d, want the oldest, %d", got, ring)
+	}
+	// Once alice's keyring is gone, the name finds bob's.
+	noErr(t, alice.Invalidate(ring))
+	other.Release()
+	carol.Release()
+	alice.Release()
+	e.settle()
+	dave := e.caller(1003, 1003)
+	if got := must(dave.JoinSessionKeyring(&name))(t); got != bobs {
+		t.Fatalf("dave joined %d, want bob's %d", got, bobs)
+	}
+	e.settle()
+	noErr(t, e.s.Check())
+}

@@ -1,11 +1,12 @@
 package keys
 
 import (
-	"github.com/ukeys/ukeys/internal/tuning"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/tuning"
 	"github.com/ukeys/ukeys/rcu"
 	"github.com/ukeys/ukeys/workqueue"
 )
@@ -83,10 +84,18 @@ type Service struct {
 	// check sees a stable graph (the kernel's keyring_serialise_link_lock).
 	linkMu sync.Mutex
 
+	// specialMu serialises the making of the special keyrings, and
+	// joins of named sessions (the kernel's key_session_mutex).
 	specialMu sync.Mutex
 	register  *Key // .user_reg: holds every _uid.N and _uid_ses.N
 	persist   *Key // .persistent_register
-	sessions  []*Key
+
+	// names lists the keyrings by name, oldest first, for joining a
+	// session by name (the kernel's keyring_name_list): every keyring
+	// whose name does not begin with '.', from its making to its
+	// destruction.
+	namesMu sync.Mutex
+	names   map[string][]*Key
 
 	destroyed atomic.Int64
 	closed    atomic.Bool
@@ -269,7 +278,43 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 		k.ring.Store(&ringSnap{})
 	}
 	s.allocSerial(k)
+	if sp.typ == keyringType && sp.desc[0] != '.' {
+		s.publishName(k)
+	}
 	return k, nil
+}
+
+// publishName adds keyring k to the list of keyrings by name.
+func (s *Service) publishName(k *Key) {
+	s.namesMu.Lock()
+	if s.names == nil {
+		s.names = make(map[string][]*Key)
+	}
+	s.names[k.desc] = append(s.names[k.desc], k)
+	s.namesMu.Unlock()
+}
+
+// unpublishName takes a destroyed keyring off the list of keyrings by
+// name.
+func (s *Service) unpublishName(k *Key) {
+	s.namesMu.Lock()
+	defer s.namesMu.Unlock()
+	l := s.names[k.desc]
+	if i := slices.Index(l, k); i >= 0 {
+		l = slices.Delete(l, i, i+1)
+	}
+	if len(l) == 0 {
+		delete(s.names, k.desc)
+	} else {
+		s.names[k.desc] = l
+	}
+}
+
+// keyringsNamed returns the keyrings named name, oldest first.
+func (s *Service) keyringsNamed(name string) []*Key {
+	s.namesMu.Lock()
+	defer s.namesMu.Unlock()
+	return slices.Clone(s.names[name])
 }
 
 // deferUnlessClosed hands work to the collector or the rcu domain with

@@ -85,7 +85,6 @@ keyctl print %user:ns; echo "rc=$?"`,
 keyctl setperm %:myring 0x3f3f0000
 keyctl add user in v %:myring >/dev/null
 keyctl session myring keyctl print %user:in 2>&1 | grep -v '^Joined'; echo "rc=$?"`,
-		differs: "join_session_keyring creates a new keyring instead of looking for one by name",
 	},
 	{
 		name: "privilege is a capability, not uid 0",
