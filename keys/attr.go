@@ -84,7 +84,7 @@ func (s *Service) invalidate(k *Key) {
 }
 
 // Chown changes a key's owner and/or group (KEYCTL_CHOWN); -1 leaves one
-// unchanged. Only a privileged caller may give a key away or to a group
+// unchanged. Only a caller with CAP_SYS_ADMIN may give a key away or to a group
 // it is not in; the new owner's quota is charged.
 func (c *Caller) Chown(id Serial, uid, gid int64) error {
 	return wrap("keyctl_chown", id, c.chown(id, uid, gid))
@@ -113,10 +113,10 @@ func (c *Caller) chown(id Serial, uid, gid int64) error {
 }
 
 func (c *Caller) chownLocked(k *Key, uid, gid int64) error {
-	if uid != -1 && uint32(uid) != k.uid.Load() && !c.cred.privileged() {
+	if uid != -1 && uint32(uid) != k.uid.Load() && !c.cred.Capable(CapSysAdmin) {
 		return EACCES
 	}
-	if gid != -1 && uint32(gid) != k.gid.Load() && !c.cred.inGroup(uint32(gid)) && !c.cred.privileged() {
+	if gid != -1 && uint32(gid) != k.gid.Load() && !c.cred.inGroup(uint32(gid)) && !c.cred.Capable(CapSysAdmin) {
 		return EACCES
 	}
 	if uid != -1 && uint32(uid) != k.uid.Load() {
@@ -153,7 +153,7 @@ func (c *Caller) chownLocked(k *Key, uid, gid int64) error {
 }
 
 // SetPerm sets a key's permission mask (KEYCTL_SETPERM). Only the owner
-// or a privileged caller may.
+// or a caller with CAP_SYS_ADMIN may.
 func (c *Caller) SetPerm(id Serial, perm Perm) error {
 	if perm&^PermMask != 0 {
 		return wrap("keyctl_setperm", id, EINVAL)
@@ -164,7 +164,7 @@ func (c *Caller) SetPerm(id Serial, perm Perm) error {
 	}
 	defer r.put()
 	k := r.key
-	if k.uid.Load() != c.cred.UID && !c.cred.privileged() {
+	if k.uid.Load() != c.cred.UID && !c.cred.Capable(CapSysAdmin) {
 		return wrap("keyctl_setperm", id, EACCES)
 	}
 	k.perm.Store(uint32(perm))

@@ -13,15 +13,34 @@ type Cred struct {
 	UID, GID uint32
 	Groups   []uint32
 	PID      int
+	// Caps is the caller's effective capability set, bit n for Linux
+	// capability n (CapSysAdmin, CapSetUID), which the kernel's
+	// capable() checks; CapsKnown says whether it was learnt. A caller
+	// whose capabilities are not known (no capability sets on its
+	// system, or a process the daemon cannot see) is privileged if and
+	// only if its uid is 0.
+	Caps      uint64
+	CapsKnown bool
+}
+
+// The capabilities the key retention service checks.
+const (
+	CapSetUID   = 7  // CAP_SETUID: another user's persistent keyring
+	CapSysAdmin = 21 // CAP_SYS_ADMIN: chown and setperm of others' keys
+)
+
+// Capable reports whether the caller holds capability cap, as the
+// kernel's capable(): from its effective set when known, else root.
+func (c *Cred) Capable(cap int) bool {
+	if !c.CapsKnown {
+		return c.UID == 0
+	}
+	return cap >= 0 && cap < 64 && c.Caps&(1<<cap) != 0
 }
 
 func (c *Cred) inGroup(gid uint32) bool {
 	return gid == c.GID || slices.Contains(c.Groups, gid)
 }
-
-// privileged reports root-equivalence: the kernel's CAP_SYS_ADMIN and
-// CAP_SETUID checks are granted to uid 0.
-func (c *Cred) privileged() bool { return c.UID == 0 }
 
 // Caller is one client of the service with its credentials and its
 // process-scoped keyrings: what the kernel keeps in a task's cred. The

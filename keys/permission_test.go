@@ -95,3 +95,52 @@ func TestPermissionMatrix(t *testing.T) {
 		}
 	}
 }
+
+// Privilege is a capability of the caller's credentials, as the kernel's
+// capable() checks it: root without CAP_SYS_ADMIN may not chown or setperm
+// another's key, nor without CAP_SETUID take another's persistent
+// keyring; a non-root caller with them may. A caller whose capabilities
+// are unknown is privileged if and only if it is root.
+func TestPrivilegeIsCapabilities(t *testing.T) {
+	e := newEnv(t)
+	owner := e.caller(1000, 1000)
+	k := must(owner.AddKey("user", "k", []byte("v"), SessionKeyring))(t)
+	noErr(t, owner.SetPerm(k, PermDefault|OtherAll))
+	as := func(uid uint32, caps uint64, known bool) *Caller {
+		c := e.s.NewCaller(Cred{UID: uid, GID: uid, PID: int(5000 + uid), Caps: caps, CapsKnown: known})
+		t.Cleanup(c.Release)
+		return c
+	}
+	const all = 1<<41 - 1
+	gid := int64(4000)
+	for _, c := range []struct {
+		name     string
+		caller   *Caller
+		sysadmin bool
+		setuid   bool
+	}{
+		{"root with every capability", as(0, all, true), true, true},
+		{"root without capabilities", as(0, 0, true), false, false},
+		{"root, capabilities unknown", as(0, 0, false), true, true},
+		{"a user with CAP_SYS_ADMIN", as(1001, 1<<CapSysAdmin, true), true, false},
+		{"a user with CAP_SETUID", as(1002, 1<<CapSetUID, true), false, true},
+		{"a user, capabilities unknown", as(1003, 0, false), false, false},
+	} {
+		gid++ // a group nobody is in, and not the key's
+		err := c.caller.SetPerm(k, PermDefault|OtherAll)
+		if (err == nil) != c.sysadmin {
+			t.Errorf("%s: setperm of another's key: %v", c.name, err)
+		}
+		err = c.caller.Chown(k, -1, gid)
+		if (err == nil) != c.sysadmin {
+			t.Errorf("%s: chgrp of another's key: %v", c.name, err)
+		}
+		_, err = c.caller.GetPersistent(1000, SessionKeyring)
+		if (err == nil) != c.setuid {
+			t.Errorf("%s: another's persistent keyring: %v", c.name, err)
+		}
+		if err != nil && !errors.Is(err, EPERM) {
+			t.Errorf("%s: %v, want EPERM", c.name, err)
+		}
+	}
+}

@@ -5,7 +5,7 @@ import "fmt"
 // GetPersistent links uid's persistent keyring (_persistent.UID) into dest
 // and returns its serial (KEYCTL_GET_PERSISTENT); uid -1 means the
 // caller's own. Each fetch resets its expiry to the persistent_keyring_
-// expiry tunable; only a privileged caller may fetch another user's.
+// expiry tunable; only a caller with CAP_SETUID may fetch another user's.
 func (c *Caller) GetPersistent(uid int64, dest Serial) (Serial, error) {
 	id, err := c.getPersistent(uid, dest)
 	return id, wrap("keyctl_get_persistent", dest, err)
@@ -18,7 +18,7 @@ func (c *Caller) getPersistent(uid int64, destID Serial) (Serial, error) {
 	if uid < 0 || uid > 1<<32-2 {
 		return 0, EINVAL
 	}
-	if uint32(uid) != c.cred.UID && !c.cred.privileged() {
+	if uint32(uid) != c.cred.UID && !c.cred.Capable(CapSetUID) {
 		return 0, EPERM
 	}
 	dest, err := c.lookupUserKey(destID, lookupCreate, Write)

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"net"
 	"os"
 	"os/exec"
@@ -89,6 +90,39 @@ func FuzzParseStat(f *testing.F) {
 			if c < '0' || c > '9' {
 				t.Fatalf("start time %q", st.start)
 			}
+		}
+	})
+}
+
+func TestParseCapEff(t *testing.T) {
+	status := "Name:\tkeyctl\nCapInh:\t0000000000000080\nCapPrm:\t0000000000000080\nCapEff:\t0000000000200080\nCapBnd:\t000001ffffffffff\n"
+	if caps, ok := parseCapEff([]byte(status)); !ok || caps != 1<<21|1<<7 {
+		t.Fatalf("%x %v", caps, ok)
+	}
+	for _, bad := range []string{"", "CapPrm:\t00000000000000ff\n", "CapEff:\tzz\n", "CapEff:\t10000000000000000\n"} {
+		if caps, ok := parseCapEff([]byte(bad)); ok {
+			t.Errorf("%q parsed as %x", bad, caps)
+		}
+	}
+	// This process's own, as the daemon reads a caller's.
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Skip("no /proc here")
+	}
+	if _, ok := parseCapEff(b); !ok {
+		t.Fatalf("no CapEff in /proc/self/status:\n%s", b)
+	}
+}
+
+// Whatever a status file holds, parsing never panics, and a set it
+// accepts comes from a CapEff line of hexadecimal digits.
+func FuzzParseCapEff(f *testing.F) {
+	f.Add([]byte("CapInh:\t0\nCapEff:\t000001ffffffffff\n"))
+	f.Add([]byte("CapEff:"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		caps, ok := parseCapEff(b)
+		if ok && caps != 0 && !bytes.Contains(b, []byte("CapEff:")) {
+			t.Fatalf("%q gave %x", b, caps)
 		}
 	})
 }

@@ -109,6 +109,10 @@ func (h *procHandle) exitPolled(fd int) bool {
 // releases its keyrings then.
 func (h *procHandle) leaving() bool { return h.exited() }
 
+// capabilities: this system has no capability sets that the daemon can
+// read, so privilege is uid 0's (keys.Cred.Capable).
+func (h *procHandle) capabilities() (uint64, bool) { return 0, false }
+
 func (h *procHandle) close() {
 	switch {
 	case h.own != nil:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"net"
 	"os"
+	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -78,6 +79,22 @@ func (h *procHandle) exited() bool {
 // flag also waited on the exiting process's memory teardown, which cost
 // every short-lived client about 0.1 ms of the daemon's time.
 func (h *procHandle) leaving() bool { return h.exited() }
+
+// capabilities returns the process's effective capability set, read from
+// /proc/<pid>/status. It is the process's only if the process is still
+// there once it has been read (its pid not yet another's): otherwise it
+// is known to be empty.
+func (h *procHandle) capabilities() (uint64, bool) {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(h.pid) + "/status")
+	if err != nil {
+		return 0, false
+	}
+	caps, ok := parseCapEff(b)
+	if !ok || h.exited() {
+		return 0, true
+	}
+	return caps, true
+}
 
 // exitPolled reports whether the process has exited, given h's
 // descriptor as the poller hands it to awaitExit.

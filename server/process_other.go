@@ -32,4 +32,8 @@ func (h *procHandle) exitPolled(int) bool { return h.exited() }
 
 func (h *procHandle) leaving() bool { return h.exited() }
 
+// capabilities: this system has no capability sets that the daemon can
+// read, so privilege is uid 0's (keys.Cred.Capable).
+func (h *procHandle) capabilities() (uint64, bool) { return 0, false }
+
 func (h *procHandle) close() {}

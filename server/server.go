@@ -227,11 +227,16 @@ func (s *Server) accept(uc *net.UnixConn) {
 			s.refuse(uc, cred, e, "too many client processes")
 			return
 		}
-		p = &proc{caller: s.svc.NewCaller(cred), tracked: true}
+		p = &proc{tracked: true}
 		if cred.PID > 0 {
 			p.handle = openProc(uc, cred.PID)
+			// The kernel checks capabilities, not uid 0: learnt once,
+			// when the daemon first meets the process.
+			cred.Caps, cred.CapsKnown = p.handle.capabilities()
+			p.caller = s.svc.NewCaller(cred)
 			s.procs[cred.PID] = p
 		} else {
+			p.caller = s.svc.NewCaller(cred)
 			// A caller in a pid namespace the daemon cannot see: its pid
 			// says nothing, so it is a process of its own for as long as
 			// this connection lasts, and shares nothing with others.

@@ -46,3 +46,21 @@ func parseStat(b []byte) (st stat, ok bool) {
 	}
 	return stat{ppid: ppid, start: string(f[19])}, true
 }
+
+// parseCapEff finds the effective capability set in the text of
+// /proc/<pid>/status: the line "CapEff:\t" and 16 hexadecimal digits.
+func parseCapEff(b []byte) (uint64, bool) {
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		if v, ok := bytes.CutPrefix(line, []byte("CapEff:")); ok {
+			caps, err := strconv.ParseUint(string(bytes.TrimSpace(v)), 16, 64)
+			return caps, err == nil
+		}
+	}
+	return 0, false
+}

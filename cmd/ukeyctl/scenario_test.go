@@ -91,8 +91,14 @@ keyctl session myring keyctl print %user:in 2>&1 | grep -v '^Joined'; echo "rc=$
 		// Root without CAP_SETUID may not take another uid's persistent
 		// keyring.
 		setpriv: []string{"--inh-caps=-all", "--bounding-set=-all"},
-		script:  `keyctl get_persistent @s 1003 >/dev/null; echo "rc=$?"`,
-		differs: "privilege is uid 0; the caller's capabilities are not read",
+		script: `keyctl get_persistent @s 1003 >/dev/null; echo "rc=$?"`,
+	},
+	{
+		name: "a capable non-root caller is privileged",
+		// uid 1003 with CAP_SETUID (ambient, so that it survives the
+		// exec of each command) may take root's persistent keyring.
+		setpriv: append(uidOpts("1003"), "--inh-caps=+setuid", "--ambient-caps=+setuid"),
+		script:  `keyctl get_persistent @s 0 >/dev/null; echo "rc=$?"`,
 	},
 }
 
