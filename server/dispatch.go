@@ -2,10 +2,12 @@ package server
 
 import (
 	"fmt"
+	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -324,6 +326,7 @@ func (s *Server) status() string {
 	ss := s.Stats()
 	st := s.svc.Domain().Stats()
 	var b strings.Builder
+	fmt.Fprintf(&b, "scope: %s\n", endpoint.Scope(os.Geteuid()))
 	fmt.Fprintf(&b, "keys: %d\n", s.svc.Keys())
 	fmt.Fprintf(&b, "connections: %d\nprocesses: %d\n", ss.Conns, ss.Procs)
 	fmt.Fprintf(&b, "buffered_bytes: %d\nexpensive_running: %d\nbig_key_files: %d\n", ss.BufferedBytes, ss.ExpensiveRunning, keys.BigKeyFiles())

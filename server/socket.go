@@ -12,12 +12,13 @@ import (
 	"github.com/ukeys/ukeys/internal/endpoint"
 )
 
-// DefaultSocket returns where the daemon listens for the calling user:
-// $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root (/var/run on macOS
-// and the BSDs); else
+// DefaultSocket returns where the daemon listens by default:
+// $UKEYS_SOCKET if set; for root the system socket, /run/ukeys/ukeyd.sock
+// (/var/run on macOS and the BSDs, or $UKEYS_SYSTEM_SOCKET), where it
+// serves every user of the host; else the user's own,
 // $XDG_RUNTIME_DIR/ukeys/ukeyd.sock, falling back to a per-user
 // directory under the temporary directory.
-func DefaultSocket() string { return endpoint.Socket() }
+func DefaultSocket() string { return endpoint.Listen() }
 
 // ErrInUse reports a socket that a live daemon already serves.
 var ErrInUse = errors.New("server: socket in use by a live daemon")

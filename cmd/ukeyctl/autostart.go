@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/keyctl"
 )
 
@@ -46,6 +47,17 @@ func (a *app) connect() (*client.Client, error) {
 	if !daemonAbsent(err) {
 		return nil, fmt.Errorf("cannot talk to ukeyd at %s: %v", path, err)
 	}
+	if path == endpoint.System() && os.Getenv(endpoint.SocketEnv) == "" && os.Geteuid() != 0 {
+		// The system daemon's socket is there but nobody answers: this
+		// user's own daemon, if one runs, or one started now.
+		path = endpoint.User()
+		if cl, err = client.Dial(path); err == nil {
+			return cl, nil
+		}
+		if !daemonAbsent(err) {
+			return nil, fmt.Errorf("cannot talk to ukeyd at %s: %v", path, err)
+		}
+	}
 	if v := os.Getenv("UKEYS_NO_AUTOSTART"); v != "" && v != "0" {
 		return nil, fmt.Errorf("ukeyd is not running at %s (%v) and UKEYS_NO_AUTOSTART is set", path, strerror(err))
 	}
@@ -61,6 +73,10 @@ func (a *app) connect() (*client.Client, error) {
 		cl, err = client.Dial(path)
 		if err == nil {
 			a.eprintf("ukeyctl: started ukeyd on %s\n", path)
+			if os.Geteuid() != 0 {
+				a.eprintf("ukeyctl: it holds only uid %d's keys; a ukeyd run by root (on %s) would serve every user of the host in one store\n",
+					os.Geteuid(), endpoint.System())
+			}
 			return cl, nil
 		}
 		if !daemonAbsent(err) || time.Now().After(deadline) {

@@ -95,7 +95,7 @@ keyctl session myring keyctl print %user:in 2>&1 | grep -v '^Joined'; echo "rc=$
 		// Root without CAP_SETUID may not take another uid's persistent
 		// keyring.
 		setpriv: []string{"--inh-caps=-all", "--bounding-set=-all"},
-		script: `keyctl get_persistent @s 1003 >/dev/null; echo "rc=$?"`,
+		script:  `keyctl get_persistent @s 1003 >/dev/null; echo "rc=$?"`,
 	},
 	{
 		name: "a capable non-root caller is privileged",

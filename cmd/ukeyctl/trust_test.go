@@ -19,6 +19,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -200,7 +201,8 @@ func (w *trustWorld) victim(t *testing.T, env []string, args ...string) result {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, filepath.Join(w.bin, "ukeyctl"), args...)
-	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/", "TMPDIR=" + w.shared, "GORACE=atexit_sleep_ms=0"}, env...)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "HOME=/", "TMPDIR=" + w.shared, "GORACE=atexit_sleep_ms=0",
+		endpoint.SystemSocketEnv + "=" + noSystemDaemon}, env...)
 	cmd.Dir = "/"
 	cmd.SysProcAttr = ukeystest.As(victimUID, victimGID)
 	var out, errb bytes.Buffer
@@ -216,6 +218,10 @@ func (w *trustWorld) victim(t *testing.T, env []string, args ...string) result {
 	}
 	return r
 }
+
+// noSystemDaemon is where the victim looks for a system daemon: nowhere,
+// whatever runs on the host.
+const noSystemDaemon = "/nonexistent-ukeys-system/ukeyd.sock"
 
 // trap is an impostor daemon run as the attacker.
 type trap struct {
@@ -453,7 +459,9 @@ func TestTrustGoodDaemons(t *testing.T) {
 		dir := filepath.Join(w.shared, "ukeys-1000")
 		sock := filepath.Join(dir, "ukeyd.sock")
 		r := w.victim(t, nil, "id", "@u")
-		if r.Code != 0 || r.Stderr != "ukeyctl: started ukeyd on "+sock+"\n" {
+		want := "ukeyctl: started ukeyd on " + sock + "\n" +
+			"ukeyctl: it holds only uid 1000's keys; a ukeyd run by root (on " + noSystemDaemon + ") would serve every user of the host in one store\n"
+		if r.Code != 0 || r.Stderr != want {
 			t.Fatalf("first command: %+v", r)
 		}
 		r2 := w.victim(t, nil, "id", "@u")

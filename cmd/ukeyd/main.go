@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/server/metrics"
@@ -145,7 +146,14 @@ func run(args []string) int {
 	log.Info("ukeyd: listening", "socket", *socket, "pid", os.Getpid(),
 		"max_conns", lim.MaxConns, "max_conns_per_uid", lim.MaxConnsPerUID,
 		"max_procs", lim.MaxProcs, "max_procs_per_uid", lim.MaxProcsPerUID,
-		"max_buffer_per_uid", lim.MaxBufferedPerUID, "big_key_files", lim.BigKeyFiles)
+		"max_buffer_per_uid", lim.MaxBufferedPerUID, "big_key_files", lim.BigKeyFiles,
+		"scope", endpoint.Scope(os.Geteuid()))
+	if os.Geteuid() != 0 {
+		// Said plainly: keys shared between users (chown, group and other
+		// permissions, persistent keyrings) need the one store.
+		log.Info("ukeyd: this daemon holds only uid " + strconv.Itoa(os.Geteuid()) + "'s keys; " +
+			"one run by root (on " + endpoint.System() + ") serves every user of the host in one store")
+	}
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)

@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -28,6 +29,9 @@ const childArg = "ukeyd-child"
 func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == clientArg {
 		os.Exit(clientMain(os.Args[2:]))
+	}
+	if len(os.Args) > 1 && os.Args[1] == storeArg {
+		os.Exit(storeMain(os.Args[2:]))
 	}
 	if len(os.Args) > 1 && os.Args[1] == childArg {
 		if err := childLimits(); err != nil {
@@ -79,6 +83,10 @@ func (c *child) stderrText() string { return c.stderr.String() }
 type childOpts struct {
 	env, args []string
 	attr      *syscall.SysProcAttr
+	// defaultSocket starts the daemon without -socket, as README does:
+	// it finds its socket itself (the test gives it socket through the
+	// environment).
+	defaultSocket bool
 }
 
 // startChild runs the daemon on socket and waits until it serves.
@@ -89,6 +97,9 @@ func startChild(t *testing.T, socket string, opts ...childOpts) *child {
 	var o childOpts
 	if len(opts) > 0 {
 		o = opts[0]
+	}
+	if o.defaultSocket {
+		args = slices.Delete(args, 1, 3)
 	}
 	c.cmd = exec.Command(os.Args[0], append(args, o.args...)...)
 	c.cmd.Env = append(os.Environ(), o.env...)
