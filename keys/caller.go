@@ -103,6 +103,31 @@ func (c *Caller) Fork(pid int) *Caller {
 	return child
 }
 
+// Inherit gives c what a child process has of its parent's credentials
+// at fork and keeps across exec and setuid: the parent's session keyring
+// and its request_key default destination, c keeping its own identity.
+// A parent that has no session of its own (it falls back to its user's
+// user-session keyring) passes none on: the child falls back to its own
+// user's. It reports whether a session was inherited.
+func (c *Caller) Inherit(parent *Caller) bool {
+	parent.mu.Lock()
+	k := parent.session.Load()
+	if k != nil && (k.has(flagUIDKeyring) || !k.tryGet()) {
+		k = nil
+	}
+	jit := parent.jit
+	parent.mu.Unlock()
+	c.mu.Lock()
+	c.jit = jit
+	var old *Key
+	if k != nil {
+		old = c.session.Swap(k)
+	}
+	c.mu.Unlock()
+	old.put()
+	return k != nil
+}
+
 // keyrings returns the caller's own keyrings without references: the
 // caller of keyrings must be in an rcu read section (or hold the keys
 // otherwise) for as long as it uses them.

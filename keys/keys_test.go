@@ -430,3 +430,41 @@ func TestJoinSessionByName(t *testing.T) {
 	e.settle()
 	noErr(t, e.s.Check())
 }
+
+// A child inherits its parent's session keyring and request_key default
+// (the kernel copies both with the credentials at fork), whatever its
+// own uid; a parent that only falls back to its user-session keyring
+// passes nothing on, and the child falls back to its own user's.
+func TestInherit(t *testing.T) {
+	e := newEnv(t)
+	parent := e.caller(1000, 1000)
+	k := must(parent.AddKey("user", "s", []byte("v"), SessionKeyring))(t)
+	must(parent.SetReqKeyKeyring(ReqKeyUser))(t)
+	child := e.s.NewCaller(Cred{UID: 65534, GID: 65534, PID: 7001})
+	t.Cleanup(child.Release)
+	if !child.Inherit(parent) {
+		t.Fatal("no session inherited")
+	}
+	if child.Session() != parent.Session() {
+		t.Fatal("a different session")
+	}
+	if b := must(child.Read(k))(t); string(b) != "v" {
+		t.Fatalf("the child read %q", b)
+	}
+	if prev := must(child.SetReqKeyKeyring(ReqKeyNoChange))(t); prev != ReqKeyUser {
+		t.Fatalf("request_key default %d, want the parent's", prev)
+	}
+	// A parent without a session of its own.
+	lone := e.s.NewCaller(Cred{UID: 1001, GID: 1001, PID: 7002})
+	t.Cleanup(lone.Release)
+	must(lone.GetKeyringID(SessionKeyring, false))(t) // falls back to _uid_ses.1001
+	orphan := e.s.NewCaller(Cred{UID: 1002, GID: 1002, PID: 7003})
+	t.Cleanup(orphan.Release)
+	if orphan.Inherit(lone) {
+		t.Fatal("inherited another user's user-session keyring")
+	}
+	ses := must(orphan.Describe(SessionKeyring))(t)
+	if ses.Description != "_uid_ses.1002" {
+		t.Fatalf("the child's session is %q", ses.Description)
+	}
+}

@@ -74,7 +74,11 @@ func (c *conn) run(a wire.Args) *wire.Response {
 	case wire.OpGetKeyringID:
 		return result(cl.GetKeyringID(a.Serial(0), a.Int(1) != 0))
 	case wire.OpJoinSession:
-		return result(cl.JoinSessionKeyring(a.OptStr(0)))
+		id, err := cl.JoinSessionKeyring(a.OptStr(0))
+		if err == nil {
+			c.proc.inherited.Store(false) // its own choice now, as a token would be
+		}
+		return result(id, err)
 	case wire.OpUpdate:
 		return done(cl.Update(a.Serial(0), a.Bytes(1)))
 	case wire.OpRevoke:
@@ -224,6 +228,15 @@ func (c *conn) attach(token string) (keys.Serial, error) {
 	c.s.mu.Unlock()
 	if helper != nil {
 		return c.attachHelper(helper)
+	}
+	if c.proc.inherited.Load() {
+		// The process's session came from its ancestry, as the kernel's
+		// comes with the credentials a child inherits: a token in its
+		// environment (stale after a session_to_parent, say) does not
+		// replace it.
+		if k := c.caller.Session(); k != nil {
+			return k.Serial(), nil
+		}
 	}
 	// A token replayed by another uid is refused; root may join, as a
 	// process keeps its session keyring across su in the kernel.

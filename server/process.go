@@ -2,6 +2,7 @@ package server
 
 import (
 	"os"
+	"sync/atomic"
 	"time"
 
 	"github.com/ukeys/ukeys/keys"
@@ -25,12 +26,21 @@ import (
 
 // proc is a client process and its caller.
 type proc struct {
-	caller   *keys.Caller
-	handle   procHandle
-	conns    int
-	awaiting bool // awaitExit runs for it
-	tracked  bool // counted in the server's usage (admitProc)
-	private  bool // a caller whose pid the daemon cannot see: one connection's
+	caller *keys.Caller
+	handle procHandle
+	// start is the process's start time (procStat), which tells it from
+	// a later process with its pid when a descendant's ancestry names it;
+	// "" where the daemon cannot read it.
+	start string
+	// inherited: its session came from an ancestor (ancestry.go), and a
+	// session token in its environment does not replace it, until the
+	// process joins a session itself. Read by its connections without
+	// s.mu.
+	inherited atomic.Bool
+	conns     int
+	awaiting  bool // awaitExit runs for it
+	tracked   bool // counted in the server's usage (admitProc)
+	private   bool // a caller whose pid the daemon cannot see: one connection's
 }
 
 // dropProcLocked forgets p: it leaves the table of processes (if still

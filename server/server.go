@@ -195,6 +195,17 @@ func (s *Server) accept(uc *net.UnixConn) {
 		uc.Close()
 		return
 	}
+	// A process the daemon meets for the first time inherits from its
+	// ancestry (ancestry.go), which is read before the lock is taken.
+	s.mu.Lock()
+	p := s.procs[cred.PID]
+	known := p != nil && p.caller.Cred().UID == cred.UID && !p.handle.exited()
+	s.mu.Unlock()
+	var start string
+	var ancestors []procID
+	if !known && cred.PID > 0 {
+		start, ancestors = ancestry(cred.PID)
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -207,7 +218,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 		return
 	}
 	var ended *proc
-	p := s.procs[cred.PID]
+	p = s.procs[cred.PID]
 	if p != nil && (p.caller.Cred().UID != cred.UID || p.handle.exited()) {
 		// The pid belonged to a process that is gone: its keyrings go now
 		// (or with its last connection), and this is a new process.
@@ -234,6 +245,8 @@ func (s *Server) accept(uc *net.UnixConn) {
 			// when the daemon first meets the process.
 			cred.Caps, cred.CapsKnown = p.handle.capabilities()
 			p.caller = s.svc.NewCaller(cred)
+			p.start = start
+			p.inherited.Store(s.inheritLocked(p, ancestors))
 			s.procs[cred.PID] = p
 		} else {
 			p.caller = s.svc.NewCaller(cred)

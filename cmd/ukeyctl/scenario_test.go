@@ -62,13 +62,11 @@ keyctl unlink $k @s; sleep 1; keyctl describe $k >/dev/null; echo "rc=$?"`,
 		name: "a setuid child keeps the session it inherited",
 		script: `k=$(keyctl add user s v @s)
 setpriv --reuid=65534 --regid=65534 --clear-groups keyctl print $k; echo "rc=$?"`,
-		differs: "the session travels as a token bound to its uid; ancestry is not followed yet",
 	},
 	{
 		name: "an empty environment keeps the session",
 		script: `keyctl add user e v @s >/dev/null
 env -i PATH="$PATH" UKEYS_SOCKET="$UKEYS_SOCKET" UKEYS_NO_AUTOSTART=1 keyctl print %user:e; echo "rc=$?"`,
-		differs: "the session travels in UKEYS_SESSION, which env -i drops; ancestry is not followed yet",
 	},
 	{
 		name: "a background job keeps the session after its shell exits",

@@ -194,7 +194,13 @@ func TestLyingClientGainsNothing(t *testing.T) {
 	descBefore, _ := root.Describe(secret)
 	procBefore, _ := root.ProcKeys()
 
+	// Mallory logs in elsewhere: a session of its own, as pam_keyinit
+	// gives a login. (A child of root's process would inherit root's
+	// session and possess its keys, in the kernel as here.)
 	m := startAgent(t, d, asNobody)
+	if r := m.one(call{Op: "join", NilS: true}); r.Errno != 0 {
+		t.Fatalf("mallory's login session: %+v", r)
+	}
 	own := m.one(call{Op: "add", A: int64(keys.UserKeyring), S: "user", T: "mine", P: []byte("m")})
 	if own.Errno != 0 {
 		t.Fatal(own.Err)

@@ -1,0 +1,69 @@
+package server
+
+// A process's session keyring is its parent's, as the kernel copies a
+// task's credentials at fork and keeps them across exec and setuid. The
+// daemon cannot see forks happen (without the process events connector),
+// so when it first meets a process it walks the process's ancestry,
+// nearest first, to the nearest ancestor it knows (a client, or a
+// process whose session a client set with session_to_parent), and gives
+// the new process that ancestor's session. Each ancestor is identified by
+// pid and start time, so that a pid reused by an unrelated process is not
+// taken for the process the daemon knew. This happens once per process,
+// never per request.
+//
+// What the walk cannot find (an ancestor that has exited, its children
+// reparented; a process in another pid namespace) the environment's
+// session token still carries (UKEYS_SESSION): it is used only by a
+// process that inherited no session this way.
+
+// maxAncestry bounds the walk: beyond it, a process is taken to have no
+// known ancestor.
+const maxAncestry = 64
+
+// procID names one process: its pid, and its start time, which tells it
+// from a later process given the same pid.
+type procID struct {
+	pid   int
+	start string
+}
+
+// ancestry returns pid's start time and its ancestors, nearest first, up
+// to maxAncestry, stopping below init. It reads each process's parent and
+// start time once, without the server's lock.
+func ancestry(pid int) (start string, ancestors []procID) {
+	if !procTreeSupported || pid <= 1 {
+		return "", nil
+	}
+	ppid, start, ok := procStat(pid)
+	if !ok {
+		return "", nil
+	}
+	for ppid > 1 && len(ancestors) < maxAncestry {
+		pppid, pstart, ok := procStat(ppid)
+		if !ok {
+			break
+		}
+		ancestors = append(ancestors, procID{pid: ppid, start: pstart})
+		ppid = pppid
+	}
+	return start, ancestors
+}
+
+// inheritedLocked returns the process the daemon knows that is the
+// nearest of ancestors, or nil. s.mu is held.
+func (s *Server) inheritedLocked(ancestors []procID) *proc {
+	for _, a := range ancestors {
+		if p := s.procs[a.pid]; p != nil && p.start != "" && p.start == a.start && !p.private {
+			return p
+		}
+	}
+	return nil
+}
+
+// inheritLocked gives a new process what the kernel's fork gives a
+// child of the ancestor it descends from (keys.Caller.Inherit), and
+// reports whether a session came with it. s.mu is held.
+func (s *Server) inheritLocked(p *proc, ancestors []procID) bool {
+	a := s.inheritedLocked(ancestors)
+	return a != nil && p.caller.Inherit(a.caller)
+}
