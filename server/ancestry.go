@@ -1,5 +1,7 @@
 package server
 
+import "github.com/ukeys/ukeys/keys"
+
 // A process's session keyring is its parent's, as the kernel copies a
 // task's credentials at fork and keeps them across exec and setuid. The
 // daemon cannot see forks happen (without the process events connector),
@@ -66,4 +68,60 @@ func (s *Server) inheritedLocked(ancestors []procID) *proc {
 func (s *Server) inheritLocked(p *proc, ancestors []procID) bool {
 	a := s.inheritedLocked(ancestors)
 	return a != nil && p.caller.Inherit(a.caller)
+}
+
+// knownProc returns the process pid, started at start, as the daemon
+// keeps it: the one it knows, or else one it starts to keep now (a
+// client's parent that never connected), with the credentials cred, and
+// follows until it exits.
+func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error) {
+	s.mu.Lock()
+	p := s.procs[pid]
+	s.mu.Unlock()
+	if p != nil && p.start == start && !p.handle.exited() {
+		if p.caller.Cred().UID != cred.UID {
+			return nil, keys.EPERM
+		}
+		return p, nil
+	}
+	h, ok := openPid(pid, start)
+	if !ok {
+		return nil, keys.EPERM
+	}
+	cred.PID, cred.Caps, cred.CapsKnown = pid, 0, true
+	s.mu.Lock()
+	if q := s.procs[pid]; q != nil && q.start == start && !q.handle.exited() {
+		s.mu.Unlock()
+		h.close() // met meanwhile
+		if q.caller.Cred().UID != cred.UID {
+			return nil, keys.EPERM
+		}
+		return q, nil
+	}
+	if s.closing {
+		s.mu.Unlock()
+		h.close()
+		return nil, keys.EPERM
+	}
+	if e := s.admitProc(cred.UID); e != 0 {
+		s.mu.Unlock()
+		h.close()
+		return nil, e
+	}
+	var ended *proc
+	if q := s.procs[pid]; q != nil {
+		// A process gone whose pid this one has: its keyrings go.
+		s.dropProcLocked(q)
+		if q.conns == 0 {
+			ended = q
+		}
+	}
+	p = &proc{caller: s.svc.NewCaller(cred), handle: h, start: start, tracked: true}
+	s.procs[pid] = p
+	s.linger(p)
+	s.mu.Unlock()
+	if ended != nil {
+		ended.end()
+	}
+	return p, nil
 }

@@ -258,25 +258,44 @@ func (c *conn) attach(token string) (keys.Serial, error) {
 }
 
 // sessionToParent gives the caller's session keyring to its parent
-// process, if that process is a client of this daemon with the same uid.
+// process (KEYCTL_SESSION_TO_PARENT), on the kernel's conditions: the
+// parent has the caller's uid and gid as its real, effective and saved
+// ids, is single-threaded and is not init, and the session keyring
+// belongs to the caller. The parent need not be a client: the daemon
+// then starts to keep it (as a process it follows by pidfd until it
+// exits) with the new session, which its children, the shell's next
+// commands, inherit from it (ancestry.go).
 func (c *conn) sessionToParent() error {
-	ppid := parentPID(c.cred.PID)
-	c.s.mu.Lock()
-	parent := c.s.procs[ppid]
-	c.s.mu.Unlock()
-	if ppid <= 1 || parent == nil || parent.caller.Cred().UID != c.cred.UID {
-		return keys.EPERM
-	}
 	k := c.caller.Session()
 	if k == nil {
 		return keys.ENOKEY
 	}
+	if d, err := c.caller.Describe(keys.SessionKeyring); err != nil || d.UID != int64(c.cred.UID) {
+		return keys.EPERM
+	}
+	ppid, _, ok := procStat(c.cred.PID)
+	if !ok || ppid <= 1 {
+		return keys.EPERM
+	}
+	_, pstart, ok := procStat(ppid)
+	if !ok {
+		return keys.EPERM
+	}
+	pc, ok := readStatusCreds(ppid)
+	for _, id := range pc.uids {
+		ok = ok && id == c.cred.UID
+	}
+	for _, id := range pc.gids {
+		ok = ok && id == c.cred.GID
+	}
+	if !ok || pc.threads != 1 {
+		return keys.EPERM
+	}
+	parent, err := c.s.knownProc(ppid, pstart, c.cred)
+	if err != nil {
+		return err
+	}
 	return parent.caller.SetSession(k)
-}
-
-func parentPID(pid int) int {
-	st, _ := readStat(pid)
-	return st.ppid
 }
 
 // Sysctl names, as under /proc/sys/kernel/keys.

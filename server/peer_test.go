@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"syscall"
@@ -123,6 +124,33 @@ func FuzzParseCapEff(f *testing.F) {
 		caps, ok := parseCapEff(b)
 		if ok && caps != 0 && !bytes.Contains(b, []byte("CapEff:")) {
 			t.Fatalf("%q gave %x", b, caps)
+		}
+	})
+}
+
+func TestParseStatusCreds(t *testing.T) {
+	status := "Name:\tsh\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\nThreads:\t1\n"
+	sc, ok := parseStatusCreds([]byte(status))
+	if !ok || sc.uids != [3]uint32{1000, 1000, 1000} || sc.gids != [3]uint32{100, 100, 100} || sc.threads != 1 {
+		t.Fatalf("%+v %v", sc, ok)
+	}
+	for _, bad := range []string{"", "Uid:\t1\t2\nGid:\t1\t1\t1\nThreads:\t1\n", "Uid:\t1\t1\t1\nGid:\t1\t1\t1\n", "Uid:\tx\t1\t1\nGid:\t1\t1\t1\nThreads:\t1\n"} {
+		if sc, ok := parseStatusCreds([]byte(bad)); ok {
+			t.Errorf("%q parsed as %+v", bad, sc)
+		}
+	}
+	if sc, ok := readStatusCreds(os.Getpid()); runtime.GOOS == "linux" && (!ok || sc.uids[1] != uint32(os.Geteuid()) || sc.threads < 1) {
+		t.Fatalf("this process: %+v %v", sc, ok)
+	}
+}
+
+// Whatever a status file holds, parsing never panics, and what it
+// accepts has a thread.
+func FuzzParseStatusCreds(f *testing.F) {
+	f.Add([]byte("Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nThreads:\t3\n"))
+	f.Fuzz(func(t *testing.T, b []byte) {
+		if sc, ok := parseStatusCreds(b); ok && sc.threads < 1 {
+			t.Fatalf("%q: %+v", b, sc)
 		}
 	})
 }

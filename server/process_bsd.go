@@ -109,6 +109,10 @@ func (h *procHandle) exitPolled(fd int) bool {
 // releases its keyrings then.
 func (h *procHandle) leaving() bool { return h.exited() }
 
+// openPid: a process that has not connected cannot be followed here, so
+// session_to_parent reaches only a parent that is a client.
+func openPid(pid int, start string) (procHandle, bool) { return procHandle{fd: -1}, false }
+
 // capabilities: this system has no capability sets that the daemon can
 // read, so privilege is uid 0's (keys.Cred.Capable).
 func (h *procHandle) capabilities() (uint64, bool) { return 0, false }

@@ -51,6 +51,28 @@ func openProc(uc *net.UnixConn, pid int) procHandle {
 	return h
 }
 
+// openPid identifies a process that has not connected (a client's
+// parent): by a pidfd, or else its start time; start is the start time
+// read before, which the process must still have once the pidfd is open,
+// so that the pidfd is known to be that process's and not a later one's.
+func openPid(pid int, start string) (procHandle, bool) {
+	h := procHandle{pid: pid, fd: -1}
+	if pfd, err := unix.PidfdOpen(pid, 0); err == nil {
+		h.fd = pfd
+		unix.CloseOnExec(h.fd)
+		if err := unix.SetNonblock(h.fd, true); err == nil {
+			h.file = os.NewFile(uintptr(h.fd), "pidfd")
+		}
+	} else {
+		h.start = start
+	}
+	if startTime(pid) != start {
+		h.close()
+		return procHandle{fd: -1}, false
+	}
+	return h, true
+}
+
 // exited reports whether the process is gone. A pidfd polls readable once
 // its process has exited.
 func (h *procHandle) exited() bool {

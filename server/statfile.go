@@ -64,3 +64,62 @@ func parseCapEff(b []byte) (uint64, bool) {
 	}
 	return 0, false
 }
+
+// statusCreds is what session_to_parent checks of a parent process in
+// /proc/<pid>/status: its real, effective and saved uids and gids, and
+// how many threads it has.
+type statusCreds struct {
+	uids, gids [3]uint32
+	threads    int
+}
+
+// parseStatusCreds reads the Uid, Gid and Threads lines of a status file.
+func parseStatusCreds(b []byte) (statusCreds, bool) {
+	var sc statusCreds
+	seen := 0
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		name, rest, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		f := bytes.Fields(rest)
+		switch string(name) {
+		case "Uid", "Gid":
+			if len(f) < 3 {
+				return statusCreds{}, false
+			}
+			dst := &sc.uids
+			if string(name) == "Gid" {
+				dst = &sc.gids
+			}
+			for i := range 3 {
+				v, err := strconv.ParseUint(string(f[i]), 10, 32)
+				if err != nil {
+					return statusCreds{}, false
+				}
+				dst[i] = uint32(v)
+			}
+			seen++
+		case "Threads":
+			if len(f) < 1 {
+				return statusCreds{}, false
+			}
+			n, err := strconv.Atoi(string(f[0]))
+			if err != nil || n < 1 {
+				return statusCreds{}, false
+			}
+			sc.threads = n
+			seen++
+		}
+	}
+	return sc, seen == 3
+}
+
+// readStatusCreds reads a process's credentials from /proc.
+func readStatusCreds(pid int) (statusCreds, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return statusCreds{}, false
+	}
+	return parseStatusCreds(b)
+}
