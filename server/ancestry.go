@@ -116,7 +116,7 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 			ended = q
 		}
 	}
-	p = &proc{caller: s.svc.NewCaller(cred), handle: h, start: start, tracked: true}
+	p = &proc{caller: s.svc.NewCaller(cred), handle: h, start: start, tracked: true, ghost: true}
 	s.procs[pid] = p
 	s.linger(p)
 	s.mu.Unlock()

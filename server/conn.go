@@ -71,8 +71,13 @@ func (c *conn) serve() {
 		return
 	}
 	c.sc, c.idleFn = sc, c.idle
-	defer sc.In.Release()
-	defer sc.Out.Reset()
+	defer func() {
+		// Under mu, as a reader of an idle connection's buffers holds it.
+		c.mu.Lock()
+		sc.In.Release()
+		sc.Out.Reset()
+		c.mu.Unlock()
+	}()
 	defer c.unreserveAll()
 	read := sock.Deadline{Timeout: c.s.cfg.ReadTimeout}
 	c.renew(&read)

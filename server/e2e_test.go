@@ -8,8 +8,6 @@ import (
 	"net"
 	"os"
 	"os/exec"
-	"path/filepath"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -18,7 +16,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
@@ -26,10 +23,6 @@ import (
 )
 
 func TestMain(m *testing.M) {
-	if os.Getenv("UKEYS_TEST_ORPHAN") != "" {
-		awaitOrphaned()
-		defer fmt.Println("exit")
-	}
 	switch os.Getenv("UKEYS_TEST_CHILD") {
 	case "search":
 		childSearch()
@@ -83,39 +76,6 @@ func runChild(t *testing.T, env ...string) string {
 		t.Fatalf("child: %v\n%s", err, out)
 	}
 	return strings.TrimSpace(string(out))
-}
-
-// runOrphan is runChild for a process that descends from nothing the
-// daemon knows, as one started elsewhere (by a service manager, in
-// another login) does: started through a shell that exits at once, it
-// waits until it is reparented before it connects, so that its ancestry
-// no longer passes through this test process and its session.
-func runOrphan(t *testing.T, env ...string) string {
-	t.Helper()
-	out := filepath.Join(t.TempDir(), "out")
-	cmd := exec.Command("/bin/sh", "-c", `UKEYS_TEST_ORPHAN=$$ "$0" -test.run='^$' >"$1" 2>&1 &`, os.Args[0], out)
-	cmd.Env = append(os.Environ(), append([]string{"UKEYS_TEST_CHILD=search"}, env...)...)
-	if err := cmd.Run(); err != nil {
-		t.Fatal(err)
-	}
-	var text string
-	testutil.Eventually(t, "the orphan to finish", func() bool {
-		b, _ := os.ReadFile(out)
-		text = string(b)
-		return strings.Contains(text, "exit\n")
-	})
-	text, _, _ = strings.Cut(text, "exit\n")
-	return strings.TrimSpace(text)
-}
-
-// awaitOrphaned waits until the shell that started this process (whose
-// pid UKEYS_TEST_ORPHAN names) has exited and the process has a new
-// parent.
-func awaitOrphaned() {
-	parent, _ := strconv.Atoi(os.Getenv("UKEYS_TEST_ORPHAN"))
-	for deadline := time.Now().Add(10 * time.Second); os.Getppid() == parent && time.Now().Before(deadline); {
-		time.Sleep(time.Millisecond)
-	}
 }
 
 type daemon struct {
@@ -254,18 +214,23 @@ func TestSessionToken(t *testing.T) {
 	if out := runChild(t, sock, client.SessionEnv+"=1:00000000000000000000000000000000"); out != fmt.Sprint("found ", id) {
 		t.Fatalf("child with a wrong token: %q, want found %d", out, id)
 	}
-	// A process that descends from nothing the daemon knows gets the
-	// session only through the token.
-	if out := runOrphan(t, sock, client.SessionEnv+"="+tok); out != fmt.Sprint("found ", id) {
-		t.Fatalf("orphan holding the token: %q, want found %d", out, id)
+	// A process that descends from nothing holding the session (here,
+	// the session is a holder child's, on a daemon this process never
+	// spoke to) gets it only through the token.
+	d2 := startDaemon(t)
+	sock2 := "UKEYS_SOCKET=" + d2.path
+	h := startHolder(t, sock2)
+	h.read("child")
+	if out := runChild(t, sock2, client.SessionEnv+"="+h.tok); out != fmt.Sprint("found ", h.id) {
+		t.Fatalf("a process holding the token: %q, want found %d", out, h.id)
 	}
 	// A wrong token leaves the process with a revoked session keyring
 	// (not a fresh one, where what it adds would be lost).
-	if out := runOrphan(t, sock, client.SessionEnv+"=1:00000000000000000000000000000000"); !strings.Contains(out, "Key has been revoked") {
-		t.Fatalf("orphan with a wrong token: %q, want EKEYREVOKED", out)
+	if out := runChild(t, sock2, client.SessionEnv+"=1:00000000000000000000000000000000"); !strings.Contains(out, "Key has been revoked") {
+		t.Fatalf("a process with a wrong token: %q, want EKEYREVOKED", out)
 	}
-	if out := runOrphan(t, sock); !strings.Contains(out, "Required key not available") {
-		t.Fatalf("orphan without a token: %q, want ENOKEY", out)
+	if out := runChild(t, sock2); !strings.Contains(out, "Required key not available") {
+		t.Fatalf("a process without a token: %q, want ENOKEY", out)
 	}
 }
 

@@ -102,12 +102,18 @@ func TestConnectionBuffersKeepNoPayload(t *testing.T) {
 			t.Fatalf("unlink: errno %d", r.Errno)
 		}
 	}
-	s.mu.Lock()
+	// Only this test's connection: any other (serveTemp's probe) has
+	// ended, and its teardown no longer touches buffers.
 	var conns []*conn
-	for sc := range s.conns {
-		conns = append(conns, sc)
-	}
-	s.mu.Unlock()
+	testutil.Eventually(t, "the other connections to end", func() bool {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		conns = conns[:0]
+		for sc := range s.conns {
+			conns = append(conns, sc)
+		}
+		return len(conns) == 1
+	})
 	var held [][]byte
 	for _, sc := range conns {
 		// Once the connection is idle (marked so under its lock after its

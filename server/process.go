@@ -37,10 +37,18 @@ type proc struct {
 	// process joins a session itself. Read by its connections without
 	// s.mu.
 	inherited atomic.Bool
-	conns     int
-	awaiting  bool // awaitExit runs for it
-	tracked   bool // counted in the server's usage (admitProc)
-	private   bool // a caller whose pid the daemon cannot see: one connection's
+	// ghost: a process the daemon keeps that has not connected (a child
+	// it saw forked, a parent given a session): its caller holds only what
+	// it inherited, and its first connection replaces it with one of its
+	// own credentials (accept).
+	ghost bool
+	// entombed: it has exited, and its caller is kept for fork events
+	// still queued for it (forks.go).
+	entombed atomic.Bool
+	conns    int
+	awaiting bool // awaitExit runs for it
+	tracked  bool // counted in the server's usage (admitProc)
+	private  bool // a caller whose pid the daemon cannot see: one connection's
 }
 
 // dropProcLocked forgets p: it leaves the table of processes (if still
@@ -98,6 +106,7 @@ func (s *Server) awaitExit(p *proc, f *os.File) {
 	ended := s.procs[pid] == p && p.conns == 0
 	if ended {
 		s.dropProcLocked(p)
+		s.entombLocked(p)
 		s.pruneTokens()
 	}
 	s.mu.Unlock()
@@ -150,10 +159,14 @@ func (s *Server) reapProcs() {
 	}
 }
 
-// end releases a process's keyrings, as its exit does in the kernel.
+// end releases a process's keyrings, as its exit does in the kernel,
+// unless it is entombed (forks.go): then only its handle is closed, and
+// its keyrings go when the tomb does.
 func (p *proc) end() {
 	p.handle.close()
-	p.caller.Release()
+	if !p.entombed.Load() {
+		p.caller.Release()
+	}
 }
 
 // pruneTokens forgets the session tokens of sessions that no client
@@ -166,6 +179,7 @@ func (s *Server) pruneTokens() {
 			held[k] = true
 		}
 	}
+
 	for t, g := range s.sessions {
 		if !held[g.key] {
 			delete(s.sessions, t)

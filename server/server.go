@@ -7,6 +7,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"sync"
 	"time"
 
@@ -70,8 +71,12 @@ type Server struct {
 	watching  bool // reapProcs runs
 	wg        sync.WaitGroup
 	watchers  sync.WaitGroup
-	stop      chan struct{} // closed by Shutdown
-	abort     chan struct{} // closed when Shutdown's context ends: helpers are killed
+	forks     *os.File          // the process events connector, while followed (forks.go)
+	forksOnce sync.Once         // followForks, on the first Serve
+	tombs     map[int]tomb      // exited processes kept for their queued forks (forks.go)
+	exitSeen  map[int]time.Time // exits the connector told of before the daemon noticed them
+	stop      chan struct{}     // closed by Shutdown
+	abort     chan struct{}     // closed when Shutdown's context ends: helpers are killed
 	aborted   bool
 }
 
@@ -133,6 +138,7 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
+	s.forksOnce.Do(s.followForks)
 	var delay time.Duration
 	for {
 		c, err := ln.AcceptUnix()
@@ -199,7 +205,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 	// ancestry (ancestry.go), which is read before the lock is taken.
 	s.mu.Lock()
 	p := s.procs[cred.PID]
-	known := p != nil && p.caller.Cred().UID == cred.UID && !p.handle.exited()
+	known := p != nil && !p.ghost && p.caller.Cred().UID == cred.UID && !p.handle.exited()
 	s.mu.Unlock()
 	var start string
 	var ancestors []procID
@@ -217,9 +223,18 @@ func (s *Server) accept(uc *net.UnixConn) {
 		s.refuse(uc, cred, e, "too many connections")
 		return
 	}
-	var ended *proc
+	var ended, ghost *proc
 	p = s.procs[cred.PID]
-	if p != nil && (p.caller.Cred().UID != cred.UID || p.handle.exited()) {
+	if p != nil && p.ghost && !p.handle.exited() {
+		// Its first connection: the process the daemon kept since it
+		// saw it forked (or gave it a session) becomes a client with
+		// credentials of its own, and keeps what it inherited, whatever
+		// uid an exec has given it since.
+		ghost = p
+		s.dropProcLocked(p)
+		ended = p
+		p = nil
+	} else if p != nil && (p.caller.Cred().UID != cred.UID || p.handle.exited()) {
 		// The pid belonged to a process that is gone: its keyrings go now
 		// (or with its last connection), and this is a new process.
 		s.dropProcLocked(p)
@@ -246,7 +261,11 @@ func (s *Server) accept(uc *net.UnixConn) {
 			cred.Caps, cred.CapsKnown = p.handle.capabilities()
 			p.caller = s.svc.NewCaller(cred)
 			p.start = start
-			p.inherited.Store(s.inheritLocked(p, ancestors))
+			if ghost != nil {
+				p.inherited.Store(p.caller.Inherit(ghost.caller))
+			} else {
+				p.inherited.Store(s.inheritLocked(p, ancestors))
+			}
 			s.procs[cred.PID] = p
 		} else {
 			p.caller = s.svc.NewCaller(cred)
@@ -285,6 +304,7 @@ func (s *Server) release(c *conn) {
 			ended = c.proc // displaced by a new process with its pid
 		case s.closing || c.proc.handle.leaving():
 			s.dropProcLocked(c.proc)
+			s.entombLocked(c.proc)
 			ended = c.proc
 		default:
 			// The process lives on without a connection: it keeps its
@@ -314,6 +334,10 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.closing = true
 	for _, ln := range s.lns {
 		ln.Close()
+	}
+	if s.forks != nil {
+		s.forks.Close() // ends followForks' reader
+		s.forks = nil
 	}
 	for c := range s.conns {
 		c.closeIdle()
@@ -348,9 +372,14 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	clear(s.sessions)
 	clear(s.grants)
+	tombs := s.tombs
+	s.tombs = nil
 	s.mu.Unlock()
 	for _, p := range procs {
 		p.end() // closing its pidfd also ends its awaitExit
+	}
+	for _, t := range tombs {
+		t.p.caller.Release()
 	}
 	s.watchers.Wait()
 	return err

@@ -51,32 +51,38 @@ func childSession() {
 	io.Copy(io.Discard, os.Stdin)
 }
 
-// A session keyring lives as long as a process that joined it: its
-// creator's connection may close, and children that connect later still
-// find it through the token; once every process in it has exited, the
-// session is gone and the token opens nothing.
-func TestSessionOutlivesConnection(t *testing.T) {
-	d := startDaemonCfg(t, server.Config{ProcessPoll: 10 * time.Millisecond})
-	sock := "UKEYS_SOCKET=" + d.path
-	holder := exec.Command(os.Args[0], "-test.run=^$")
-	holder.Env = append(os.Environ(), "UKEYS_TEST_CHILD=session", sock)
-	stdin, err := holder.StdinPipe()
+// holder is a child process running childSession: the session's creator.
+type holder struct {
+	cmd   *exec.Cmd
+	stdin io.WriteCloser
+	id    int
+	tok   string
+	read  func(prefix string) string
+}
+
+// startHolder starts a session holder on the daemon sock names and reads
+// its key's serial and its session token.
+func startHolder(t *testing.T, sock string) *holder {
+	t.Helper()
+	h := &holder{cmd: exec.Command(os.Args[0], "-test.run=^$")}
+	h.cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=session", sock)
+	var err error
+	if h.stdin, err = h.cmd.StdinPipe(); err != nil {
+		t.Fatal(err)
+	}
+	stdout, err := h.cmd.StdoutPipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	stdout, err := holder.StdoutPipe()
-	if err != nil {
+	if err := h.cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := holder.Start(); err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		stdin.Close()
-		holder.Wait()
-	}()
+	t.Cleanup(func() {
+		h.stdin.Close()
+		h.cmd.Wait()
+	})
 	lines := bufio.NewScanner(stdout)
-	read := func(prefix string) string {
+	h.read = func(prefix string) string {
 		t.Helper()
 		if !lines.Scan() {
 			t.Fatalf("session holder ended before %q: %v", prefix, lines.Err())
@@ -87,11 +93,22 @@ func TestSessionOutlivesConnection(t *testing.T) {
 		}
 		return v
 	}
-	id, err := strconv.Atoi(read("id"))
-	if err != nil {
+	if h.id, err = strconv.Atoi(h.read("id")); err != nil {
 		t.Fatal(err)
 	}
-	tok := read("token")
+	h.tok = h.read("token")
+	return h
+}
+
+// A session keyring lives as long as a process that joined it: its
+// creator's connection may close, and children that connect later still
+// find it through the token; once every process in it has exited, the
+// session is gone and the token opens nothing.
+func TestSessionOutlivesConnection(t *testing.T) {
+	d := startDaemonCfg(t, server.Config{ProcessPoll: 10 * time.Millisecond})
+	sock := "UKEYS_SOCKET=" + d.path
+	h := startHolder(t, sock)
+	id, tok, read, stdin, holder := h.id, h.tok, h.read, h.stdin, h.cmd
 	if got := read("child"); got != fmt.Sprint("found ", id) {
 		t.Fatalf("the session's child, connecting after its parent's connection closed: %q, want found %d", got, id)
 	}

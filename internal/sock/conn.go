@@ -90,7 +90,7 @@ func (c *Conn) Flush() (dropped bool, err error) {
 	return c.Out.Reset(), err
 }
 
-// FlushAndWait writes the frames in Out and waits, without reading,
+// FlushAndWait writes the frames in Out, wipes them, and waits, without reading,
 // until the socket is readable: a client waiting for its answer, or a
 // server waiting for the next request of a client that sends one at a
 // time, skips the read that would fail right after the write (one system
@@ -108,17 +108,19 @@ func (c *Conn) Flush() (dropped bool, err error) {
 func (c *Conn) FlushAndWait(then func() bool) (stopped, dropped bool, err error) {
 	x := &c.x
 	f := c.Out.Bytes()
-	*x = exchange{f: f, then: then, step: x.step, in: c.In, fd: -1}
+	*x = exchange{f: f, then: then, step: x.step, in: c.In, out: &c.Out, fd: -1}
 	if x.step == nil {
 		x.step = x.advance // bound once: a method value per call would allocate
 	}
 	rerr := c.raw.Read(x.step)
 	written, stopped, err := x.written, x.stopped, x.err
-	x.f, x.then, x.in = nil, nil, nil
+	reset, dropped := x.reset, x.dropped
+	x.f, x.then, x.in, x.out = nil, nil, nil, nil
 	switch {
 	case err != nil:
 	case written < len(f):
 		if _, err = c.s.Write(f[written:]); err == nil && then != nil {
+			dropped, reset = c.Out.Reset(), true
 			stopped = then()
 		}
 	case rerr != nil:
@@ -126,13 +128,19 @@ func (c *Conn) FlushAndWait(then func() bool) (stopped, dropped bool, err error)
 		// follows would say the same.
 		err = rerr
 	}
-	return stopped, c.Out.Reset(), err
+	if !reset {
+		dropped = c.Out.Reset()
+	}
+	return stopped, dropped, err
 }
 
 // exchange is the state of one FlushAndWait.
 type exchange struct {
 	in      *wire.Reader
-	fd      int // the descriptor while the callback reads, else -1
+	out     *Frames
+	reset   bool // out was wiped once written, before the wait
+	dropped bool // and dropped
+	fd      int  // the descriptor while the callback reads, else -1
 	f       []byte
 	written int
 	wrote   bool
@@ -169,6 +177,9 @@ func (x *exchange) advance(fd uintptr) bool {
 			return true
 		}
 	}
+	// Written: wiped before the wait, so that an idle connection holds
+	// no answer (a payload) while it waits, perhaps for minutes.
+	x.dropped, x.reset = x.out.Reset(), true
 	if x.then != nil && x.then() {
 		x.stopped = true
 		return true

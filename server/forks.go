@@ -1,0 +1,241 @@
+package server
+
+import (
+	"encoding/binary"
+	"time"
+
+	"github.com/ukeys/ukeys/keys"
+)
+
+// The kernel's process events connector (NETLINK_CONNECTOR, CN_IDX_PROC)
+// tells a daemon with CAP_NET_ADMIN of every fork as it happens. A child
+// forked by a process the daemon keeps inherits that process's session
+// there and then (a "ghost": a process the daemon keeps that has not
+// spoken to it yet), so that the session outlives the parent with the
+// child, as the kernel's credentials do: "(sleep 1; keyctl print
+// %user:k) & exit" in a session finds the key after the shell has gone.
+// Without the connector (not root, another system) the daemon learns a
+// process's ancestry only when it first meets it (ancestry.go).
+
+// Connector message layout (linux/connector.h, linux/cn_proc.h), in the
+// host's byte order, which netlink keeps.
+const (
+	cnIdxProc         = 1 // CN_IDX_PROC
+	cnValProc         = 1 // CN_VAL_PROC
+	procCnMcastListen = 1 // PROC_CN_MCAST_LISTEN
+	procEventFork     = 0x00000001
+	procEventExit     = 0x80000000
+	nlmsgHdrLen       = 16
+	cnMsgLen          = 20
+	procEventHdrLen   = 16
+)
+
+// procEvent is one event the daemon uses: a fork that made a new process
+// (a child that is its own thread group), or the exit of a process's
+// first thread.
+type procEvent struct {
+	exit bool
+	// A fork: the process that forked and the child. An exit: pid.
+	parentTgid, childPid int
+	pid                  int
+}
+
+// parseProcEvents returns the forks and exits in one datagram from the
+// connector: netlink messages, each a cn_msg carrying a proc_event.
+// Threads (a child that is not its own group leader, a thread other than
+// the first exiting) and every other event are skipped; anything
+// malformed ends the datagram.
+func parseProcEvents(b []byte) []procEvent {
+	var out []procEvent
+	for len(b) >= nlmsgHdrLen {
+		n := int(binary.NativeEndian.Uint32(b))
+		if n < nlmsgHdrLen || n > len(b) {
+			return out
+		}
+		msg := b[nlmsgHdrLen:n]
+		b = b[min(len(b), (n+3)&^3):] // messages are 4-byte aligned
+		if len(msg) < cnMsgLen {
+			continue
+		}
+		if binary.NativeEndian.Uint32(msg) != cnIdxProc || binary.NativeEndian.Uint32(msg[4:]) != cnValProc {
+			continue
+		}
+		dlen := int(binary.NativeEndian.Uint16(msg[16:]))
+		ev := msg[cnMsgLen:]
+		if dlen > len(ev) {
+			continue
+		}
+		ev = ev[:dlen]
+		if len(ev) < procEventHdrLen+16 {
+			continue
+		}
+		f := ev[procEventHdrLen:]
+		a := int(int32(binary.NativeEndian.Uint32(f)))
+		b4 := int(int32(binary.NativeEndian.Uint32(f[4:])))
+		switch binary.NativeEndian.Uint32(ev) {
+		case procEventFork:
+			childPid := int(int32(binary.NativeEndian.Uint32(f[8:])))
+			childTgid := int(int32(binary.NativeEndian.Uint32(f[12:])))
+			if childPid != childTgid || childPid <= 1 || b4 <= 0 {
+				continue // a thread, or nonsense
+			}
+			out = append(out, procEvent{parentTgid: b4, childPid: childPid})
+		case procEventExit:
+			if a != b4 || a <= 1 {
+				continue // a thread other than the first
+			}
+			out = append(out, procEvent{exit: true, pid: a})
+		}
+	}
+	return out
+}
+
+// listenMessage is the message that subscribes a connector socket to
+// process events.
+func listenMessage() []byte {
+	b := make([]byte, nlmsgHdrLen+cnMsgLen+4)
+	binary.NativeEndian.PutUint32(b, uint32(len(b)))
+	binary.NativeEndian.PutUint16(b[4:], 3) // NLMSG_DONE
+	c := b[nlmsgHdrLen:]
+	binary.NativeEndian.PutUint32(c, cnIdxProc)
+	binary.NativeEndian.PutUint32(c[4:], cnValProc)
+	binary.NativeEndian.PutUint16(c[16:], 4)
+	binary.NativeEndian.PutUint32(c[cnMsgLen:], procCnMcastListen)
+	return b
+}
+
+// A tomb keeps an exited process's caller (and with it its session)
+// until the connector has told the daemon of that exit: its forks were
+// queued before its exit, and a child whose fork the daemon reads only
+// after it noticed the exit (through the pidfd, on another goroutine)
+// must still find its parent's session. The exit event ends the tomb;
+// so does a fork that gives its pid to another process, and, if events
+// were lost, age.
+type tomb struct {
+	p  *proc
+	at time.Time
+}
+
+// tombMaxAge bounds how long a tomb waits for an exit event that was
+// lost.
+const tombMaxAge = 30 * time.Second
+
+// entombLocked keeps p, a process that has exited and left s.procs, in
+// a tomb while forks are followed; p.end then leaves its keyrings to
+// the tomb. s.mu is held.
+func (s *Server) entombLocked(p *proc) {
+	if _, seen := s.exitSeen[p.handle.pid]; seen {
+		// The connector told of the exit first: every fork queued for
+		// the process has been read.
+		delete(s.exitSeen, p.handle.pid)
+		return
+	}
+	if s.forks == nil || s.closing || p.private || p.caller.Session() == nil {
+		return
+	}
+	if s.tombs == nil {
+		s.tombs = make(map[int]tomb)
+	}
+	if old, ok := s.tombs[p.handle.pid]; ok {
+		old.p.caller.Release()
+	}
+	p.entombed.Store(true)
+	s.tombs[p.handle.pid] = tomb{p: p, at: time.Now()}
+}
+
+// handle applies one connector event.
+func (s *Server) handle(ev procEvent) {
+	var done []*proc
+	s.mu.Lock()
+	now := time.Now()
+	switch {
+	case ev.exit:
+		if t, ok := s.tombs[ev.pid]; ok {
+			delete(s.tombs, ev.pid)
+			done = append(done, t.p)
+		} else if s.procs[ev.pid] != nil {
+			// Read before the daemon noticed the exit itself: no tomb
+			// is needed then (entombLocked).
+			if s.exitSeen == nil {
+				s.exitSeen = make(map[int]time.Time)
+			}
+			s.exitSeen[ev.pid] = now
+		}
+	default:
+		// A fork makes childPid another process's: any tomb of that pid
+		// has had every fork queued for it, and an exit seen of that pid
+		// was another process's.
+		if t, ok := s.tombs[ev.childPid]; ok {
+			delete(s.tombs, ev.childPid)
+			done = append(done, t.p)
+		}
+		delete(s.exitSeen, ev.childPid)
+	}
+	for pid, t := range s.tombs {
+		if now.Sub(t.at) > tombMaxAge {
+			delete(s.tombs, pid)
+			done = append(done, t.p)
+		}
+	}
+	for pid, at := range s.exitSeen {
+		if now.Sub(at) > tombMaxAge {
+			delete(s.exitSeen, pid)
+		}
+	}
+	s.mu.Unlock()
+	if !ev.exit {
+		s.forked(ev)
+	}
+	for _, p := range done {
+		p.caller.Release()
+	}
+}
+
+// forked gives a child forked by a process the daemon keeps (or has just
+// entombed) what the child inherits (its session), as a ghost the daemon
+// follows until the child exits or connects. A parent without a session
+// passes nothing, and the child is not kept.
+func (s *Server) forked(f procEvent) {
+	s.mu.Lock()
+	parent := s.procs[f.parentTgid]
+	if parent == nil {
+		if t, ok := s.tombs[f.parentTgid]; ok {
+			parent = t.p
+		}
+	}
+	var pcaller = (*keys.Caller)(nil)
+	if parent != nil && !s.closing {
+		pcaller = parent.caller
+	}
+	s.mu.Unlock()
+	if pcaller == nil || pcaller.Session() == nil {
+		return
+	}
+	_, start, ok := procStat(f.childPid)
+	if !ok {
+		return // gone already
+	}
+	cred := pcaller.Cred()
+	cred.PID = f.childPid
+	caller := s.svc.NewCaller(cred)
+	if !caller.Inherit(pcaller) {
+		caller.Release()
+		return
+	}
+	h, ok := openPid(f.childPid, start)
+	if !ok {
+		caller.Release()
+		return
+	}
+	s.mu.Lock()
+	if s.closing || s.procs[f.childPid] != nil || s.admitProc(cred.UID) != 0 {
+		s.mu.Unlock()
+		h.close()
+		caller.Release()
+		return
+	}
+	p := &proc{caller: caller, handle: h, start: start, tracked: true, ghost: true}
+	s.procs[f.childPid] = p
+	s.linger(p)
+	s.mu.Unlock()
+}
