@@ -268,8 +268,15 @@ type agent struct {
 // startAgent runs an agent as w, connected to d, with env added.
 func startAgent(t testing.TB, d *daemon, w who, env ...string) *agent {
 	t.Helper()
+	return startAgentEnv(t, w, append([]string{"UKEYS_SOCKET=" + d.path}, env...))
+}
+
+// startAgentEnv starts an agent as w with exactly env (and the agent's
+// own variable): it finds its daemon as any program does.
+func startAgentEnv(t testing.TB, w who, env []string) *agent {
+	t.Helper()
 	cmd := exec.Command(agentBinary(t), "-test.run=^$")
-	cmd.Env = append([]string{agentEnv + "=1", "UKEYS_SOCKET=" + d.path}, env...)
+	cmd.Env = append([]string{agentEnv + "=1"}, env...)
 	if w.uid != 0 {
 		cmd.SysProcAttr = ukeystest.As(w.uid, w.gid, w.groups...)
 	}
@@ -354,7 +361,7 @@ func agentMain(r io.Reader, w io.Writer) int {
 			cl.Close()
 		}
 		var err error
-		cl, err = client.Dial(os.Getenv("UKEYS_SOCKET"))
+		cl, err = client.Dial(client.DefaultSocket()) // $UKEYS_SOCKET, else as any program finds it
 		return err
 	}
 	if err := dial(); err != nil {
@@ -504,6 +511,8 @@ func runCall(clp **client.Client, dial func() error, c call) reply {
 		}
 	case "dh": // dh_compute with private A, prime B, base C
 		out, err = cl.DHCompute(id, keys.Serial(c.B), keys.Serial(c.C))
+	case "socket": // where the agent found its daemon
+		out = []byte(client.DefaultSocket())
 	case "sleep":
 		time.Sleep(time.Duration(c.A) * time.Millisecond)
 	default:

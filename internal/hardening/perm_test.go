@@ -1,11 +1,18 @@
 package hardening
 
 import (
+	"bytes"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/endpoint"
+	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 )
@@ -107,14 +114,22 @@ func TestPermissionMatrixOverSocket(t *testing.T) {
 	// service. The calls under test all go through the socket.
 	root := client.New(server.NewLocal(d.svc, keys.Cred{UID: 0, GID: 0, PID: 1 << 22}))
 	defer root.Close()
+	runPermMatrix(t, root, func(w who) *agent { return startAgent(t, d, w) })
+	d.settle(t)
+}
+
+// runPermMatrix makes the matrix's objects as root through root, runs
+// every case by agents of the four kinds of caller, which start, and
+// checks each answer against the kernel's rule.
+func runPermMatrix(t *testing.T, root *client.Client, start func(who) *agent) {
 	if _, err := root.JoinSessionKeyring(nil); err != nil {
 		t.Fatal(err)
 	}
-	start := time.Now()
+	began := time.Now()
 	callers := []who{asPossessor, asOwner, asGroup, asOther}
 	agents := make([]*agent, len(callers))
 	for i, w := range callers {
-		agents[i] = startAgent(t, d, w)
+		agents[i] = start(w)
 		// A fresh anonymous session each: only the possessor links the
 		// objects into its own.
 		agents[i].send(call{Op: "join", NilS: true})
@@ -211,8 +226,60 @@ func TestPermissionMatrixOverSocket(t *testing.T) {
 			}
 		}
 	}
-	t.Logf("%d operations by 4 uids over the socket, %d denied as expected (%v)", ran, denied, time.Since(start).Round(time.Millisecond))
-	d.settle(t)
+	t.Logf("%d operations by 4 uids over the socket, %d denied as expected (%v)", ran, denied, time.Since(began).Round(time.Millisecond))
+}
+
+// The same matrix against one daemon run as README says: the ukeyd
+// command, started as root with no socket named, serving every user on
+// the system socket; the agents are told nothing but where a packager
+// put that socket, and find it as any program does.
+func TestPermissionMatrixOnSystemDaemon(t *testing.T) {
+	needRoot(t)
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("needs the go command to build ukeyd")
+	}
+	base, err := os.MkdirTemp("", "ukeys-system-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command(gobin, "build", "-o", base, "github.com/ukeys/ukeys/cmd/ukeyd")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ukeyd: %v\n%s", err, out)
+	}
+	system := filepath.Join(base, "run", "ukeyd.sock")
+	env := []string{"PATH=/usr/bin:/bin", endpoint.SystemSocketEnv + "=" + system}
+	ukeyd := exec.Command(filepath.Join(base, "ukeyd"), "-request-key", "", "-maxkeys", "100000", "-maxbytes", "100000000")
+	ukeyd.Env = env
+	var logs syncBuffer
+	ukeyd.Stderr = &logs
+	if err := ukeyd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		ukeyd.Process.Signal(syscall.SIGTERM)
+		ukeyd.Wait()
+	})
+	var root *client.Client
+	testutil.Eventually(t, "ukeyd to serve", func() bool {
+		root, err = client.Dial(system)
+		return err == nil
+	})
+	defer root.Close()
+	if !bytes.Contains(logs.Bytes(), []byte(`scope="every user"`)) {
+		t.Fatalf("ukeyd does not say it serves every user:\n%s", logs.Bytes())
+	}
+	runPermMatrix(t, root, func(w who) *agent {
+		a := startAgentEnv(t, w, env)
+		if r := a.one(call{Op: "socket"}); string(r.Out) != system {
+			t.Fatalf("%s found its daemon at %q, want the system socket %s", w.name, r.Out, system)
+		}
+		return a
+	})
 }
 
 // expectAllowed is the kernel's rule for one cell: the caller's class
