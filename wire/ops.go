@@ -121,7 +121,7 @@ var specs = []Spec{
 		Args: []Arg{integer("id", 2), optStr("type", 3, 0), optStr("restriction", 4, 0)}},
 	{Op: OpMove, Name: "move", Sys: SysKeyctl, Result: none,
 		Args: []Arg{integer("id", 2), integer("from", 3), integer("to", 4), integer("flags", 5)}},
-	{Op: OpCapabilities, Name: "capabilities", Sys: SysKeyctl, Result: aBuffer(2)},
+	{Op: OpCapabilities, Name: "capabilities", Sys: SysKeyctl, Result: Result{Buf: true, BufReg: 2, Partial: true}},
 	// The kernel's watch queue descriptor (argument 3) has no counterpart:
 	// events arrive through OpWatchNext on the same connection.
 	{Op: OpWatchKey, Name: "watch_key", Sys: SysKeyctl, Result: none,

@@ -71,12 +71,16 @@ type Result struct {
 	Ints int
 	// Buf: a buffer follows the integers. keyctl copies it into the
 	// caller's buffer, whose address is argument BufReg and whose size
-	// is the argument after, and returns its full length.
+	// is the argument after, if it fits whole, and returns its full
+	// length.
 	Buf    bool
 	BufReg int
 	// Text: the kernel copies the buffer out as a C string, its NUL
 	// counted in the length it returns.
 	Text bool
+	// Partial: the kernel copies as much as fits of a buffer too large
+	// for the caller's (KEYCTL_CAPABILITIES), not nothing.
+	Partial bool
 }
 
 // Spec is an operation's entry in the table: what it takes and answers,

@@ -1,0 +1,133 @@
+package intercept
+
+import (
+	"runtime"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/wire"
+)
+
+// abi is how one system call ABI numbers the key calls: the audit arch
+// seccomp reports, and add_key, request_key and keyctl.
+type abi struct {
+	arch                     uint32
+	addKey, requestKey, keyc uint32
+}
+
+// native is the ABI this program (and the programs it runs) calls with;
+// compat are other ABIs the same kernel accepts, whose key calls the
+// filter refuses with ENOSYS rather than let them reach the kernel's own
+// keyrings unseen.
+var native, compat = func() (abi, []abi) {
+	switch runtime.GOARCH {
+	case "amd64":
+		return abi{unix.AUDIT_ARCH_X86_64, 248, 249, 250},
+			[]abi{
+				{unix.AUDIT_ARCH_I386, 286, 287, 288},
+				// x32: the x86-64 arch with bit 30 set in the number.
+				{unix.AUDIT_ARCH_X86_64, 0x40000000 | 248, 0x40000000 | 249, 0x40000000 | 250},
+			}
+	case "arm64":
+		return abi{unix.AUDIT_ARCH_AARCH64, 217, 218, 219},
+			[]abi{{unix.AUDIT_ARCH_ARM, 309, 310, 311}}
+	}
+	return abi{}, nil
+}()
+
+// syscallOf tells which key call nr is in the native ABI.
+func syscallOf(arch uint32, nr int32) (wire.Syscall, bool) {
+	if arch != native.arch {
+		return wire.NoSyscall, false
+	}
+	switch uint32(nr) {
+	case native.addKey:
+		return wire.SysAddKey, true
+	case native.requestKey:
+		return wire.SysRequestKey, true
+	case native.keyc:
+		return wire.SysKeyctl, true
+	}
+	return wire.NoSyscall, false
+}
+
+// Filter returns the seccomp program: the three key calls of the native
+// ABI go to the listener (SECCOMP_RET_USER_NOTIF); those of a compat ABI
+// fail with ENOSYS; everything else is allowed. It is nil where ukeys
+// knows no ABI.
+func Filter() []unix.SockFilter {
+	if native.arch == 0 {
+		return nil
+	}
+	const (
+		ldW  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		ret  = unix.BPF_RET | unix.BPF_K
+		nrAt = 0 // offsetof(struct seccomp_data, nr)
+		arAt = 4 // offsetof(struct seccomp_data, arch)
+	)
+	// The program is built with symbolic targets, resolved at the end.
+	type ins struct {
+		code   uint16
+		k      uint32
+		jt, jf string // labels; "" is the next instruction
+		label  string
+	}
+	var p []ins
+	emit := func(i ins) { p = append(p, i) }
+	check := func(a abi, to string) {
+		for _, nr := range []uint32{a.addKey, a.requestKey, a.keyc} {
+			emit(ins{code: jeq, k: nr, jt: to})
+		}
+	}
+	// Native: the arch, then the numbers.
+	emit(ins{code: ldW, k: arAt})
+	emit(ins{code: jeq, k: native.arch, jf: "compat0"})
+	emit(ins{code: ldW, k: nrAt})
+	check(native, "notify")
+	for _, c := range compat {
+		if c.arch == native.arch {
+			check(c, "enosys")
+		}
+	}
+	emit(ins{code: ret, k: unix.SECCOMP_RET_ALLOW})
+	// Compat ABIs of another arch.
+	n := 0
+	for _, c := range compat {
+		if c.arch == native.arch {
+			continue
+		}
+		next := "compat" + string(rune('1'+n))
+		emit(ins{code: ldW, k: arAt, label: "compat" + string(rune('0'+n))})
+		emit(ins{code: jeq, k: c.arch, jf: next})
+		emit(ins{code: ldW, k: nrAt})
+		check(c, "enosys")
+		emit(ins{code: ret, k: unix.SECCOMP_RET_ALLOW})
+		n++
+	}
+	emit(ins{code: ret, k: unix.SECCOMP_RET_ALLOW, label: "compat" + string(rune('0'+n))})
+	emit(ins{code: ret, k: unix.SECCOMP_RET_USER_NOTIF, label: "notify"})
+	emit(ins{code: ret, k: unix.SECCOMP_RET_ERRNO | uint32(unix.ENOSYS), label: "enosys"})
+
+	at := map[string]int{}
+	for i, x := range p {
+		if x.label != "" {
+			at[x.label] = i
+		}
+	}
+	off := func(i int, label string) uint8 {
+		if label == "" {
+			return 0
+		}
+		d := at[label] - i - 1
+		if d < 0 || d > 255 {
+			panic("intercept: filter jump out of range")
+		}
+		return uint8(d)
+	}
+	out := make([]unix.SockFilter, len(p))
+	for i, x := range p {
+		out[i] = unix.SockFilter{Code: x.code, K: x.k, Jt: off(i, x.jt), Jf: off(i, x.jf)}
+	}
+	return out
+}

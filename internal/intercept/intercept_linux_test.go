@@ -1,0 +1,235 @@
+package intercept_test
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+	"unsafe"
+
+	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/wire"
+)
+
+const childEnv = "INTERCEPT_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) != "" {
+		os.Exit(child())
+	}
+	goleak.VerifyTestMain(m)
+}
+
+// child installs the filter on its locked thread, hands the listener to
+// its parent over fd 3, waits for the word, and then makes raw key
+// system calls from that thread, printing one line per call.
+func child() int {
+	runtime.LockOSThread()
+	if os.Getenv(childEnv) == "kernel" {
+		// The same calls to the kernel's own keyrings, in a session of
+		// their own.
+		if _, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
+			fmt.Println("kernel keyrings:", e)
+			return 0
+		}
+	} else {
+		fd, err := intercept.Install()
+		if err != nil {
+			fmt.Println("install:", err)
+			return 1
+		}
+		if err := unix.Sendmsg(3, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+			fmt.Println("send:", err)
+			return 1
+		}
+		unix.Close(fd)
+		var go_ [1]byte
+		if _, err := unix.Read(3, go_[:]); err != nil {
+			fmt.Println("wait:", err)
+			return 1
+		}
+	}
+	cstr := func(s string) uintptr { b := append([]byte(s), 0); return uintptr(unsafe.Pointer(&b[0])) }
+	call := func(name string, nr uintptr, a ...uintptr) int64 {
+		var args [5]uintptr
+		copy(args[:], a)
+		r, _, e := unix.Syscall6(nr, args[0], args[1], args[2], args[3], args[4], 0)
+		if e != 0 {
+			fmt.Printf("%s: %v\n", name, e)
+			return -1
+		}
+		fmt.Printf("%s: %d\n", name, int64(int32(r)))
+		return int64(r)
+	}
+	payload := []byte("payload")
+	id := uintptr(call("add_key", unix.SYS_ADD_KEY, cstr("user"), cstr("intercept-test-k"), uintptr(unsafe.Pointer(&payload[0])), uintptr(len(payload)), uintptr(0xfffffffd)))
+	buf := make([]byte, 64)
+	if n := call("read", unix.SYS_KEYCTL, unix.KEYCTL_READ, id, uintptr(unsafe.Pointer(&buf[0])), 64); n > 0 {
+		fmt.Printf("read payload: %q\n", buf[:n])
+	}
+	small := make([]byte, 3)
+	call("read into 3 bytes", unix.SYS_KEYCTL, unix.KEYCTL_READ, id, uintptr(unsafe.Pointer(&small[0])), 3)
+	fmt.Printf("read into 3 bytes: %q\n", small)
+	clear(buf)
+	if n := call("describe", unix.SYS_KEYCTL, unix.KEYCTL_DESCRIBE, id, uintptr(unsafe.Pointer(&buf[0])), 64); n > 0 {
+		fmt.Printf("describe text: %q\n", buf[:n])
+	}
+	tiny := make([]byte, 4)
+	call("describe into 4 bytes", unix.SYS_KEYCTL, unix.KEYCTL_DESCRIBE, id, uintptr(unsafe.Pointer(&tiny[0])), 4)
+	fmt.Printf("describe into 4 bytes: %q\n", tiny)
+	if s := call("search", unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, uintptr(0xfffffffd), cstr("user"), cstr("intercept-test-k"), 0); s >= 0 && uintptr(s) != id {
+		fmt.Println("search found another key")
+	}
+	call("search missing", unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, uintptr(0xfffffffd), cstr("user"), cstr("no-such-key"), 0)
+	call("add_key with a bad type pointer", unix.SYS_ADD_KEY, 1, cstr("x"), 0, 0, uintptr(0xfffffffd))
+	call("add_key with a type too long", unix.SYS_ADD_KEY, cstr(strings.Repeat("t", 40)), cstr("x"), 0, 0, uintptr(0xfffffffd))
+	call("an unknown command", unix.SYS_KEYCTL, 999, 0, 0, 0, 0)
+	call("revoke", unix.SYS_KEYCTL, unix.KEYCTL_REVOKE, id)
+	call("read revoked", unix.SYS_KEYCTL, unix.KEYCTL_READ, id, uintptr(unsafe.Pointer(&buf[0])), 64)
+	return 0
+}
+
+// A program under the filter makes its key calls as it would to the
+// kernel, and gets the kernel's answers from a keys.Service; the
+// kernel's own keyrings see none of it.
+func TestInterceptedCalls(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+	defer ours.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"=1")
+	cmd.ExtraFiles = []*os.File{theirs}
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() }) // a child left waiting for the word
+	theirs.Close()
+
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
+	var rights []int
+	if err == nil {
+		var msgs []unix.SocketControlMessage
+		if msgs, err = unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+			rights, err = unix.ParseUnixRights(&msgs[0])
+		}
+	}
+	if err != nil || len(rights) != 1 {
+		cmd.Wait() // out is the child's alone until it has exited
+		if strings.HasPrefix(out.String(), "install:") {
+			t.Skipf("the kernel does not let this process filter its key calls: %s", out.String())
+		}
+		t.Fatalf("no listener: %v\n%s", err, out.String())
+	}
+
+	svc := keys.New()
+	defer svc.Close()
+	var mu sync.Mutex
+	locals := map[int]*server.Local{}
+	l, err := intercept.NewListener(rights[0], intercept.HandlerFunc(func(c intercept.Caller, r *wire.Request) *wire.Response {
+		mu.Lock()
+		defer mu.Unlock()
+		lc := locals[c.Pid]
+		if lc == nil {
+			lc = server.NewLocal(svc, keys.Cred{UID: uint32(os.Getuid()), GID: uint32(os.Getgid()), PID: c.Pid})
+			locals[c.Pid] = lc
+			lc.Do(&wire.Request{Op: wire.OpJoinSession})
+		}
+		return lc.Do(r)
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- l.Serve() }()
+	ours.Write([]byte{1})
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out.String())
+	}
+	if err := <-served; err != nil {
+		t.Fatalf("Serve: %v", err)
+	}
+	l.Close()
+	for _, lc := range locals {
+		lc.Close()
+	}
+
+	said := out.String()
+	got := map[string]string{}
+	sc := bufio.NewScanner(&out)
+	for sc.Scan() {
+		k, v, _ := strings.Cut(sc.Text(), ": ")
+		got[k] = v
+	}
+	for k, want := range map[string]string{
+		"read":                            "7",
+		"read payload":                    `"payload"`,
+		"read into 3 bytes":               `"\x00\x00\x00"`, // all or nothing, as keyctl_read_key copies
+		"describe":                        "35",             // "user;0;0;3f010000;intercept-test-k" and its NUL
+		"describe into 4 bytes":           `"\x00\x00\x00\x00"`,
+		"search missing":                  "required key not available",
+		"add_key with a bad type pointer": "bad address",
+		"add_key with a type too long":    "invalid argument",
+		"an unknown command":              "operation not supported",
+		"revoke":                          "0",
+		"read revoked":                    "key has been revoked",
+	} {
+		if got[k] != want {
+			t.Errorf("%s: %q, want %q", k, got[k], want)
+		}
+	}
+	if !strings.HasPrefix(got["describe text"], `"user;`) || !strings.HasSuffix(got["describe text"], `;intercept-test-k\x00"`) {
+		t.Errorf("describe text: %s", got["describe text"])
+	}
+	if t.Failed() {
+		t.Logf("the child said:\n%s", said)
+	}
+	// The kernel's own keyrings gained nothing from the intercepted run
+	// (before the kernel run below adds its own).
+	if pk, err := os.ReadFile("/proc/keys"); err == nil && bytes.Contains(pk, []byte("intercept-test-k")) {
+		t.Errorf("the kernel holds the key:\n%s", pk)
+	}
+	// The kernel answers the same, but for the serials it gives.
+	kc := exec.Command(os.Args[0], "-test.run=^$")
+	kc.Env = append(os.Environ(), childEnv+"=kernel")
+	kout, err := kc.CombinedOutput()
+	if err != nil {
+		t.Fatalf("kernel child: %v\n%s", err, kout)
+	}
+	if bytes.HasPrefix(kout, []byte("kernel keyrings:")) {
+		t.Logf("no comparison with the kernel: %s", kout)
+	} else {
+		kernel := map[string]string{}
+		sc := bufio.NewScanner(bytes.NewReader(kout))
+		for sc.Scan() {
+			k, v, _ := strings.Cut(sc.Text(), ": ")
+			kernel[k] = v
+		}
+		for k, v := range kernel {
+			if k == "add_key" || k == "search" {
+				continue // serials
+			}
+			if got[k] != v {
+				t.Errorf("%s: ukeys %q, kernel %q", k, got[k], v)
+			}
+		}
+		if len(kernel) != len(got) {
+			t.Errorf("the kernel run said %d things, ukeys %d:\n%s\n%s", len(kernel), len(got), kout, said)
+		}
+	}
+}

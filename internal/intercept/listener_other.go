@@ -1,0 +1,18 @@
+//go:build !linux
+
+package intercept
+
+// Install fails: only Linux has seccomp user notification.
+func Install() (int, error) { return -1, ErrUnsupported }
+
+// A Listener serves the calls a seccomp listener receives (Linux only).
+type Listener struct{}
+
+// NewListener fails: only Linux has seccomp user notification.
+func NewListener(fd int, h Handler) (*Listener, error) { return nil, ErrUnsupported }
+
+// Serve returns ErrUnsupported.
+func (l *Listener) Serve() error { return ErrUnsupported }
+
+// Close does nothing.
+func (l *Listener) Close() error { return nil }

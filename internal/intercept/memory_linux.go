@@ -1,0 +1,201 @@
+package intercept
+
+import (
+	"bytes"
+	"os"
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/keyctl"
+	"github.com/ukeys/ukeys/wire"
+)
+
+// memory reads and writes one caller's memory for one call; what it
+// read is wiped when the call is done (arguments carry payloads).
+type memory struct {
+	pid  int
+	held [][]byte
+}
+
+// release wipes what the call read.
+func (m *memory) release() {
+	for _, b := range m.held {
+		clear(b)
+	}
+	clear(m.held)
+	m.held = m.held[:0]
+}
+
+// read copies n bytes at addr in the caller and returns them; EFAULT if
+// the caller has no such memory.
+func (m *memory) read(addr uint64, n int) ([]byte, syscall.Errno) {
+	if n == 0 {
+		return []byte{}, 0
+	}
+	if addr == 0 {
+		return nil, unix.EFAULT
+	}
+	b := m.take(n)
+	got, err := unix.ProcessVMReadv(m.pid,
+		[]unix.Iovec{{Base: &b[0], Len: uint64(n)}},
+		[]unix.RemoteIovec{{Base: uintptr(addr), Len: n}}, 0)
+	if err != nil || got != n {
+		return nil, unix.EFAULT
+	}
+	return b, 0
+}
+
+// take returns n fresh bytes that release will wipe.
+func (m *memory) take(n int) []byte {
+	b := make([]byte, n)
+	m.held = append(m.held, b)
+	return b
+}
+
+// readString reads a C string of at most max bytes before its NUL, as
+// the kernel's strncpy_from_user and strndup_user do, a page at a time
+// so that a string near the end of a mapping is read: EFAULT where the
+// memory is not the caller's, EINVAL when no NUL comes within max.
+func (m *memory) readString(addr uint64, max int) ([]byte, syscall.Errno) {
+	if addr == 0 {
+		return nil, unix.EFAULT
+	}
+	var out []byte
+	for len(out) <= max {
+		chunk := 4096 - int(addr%4096) // to the end of the page
+		chunk = min(chunk, max+1-len(out))
+		b := make([]byte, chunk)
+		got, err := unix.ProcessVMReadv(m.pid,
+			[]unix.Iovec{{Base: &b[0], Len: uint64(chunk)}},
+			[]unix.RemoteIovec{{Base: uintptr(addr), Len: chunk}}, 0)
+		if err != nil || got == 0 {
+			clear(b)
+			return nil, unix.EFAULT
+		}
+		if i := bytes.IndexByte(b[:got], 0); i >= 0 {
+			out = append(out, b[:i]...)
+			clear(b)
+			return out, 0
+		}
+		out = append(out, b[:got]...)
+		clear(b)
+		addr += uint64(got)
+	}
+	clear(out)
+	return nil, unix.EINVAL
+}
+
+// write copies b to addr in the caller: EFAULT if it cannot.
+func (m *memory) write(addr uint64, b []byte) syscall.Errno {
+	if len(b) == 0 {
+		return 0
+	}
+	got, err := unix.ProcessVMWritev(m.pid,
+		[]unix.Iovec{{Base: &b[0], Len: uint64(len(b))}},
+		[]unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}, 0)
+	if err != nil || got != len(b) {
+		return unix.EFAULT
+	}
+	return 0
+}
+
+// Bounds the kernel puts on what it copies in: a page for strings it
+// duplicates without a bound of their own, a megabyte for a payload.
+const (
+	maxString  = 4096
+	maxPayload = keyctl.MaxPayload
+)
+
+// decode reads a call's arguments as spec lists them, from registers
+// args (args[0] is the call's first argument), into a request.
+func decode(m *memory, spec *wire.Spec, args *[6]uint64) (*wire.Request, syscall.Errno) {
+	req := &wire.Request{Op: spec.Op}
+	for _, a := range spec.Args {
+		reg := args[a.Reg-1]
+		switch a.Kind {
+		case wire.KindInt:
+			// The kernel takes each as a 32-bit key_serial_t, uid_t,
+			// gid_t, key_perm_t or unsigned: -1 stays -1.
+			req.Ints = append(req.Ints, int64(int32(uint32(reg))))
+		case wire.KindStr, wire.KindOptStr:
+			if reg == 0 && a.Kind == wire.KindOptStr {
+				req.Bufs = append(req.Bufs, nil)
+				continue
+			}
+			limit := maxString - 1
+			if a.Max > 0 {
+				limit = a.Max
+			}
+			s, errno := m.readString(reg, limit)
+			if errno != 0 {
+				return nil, errno
+			}
+			req.Bufs = append(req.Bufs, s)
+		case wire.KindBytes:
+			n := args[a.Reg]
+			switch {
+			case n == 0:
+				req.Bufs = append(req.Bufs, nil)
+			case n > maxPayload:
+				return nil, unix.EINVAL
+			default:
+				b, errno := m.read(reg, int(n))
+				if errno != 0 {
+					return nil, errno
+				}
+				req.Bufs = append(req.Bufs, b)
+			}
+		}
+	}
+	return req, 0
+}
+
+// encode writes a successful answer's results where the call wants them
+// and returns the call's value: the length of a buffer result (copied
+// into the caller's buffer if it fits whole, as keyctl_read_key and
+// keyctl_describe_key copy, or as far as it fits where the table says
+// so), else the first integer (a serial), else 0.
+func encode(m *memory, spec *wire.Spec, args *[6]uint64, resp *wire.Response) (int64, syscall.Errno) {
+	res := spec.Result
+	if res.BufReg != 0 && len(resp.Bufs) > 0 {
+		data := resp.Bufs[0]
+		n := len(data)
+		if res.Text {
+			n++
+		}
+		ptr, size := args[res.BufReg-1], args[res.BufReg]
+		if ptr != 0 && size > 0 && (size >= uint64(n) || res.Partial) {
+			out := data
+			if res.Text {
+				out = m.take(n)
+				copy(out, data)
+			}
+			if e := m.write(ptr, out[:min(uint64(len(out)), size)]); e != 0 {
+				return 0, e
+			}
+		}
+		return int64(n), 0
+	}
+	if res.Ints > 0 && len(resp.Ints) > 0 {
+		return resp.Ints[0], 0
+	}
+	return 0, 0
+}
+
+// tgidOf returns the process (thread group) of thread tid.
+func tgidOf(tid int) int {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return tid
+	}
+	for _, line := range bytes.Split(b, []byte("\n")) {
+		if v, ok := bytes.CutPrefix(line, []byte("Tgid:")); ok {
+			if n, err := strconv.Atoi(string(bytes.TrimSpace(v))); err == nil {
+				return n
+			}
+		}
+	}
+	return tid
+}
