@@ -218,3 +218,40 @@ func (c *Client) SessionToken() (string, error) {
 func (c *Client) attach(token string) (keyctl.Serial, error) {
 	return serial(c.call(wire.OpSessionAttach, wire.Str(token)))
 }
+
+// Intercept hands the daemon a seccomp listener (intercept.Install):
+// from then on the daemon serves the add_key, keyctl and request_key
+// calls of every process under that filter as their own calls to it
+// (ukeyctl run). The descriptor stays the caller's to close.
+func (c *Client) Intercept(listener int) error {
+	if c.local != nil || c.pl != nil {
+		return &Error{Op: wire.OpIntercept.String(), Errno: keyctl.EOPNOTSUPP}
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	defer c.forget()
+	if err := c.req.Set(wire.OpIntercept); err != nil {
+		return err
+	}
+	c.tag++
+	c.req.Tag = c.tag
+	if err := c.sc.Out.Request(&c.req); err != nil {
+		return err
+	}
+	if err := c.sc.FlushFD(listener); err != nil {
+		return err
+	}
+	body, err := c.sc.In.Next()
+	defer c.sc.In.Done()
+	if err == nil {
+		err = c.resp.Decode(body)
+	}
+	if err == nil && c.resp.Tag != c.req.Tag {
+		err = ErrProtocol
+	}
+	if err != nil {
+		return err
+	}
+	_, err = answer(wire.OpIntercept, &c.resp)
+	return err
+}

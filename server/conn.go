@@ -71,11 +71,15 @@ func (c *conn) serve() {
 		return
 	}
 	c.sc, c.idleFn = sc, c.idle
+	// One descriptor may come with a request: a seccomp listener
+	// (OpIntercept). Any other, or one not claimed, is closed.
+	sc.AcceptFDs(1)
 	defer func() {
 		// Under mu, as a reader of an idle connection's buffers holds it.
 		c.mu.Lock()
 		sc.In.Release()
 		sc.Out.Reset()
+		sc.CloseFDs()
 		c.mu.Unlock()
 	}()
 	defer c.unreserveAll()

@@ -184,6 +184,8 @@ func (c *conn) run(a wire.Args) *wire.Response {
 		return okBuf([]byte(c.s.status()))
 	case wire.OpSessionAttach:
 		return result(c.attach(a.Str(0)))
+	case wire.OpIntercept:
+		return done(c.intercept())
 	case wire.OpSessionToken:
 		k := cl.Session()
 		if k == nil {

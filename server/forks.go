@@ -24,6 +24,7 @@ const (
 	cnValProc         = 1 // CN_VAL_PROC
 	procCnMcastListen = 1 // PROC_CN_MCAST_LISTEN
 	procEventFork     = 0x00000001
+	procEventExec     = 0x00000002
 	procEventExit     = 0x80000000
 	nlmsgHdrLen       = 16
 	cnMsgLen          = 20
@@ -35,6 +36,10 @@ const (
 // first thread.
 type procEvent struct {
 	exit bool
+	// exec: pid exec'd. An exec from a thread other than the first kills
+	// that first thread, whose exit the connector reports (with the
+	// process's pid) just before: the process has not exited.
+	exec bool
 	// A fork: the process that forked and the child. An exit: pid.
 	parentTgid, childPid int
 	pid                  int
@@ -85,6 +90,10 @@ func parseProcEvents(b []byte) []procEvent {
 				continue // a thread other than the first
 			}
 			out = append(out, procEvent{exit: true, pid: a})
+		case procEventExec:
+			if b4 > 1 {
+				out = append(out, procEvent{exec: true, pid: b4})
+			}
 		}
 	}
 	return out
@@ -149,6 +158,10 @@ func (s *Server) handle(ev procEvent) {
 	s.mu.Lock()
 	now := time.Now()
 	switch {
+	case ev.exec:
+		// The exit reported before it was its first thread's, killed by
+		// the exec (de_thread): the process lives on.
+		delete(s.exitSeen, ev.pid)
 	case ev.exit:
 		if t, ok := s.tombs[ev.pid]; ok {
 			delete(s.tombs, ev.pid)
@@ -183,7 +196,7 @@ func (s *Server) handle(ev procEvent) {
 		}
 	}
 	s.mu.Unlock()
-	if !ev.exit {
+	if !ev.exit && !ev.exec {
 		s.forked(ev)
 	}
 	for _, p := range done {

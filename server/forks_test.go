@@ -35,11 +35,11 @@ func TestParseProcEvents(t *testing.T) {
 	b = append(b, event(0x00000002, 10, 10, 0, 0)...)      // an exec: skipped
 	b = append(b, event(procEventFork, 0, 0, 13, 13)...)   // no parent: skipped
 	got := parseProcEvents(b)
-	want := []procEvent{{parentTgid: 10, childPid: 11}, {exit: true, pid: 11}}
-	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] {
+	want := []procEvent{{parentTgid: 10, childPid: 11}, {exit: true, pid: 11}, {exec: true, pid: 10}}
+	if len(got) != len(want) || got[0] != want[0] || got[1] != want[1] || got[2] != want[2] {
 		t.Fatalf("%+v, want %+v", got, want)
 	}
-	if got := parseProcEvents(b[:len(b)-3]); len(got) != 2 {
+	if got := parseProcEvents(b[:len(b)-3]); len(got) != 3 {
 		t.Fatalf("a truncated last message: %+v", got)
 	}
 	// The subscription is an NLMSG_DONE carrying PROC_CN_MCAST_LISTEN.
@@ -126,6 +126,27 @@ func TestForkAfterParentExit(t *testing.T) {
 	s.mu.Unlock()
 	if still {
 		t.Fatal("a tomb outlived the reuse of its pid")
+	}
+	// An exec from a second thread reports its first thread's exit
+	// before the exec: the process still forks with its session later.
+	live := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 4000002}), handle: procHandle{pid: 4000002, fd: -1}, tracked: true}
+	if _, err := live.caller.JoinSessionKeyring(nil); err != nil {
+		t.Fatal(err)
+	}
+	s.mu.Lock()
+	s.procs[4000002] = live
+	s.admitProc(1000)
+	s.mu.Unlock()
+	s.handle(procEvent{exit: true, pid: 4000002})
+	s.handle(procEvent{exec: true, pid: 4000002})
+	s.mu.Lock()
+	s.dropProcLocked(live) // it exits for real, noticed by its pidfd first
+	s.entombLocked(live)
+	_, tombed := s.tombs[4000002]
+	s.mu.Unlock()
+	live.end()
+	if !tombed {
+		t.Fatal("an exec's exit event kept a process out of its tomb")
 	}
 	s.forks = nil
 	if err := s.Shutdown(t.Context()); err != nil {

@@ -45,6 +45,8 @@ type proc struct {
 	// entombed: it has exited, and its caller is kept for fork events
 	// still queued for it (forks.go).
 	entombed atomic.Bool
+	// calls serves its intercepted system calls (intercept.go).
+	calls    intercepting
 	conns    int
 	awaiting bool // awaitExit runs for it
 	tracked  bool // counted in the server's usage (admitProc)

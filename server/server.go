@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/intercept"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -71,12 +72,13 @@ type Server struct {
 	watching  bool // reapProcs runs
 	wg        sync.WaitGroup
 	watchers  sync.WaitGroup
-	forks     *os.File          // the process events connector, while followed (forks.go)
-	forksOnce sync.Once         // followForks, on the first Serve
-	tombs     map[int]tomb      // exited processes kept for their queued forks (forks.go)
-	exitSeen  map[int]time.Time // exits the connector told of before the daemon noticed them
-	stop      chan struct{}     // closed by Shutdown
-	abort     chan struct{}     // closed when Shutdown's context ends: helpers are killed
+	forks     *os.File                         // the process events connector, while followed (forks.go)
+	forksOnce sync.Once                        // followForks, on the first Serve
+	tombs     map[int]tomb                     // exited processes kept for their queued forks (forks.go)
+	listeners map[*intercept.Listener]struct{} // seccomp listeners served (intercept.go)
+	exitSeen  map[int]time.Time                // exits the connector told of before the daemon noticed them
+	stop      chan struct{}                    // closed by Shutdown
+	abort     chan struct{}                    // closed when Shutdown's context ends: helpers are killed
 	aborted   bool
 }
 
@@ -338,6 +340,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	if s.forks != nil {
 		s.forks.Close() // ends followForks' reader
 		s.forks = nil
+	}
+	for l := range s.listeners {
+		l.Close() // ends its Serve; its callers' pending calls fail
 	}
 	for c := range s.conns {
 		c.closeIdle()

@@ -71,6 +71,7 @@ func parseCapEff(b []byte) (uint64, bool) {
 type statusCreds struct {
 	uids, gids [3]uint32
 	threads    int
+	groups     []uint32 // supplementary
 }
 
 // parseStatusCreds reads the Uid, Gid and Threads lines of a status file.
@@ -100,6 +101,14 @@ func parseStatusCreds(b []byte) (statusCreds, bool) {
 				dst[i] = uint32(v)
 			}
 			seen++
+		case "Groups":
+			for _, g := range f {
+				v, err := strconv.ParseUint(string(g), 10, 32)
+				if err != nil {
+					return statusCreds{}, false
+				}
+				sc.groups = append(sc.groups, uint32(v))
+			}
 		case "Threads":
 			if len(f) < 1 {
 				return statusCreds{}, false

@@ -45,6 +45,7 @@ const (
 	OpSessionAttach    Op = 1200
 	OpSessionToken     Op = 1201
 	OpWatchNext        Op = 1202
+	OpIntercept        Op = 1203
 )
 
 // Shorthands for the table.
@@ -145,4 +146,8 @@ var specs = []Spec{
 	{Op: OpSessionToken, Name: "session_token", Result: Result{Ints: 1, Buf: true}},
 	// The next notification: key, kind, aux, watch id.
 	{Op: OpWatchNext, Name: "watch_next", Result: Result{Ints: 4}},
+	// A seccomp listener, passed with the request (SCM_RIGHTS), whose
+	// processes' add_key, keyctl and request_key calls the daemon is to
+	// serve from now on (ukeyctl run).
+	{Op: OpIntercept, Name: "intercept", Result: none},
 }

@@ -86,6 +86,7 @@ func init() {
 		{"proc", "keys|key-users", (*app).cmdProc},
 		{"sysctl", "[<name>[=<value>]]", (*app).cmdSysctl},
 		{"status", "", (*app).cmdStatus},
+		{"run", "[--] <program> [<args>...]", (*app).cmdRun},
 		{"request-key", "[-d] [-D <desc>] [-l] [-n] [-v] <op> <key> <uid> <gid> <threadring> <processring> <sessionring> [<info>]", (*app).cmdRequestKey},
 	}
 }

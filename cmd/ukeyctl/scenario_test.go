@@ -26,6 +26,9 @@ type scenario struct {
 	// differs without it fails, and so does one that no longer differs
 	// with it: the mark goes when the difference does.
 	differs string
+	// runDiffers is differs for the scenario run with the kernel's own
+	// keyctl under ukeyctl run (its system calls served by ukeyd).
+	runDiffers string
 }
 
 // uidOpts runs a scenario as uid (and gid) with no supplementary groups.
@@ -70,7 +73,7 @@ env -i PATH="$PATH" UKEYS_SOCKET="$UKEYS_SOCKET" UKEYS_NO_AUTOSTART=1 keyctl pri
 	},
 	{
 		name: "a background job keeps the session after its shell exits",
-		script: `keyctl session - sh -c 'keyctl add user bgkey v @s >/dev/null; (sleep 1; keyctl print %user:bgkey; echo "rc=$?") &' 2>/dev/null
+		script: `keyctl session - sh -c 'keyctl add user bgkey v @s >/dev/null; (sleep 1; keyctl print %user:bgkey; echo "rc=$?") &'
 sleep 3`,
 	},
 	{
@@ -131,42 +134,71 @@ func TestScenariosAgainstKernel(t *testing.T) {
 		}
 	}
 	ukeystest.CopyExecutable(t, os.Args[0], filepath.Join(ours, "keyctl"))
+	if err := os.Symlink(filepath.Join(ours, "keyctl"), filepath.Join(ours, "ukeyctl")); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Symlink(real, filepath.Join(theirs, "keyctl")); err != nil {
 		t.Fatal(err)
 	}
-	same, different := 0, 0
+	// The kernel's own keyctl under ukeyctl run: its system calls served
+	// by the daemon, where seccomp user notification is to be had.
+	runWrap := []string{filepath.Join(ours, "ukeyctl"), "run", "--"}
+	probe := exec.Command(runWrap[0], "run", "--", "true")
+	probe.Env = []string{"PATH=/usr/bin:/bin", "UKEYS_SOCKET=" + d.Socket, "UKEYS_NO_AUTOSTART=1"}
+	if out, err := probe.CombinedOutput(); err != nil {
+		t.Logf("no ukeyctl run here (%v: %s): the kernel's keyctl is compared only with ukeyctl", err, out)
+		runWrap = nil
+	}
+	counts := map[string][2]int{}
 	for _, sc := range scenarios {
 		t.Run(sc.name, func(t *testing.T) {
-			kernel := runScenario(t, setpriv, theirs, "", sc)
-			ukeys := runScenario(t, setpriv, ours, d.Socket, sc)
-			agree := kernel == ukeys
-			switch {
-			case agree && sc.differs == "":
-				same++
-			case agree:
-				same++
-				t.Errorf("marked as differing (%s), but ukeys now answers as the kernel:\n%s", sc.differs, ukeys)
-			case sc.differs != "":
-				different++
-				t.Logf("known difference (%s):\n--- kernel\n%s--- ukeys\n%s", sc.differs, kernel, ukeys)
-			default:
-				different++
-				t.Errorf("--- kernel\n%s--- ukeys\n%s", kernel, ukeys)
+			kernel := runScenario(t, setpriv, theirs, "", sc, nil)
+			for _, mode := range []struct {
+				name    string
+				dir     string
+				wrap    []string
+				differs string
+			}{
+				{"ukeyctl", ours, nil, sc.differs},
+				{"keyctl under ukeyctl run", theirs, runWrap, sc.runDiffers},
+			} {
+				if mode.name != "ukeyctl" && runWrap == nil {
+					continue
+				}
+				ukeys := runScenario(t, setpriv, mode.dir, d.Socket, sc, mode.wrap)
+				c := counts[mode.name]
+				switch agree := kernel == ukeys; {
+				case agree && mode.differs == "":
+					c[0]++
+				case agree:
+					c[0]++
+					t.Errorf("%s: marked as differing (%s), but ukeys now answers as the kernel:\n%s", mode.name, mode.differs, ukeys)
+				case mode.differs != "":
+					c[1]++
+					t.Logf("%s: known difference (%s):\n--- kernel\n%s--- ukeys\n%s", mode.name, mode.differs, kernel, ukeys)
+				default:
+					c[1]++
+					t.Errorf("%s:\n--- kernel\n%s--- ukeys\n%s", mode.name, kernel, ukeys)
+				}
+				counts[mode.name] = c
 			}
 		})
 	}
-	t.Logf("scenarios: %d answer as the kernel, %d differ", same, different)
+	for mode, c := range counts {
+		t.Logf("scenarios, %s: %d answer as the kernel, %d differ", mode, c[0], c[1])
+	}
 }
 
 // runScenario runs sc's script in a fresh session with dir's keyctl
 // first on the PATH and returns what it printed and its status.
-func runScenario(t *testing.T, setpriv, dir, socket string, sc scenario) string {
+func runScenario(t *testing.T, setpriv, dir, socket string, sc scenario, wrap []string) string {
 	t.Helper()
 	work := t.TempDir()
 	if err := os.Chmod(work, 0o777); err != nil { // the scenario's uid writes its files here
 		t.Fatal(err)
 	}
 	argv := []string{filepath.Join(dir, "keyctl"), "session", "-", "/bin/sh", "-c", sc.script}
+	argv = append(wrap[:len(wrap):len(wrap)], argv...)
 	if len(sc.setpriv) > 0 {
 		argv = append(append([]string{setpriv}, sc.setpriv...), argv...)
 	}

@@ -16,9 +16,8 @@ type Caller struct {
 }
 
 // A Handler serves one decoded call as the daemon serves a request from
-// its socket. The request's buffers alias memory that is reused once the
-// handler returns; so may the response's, which the Listener copies into
-// the caller's memory before it answers.
+// its socket. The request's buffers are wiped once the handler returns;
+// the response's are copied into the caller's memory and then wiped.
 type Handler interface {
 	Serve(c Caller, r *wire.Request) *wire.Response
 }

@@ -39,6 +39,14 @@ func Install() (listener int, err error) {
 	return int(fd), nil
 }
 
+// IsListener reports whether fd is a seccomp listener: it knows the
+// notification ioctls.
+func IsListener(fd int) bool {
+	var id uint64
+	err := ioctl(uintptr(fd), unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id))
+	return err == nil || err == unix.ENOENT
+}
+
 // notif is struct seccomp_notif.
 type notif struct {
 	id    uint64
@@ -195,6 +203,11 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		return 0, unix.ENOENT
 	}
 	resp := l.h.Serve(Caller{Tid: pid, Pid: tgidOf(pid)}, req)
+	defer func() {
+		for _, b := range resp.Bufs {
+			clear(b) // written into the caller's memory (or not): wiped here
+		}
+	}()
 	if resp.Errno != 0 {
 		return 0, syscall.Errno(resp.Errno)
 	}

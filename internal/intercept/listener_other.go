@@ -16,3 +16,6 @@ func (l *Listener) Serve() error { return ErrUnsupported }
 
 // Close does nothing.
 func (l *Listener) Close() error { return nil }
+
+// IsListener reports false: there are no seccomp listeners here.
+func IsListener(fd int) bool { return false }

@@ -34,6 +34,76 @@ type Conn struct {
 	Out Frames
 
 	x exchange // FlushAndWait's, kept here so that its callback allocates nothing
+
+	// Descriptors passed with SCM_RIGHTS, where AcceptFDs allows them.
+	fdMax int
+	fds   []int
+	oob   []byte
+}
+
+// AcceptFDs makes the Conn receive descriptors passed with SCM_RIGHTS
+// along with its frames, holding at most max of them until they are taken
+// (TakeFD); more are closed as they arrive. Without it, the kernel closes
+// any descriptor sent, as a plain read discards it.
+func (c *Conn) AcceptFDs(max int) {
+	c.fdMax = max
+	c.oob = make([]byte, unix.CmsgSpace(4*max))
+}
+
+// TakeFD returns the oldest descriptor received and not yet taken; the
+// caller owns it.
+func (c *Conn) TakeFD() (int, bool) {
+	if len(c.fds) == 0 {
+		return -1, false
+	}
+	fd := c.fds[0]
+	c.fds = c.fds[1:]
+	return fd, true
+}
+
+// CloseFDs closes the descriptors received and not taken.
+func (c *Conn) CloseFDs() {
+	for _, fd := range c.fds {
+		unix.Close(fd)
+	}
+	c.fds = nil
+}
+
+// keep holds the descriptors of a control message, up to the bound.
+func (c *Conn) keep(oob []byte) {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return
+	}
+	for i := range msgs {
+		fds, err := unix.ParseUnixRights(&msgs[i])
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			unix.CloseOnExec(fd) // where recvFlags could not
+			if len(c.fds) < c.fdMax {
+				c.fds = append(c.fds, fd)
+			} else {
+				unix.Close(fd)
+			}
+		}
+	}
+}
+
+// recvmsg reads once from fd, keeping any descriptors that come with the
+// bytes.
+func (c *Conn) recvmsg(fd int, p []byte) (int, error) {
+	for {
+		n, oobn, _, _, err := unix.Recvmsg(fd, p, c.oob, recvFlags)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if oobn > 0 {
+			c.keep(c.oob[:oobn])
+		}
+		return n, err
+	}
 }
 
 // New returns a Conn on s whose reader keeps a buffer of size bytes.
@@ -58,12 +128,35 @@ type source struct{ c *Conn }
 var errWouldBlock = errors.New("sock: nothing to read yet")
 
 func (s source) Read(p []byte) (int, error) {
-	fd := s.c.x.fd
+	c := s.c
+	fd := c.x.fd
 	if fd < 0 {
-		return s.c.s.Read(p)
+		if c.fdMax == 0 {
+			return c.s.Read(p)
+		}
+		// recvmsg, so that descriptors are received, on the poller.
+		var n int
+		var rerr error
+		err := c.raw.Read(func(fd uintptr) bool {
+			n, rerr = c.recvmsg(int(fd), p)
+			return !errors.Is(rerr, unix.EAGAIN)
+		})
+		if err == nil {
+			err = rerr
+		}
+		if err == nil && n == 0 && len(p) > 0 {
+			err = io.EOF
+		}
+		return n, err
 	}
 	for {
-		n, err := unix.Read(fd, p)
+		var n int
+		var err error
+		if c.fdMax > 0 {
+			n, err = c.recvmsg(fd, p)
+		} else {
+			n, err = unix.Read(fd, p)
+		}
 		switch {
 		case errors.Is(err, unix.EINTR):
 			continue
@@ -88,6 +181,41 @@ func (c *Conn) Flush() (dropped bool, err error) {
 		_, err = c.s.Write(c.Out.Bytes())
 	}
 	return c.Out.Reset(), err
+}
+
+// FlushFD writes the frames in Out with descriptor fd passed along
+// (SCM_RIGHTS), and wipes Out.
+func (c *Conn) FlushFD(fd int) error {
+	f := c.Out.Bytes()
+	rights := unix.UnixRights(fd)
+	sent := false
+	var serr error
+	err := c.raw.Write(func(s uintptr) bool {
+		for {
+			n, err := unix.SendmsgN(int(s), f, rights, nil, 0)
+			switch {
+			case errors.Is(err, unix.EINTR):
+				continue
+			case errors.Is(err, unix.EAGAIN):
+				return false
+			case err != nil:
+				serr = err
+				return true
+			}
+			f, rights, sent = f[n:], nil, true
+			if len(f) == 0 {
+				return true
+			}
+		}
+	})
+	c.Out.Reset()
+	if err == nil {
+		err = serr
+	}
+	if err == nil && !sent {
+		err = io.ErrShortWrite
+	}
+	return err
 }
 
 // FlushAndWait writes the frames in Out, wipes them, and waits, without reading,

@@ -334,3 +334,42 @@ func FuzzFrames(f *testing.F) {
 		}
 	})
 }
+
+// Descriptors passed with a frame are received where AcceptFDs allows,
+// up to its bound; the rest are closed, and without it none is kept.
+func TestPassedDescriptors(t *testing.T) {
+	a, b := pair(t)
+	c, _ := New(a, 256)
+	c.AcceptFDs(1)
+	var r [2]int
+	if err := unix.Pipe(r[:]); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(r[0])
+	defer unix.Close(r[1])
+	var f Frames
+	f.Body([]byte("take this"))
+	bfd := int(b.Fd())
+	if err := unix.Sendmsg(bfd, f.Bytes(), unix.UnixRights(r[0], r[1]), nil, 0); err != nil {
+		t.Fatal(err)
+	}
+	body, err := c.In.Next()
+	if err != nil || string(body) != "take this" {
+		t.Fatalf("%q %v", body, err)
+	}
+	fd, ok := c.TakeFD()
+	if !ok {
+		t.Fatal("no descriptor")
+	}
+	defer unix.Close(fd)
+	if _, ok := c.TakeFD(); ok {
+		t.Fatal("a second descriptor past the bound")
+	}
+	// The one taken is the pipe's read end: what is written comes out.
+	unix.Write(r[1], []byte("x"))
+	var got [1]byte
+	if n, err := unix.Read(fd, got[:]); n != 1 || err != nil || got[0] != 'x' {
+		t.Fatalf("read %d %v %q", n, err, got)
+	}
+	c.CloseFDs()
+}

@@ -1,0 +1,167 @@
+package server
+
+import (
+	"sync"
+	"syscall"
+
+	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/wire"
+)
+
+// A client may hand the daemon a seccomp listener (OpIntercept, the
+// descriptor passed with the request): the daemon then serves the
+// add_key, keyctl and request_key system calls of the processes under
+// that filter (ukeyctl run) as calls of those processes, exactly as if
+// they had made them over the socket: each is a process the daemon keeps
+// (by pid, start time and pidfd), with its credentials read from /proc,
+// its capabilities, and the session it inherits.
+
+// intercepting is the server's part of a process's intercepted calls.
+type intercepting struct {
+	mu   sync.Mutex // one call at a time per process
+	conn *conn      // a connection without a socket, for dispatch
+}
+
+// intercept serves the listener passed with the request.
+func (c *conn) intercept() error {
+	if c.sc == nil {
+		return keys.EOPNOTSUPP // in process (Local): no descriptor to pass
+	}
+	fd, ok := c.sc.TakeFD()
+	if !ok || !intercept.IsListener(fd) {
+		if ok {
+			closeFD(fd)
+		}
+		return keys.EINVAL
+	}
+	s := c.s
+	uid := c.cred.UID
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		closeFD(fd)
+		return keys.EPERM
+	}
+	u := s.usageOf(uid)
+	if u.listeners >= s.lim.MaxProcsPerUID {
+		s.mu.Unlock()
+		closeFD(fd)
+		return keys.EDQUOT
+	}
+	u.listeners++
+	s.mu.Unlock()
+	l, err := intercept.NewListener(fd, intercept.HandlerFunc(s.intercepted))
+	if err != nil {
+		s.mu.Lock()
+		u.listeners--
+		s.forget(uid)
+		s.mu.Unlock()
+		return keys.EINVAL
+	}
+	s.mu.Lock()
+	if s.listeners == nil {
+		s.listeners = make(map[*intercept.Listener]struct{})
+	}
+	s.listeners[l] = struct{}{}
+	s.watchers.Add(1)
+	s.mu.Unlock()
+	go func() {
+		defer s.watchers.Done()
+		if err := l.Serve(); err != nil {
+			s.log.Debug("ukeyd: intercepted calls no longer served", "uid", uid, "err", err)
+		}
+		l.Close()
+		s.mu.Lock()
+		delete(s.listeners, l)
+		u.listeners--
+		s.forget(uid)
+		s.mu.Unlock()
+	}()
+	return nil
+}
+
+// intercepted serves one intercepted call of process ic.Pid.
+func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Response {
+	p, err := s.interceptedProc(ic.Pid)
+	if err != nil {
+		return fail(err)
+	}
+	p.calls.mu.Lock()
+	defer p.calls.mu.Unlock()
+	if p.calls.conn == nil {
+		p.calls.conn = &conn{s: s, cred: p.caller.Cred(), proc: p, caller: p.caller}
+	}
+	return p.calls.conn.dispatch(r)
+}
+
+// interceptedProc returns the process pid as the daemon keeps it, meeting
+// it now if it has not yet: as accept does for a socket's peer, with the
+// credentials the kernel shows for it (its effective ids and groups, its
+// capabilities) and the session it inherits.
+func (s *Server) interceptedProc(pid int) (*proc, error) {
+	start, ancestors := ancestry(pid)
+	st, ok := readStatusCreds(pid)
+	if start == "" || !ok {
+		return nil, keys.EPERM // gone
+	}
+	euid := st.uids[1]
+	s.mu.Lock()
+	p := s.procs[pid]
+	if p != nil && !p.ghost && p.start == start && p.caller.Cred().UID == euid {
+		s.mu.Unlock()
+		return p, nil
+	}
+	s.mu.Unlock()
+	h, ok := openPid(pid, start)
+	if !ok {
+		return nil, keys.EPERM
+	}
+	cred := keys.Cred{UID: euid, GID: st.gids[1], Groups: st.groups, PID: pid}
+	cred.Caps, cred.CapsKnown = h.capabilities()
+	var ended, ghost *proc
+	s.mu.Lock()
+	if s.closing {
+		s.mu.Unlock()
+		h.close()
+		return nil, keys.EPERM
+	}
+	if q := s.procs[pid]; q != nil {
+		if !q.ghost && q.start == start && q.caller.Cred().UID == euid {
+			s.mu.Unlock() // met meanwhile
+			h.close()
+			return q, nil
+		}
+		if q.ghost && q.start == start {
+			ghost = q
+		}
+		s.dropProcLocked(q)
+		if q.conns == 0 {
+			ended = q
+		}
+	}
+	if e := s.admitProc(euid); e != 0 {
+		s.mu.Unlock()
+		h.close()
+		if ended != nil {
+			ended.end()
+		}
+		return nil, e
+	}
+	p = &proc{caller: s.svc.NewCaller(cred), handle: h, start: start, tracked: true}
+	if ghost != nil {
+		p.inherited.Store(p.caller.Inherit(ghost.caller))
+	} else {
+		p.inherited.Store(s.inheritLocked(p, ancestors))
+	}
+	s.procs[pid] = p
+	s.linger(p)
+	s.mu.Unlock()
+	if ended != nil {
+		ended.end()
+	}
+	return p, nil
+}
+
+// closeFD closes a descriptor received and not kept.
+func closeFD(fd int) { syscall.Close(fd) }
