@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -26,6 +27,11 @@ const childEnv = "INTERCEPT_TEST_CHILD"
 func TestMain(m *testing.M) {
 	if os.Getenv(childEnv) != "" {
 		os.Exit(child())
+	}
+	if v := os.Getenv(benchEnv); v != "" {
+		n, mode, _ := strings.Cut(v, ":")
+		count, _ := strconv.Atoi(n)
+		os.Exit(benchChild(count, mode == "kernel"))
 	}
 	goleak.VerifyTestMain(m)
 }
