@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"go.uber.org/goleak"
+	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/internal/ukeystest"
@@ -418,5 +419,25 @@ func TestPipelining(t *testing.T) {
 	}
 	if r, err := wire.DecodeResponse(b); err != nil || r.Tag != 4001 || r.Errno != 0 {
 		t.Fatalf("notification: %+v, %v", r, err)
+	}
+}
+
+// OpIntercept takes a seccomp listener passed with the request, and
+// nothing else: another descriptor, or none, is EINVAL, and the
+// connection goes on.
+func TestInterceptRefusesOtherDescriptors(t *testing.T) {
+	d := startDaemon(t)
+	c := d.dial(t)
+	var p [2]int
+	if err := unix.Pipe(p[:]); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	if err := c.Intercept(p[0]); !errors.Is(err, keys.EINVAL) {
+		t.Fatalf("a pipe: %v, want EINVAL", err)
+	}
+	if _, err := c.GetKeyringID(keys.UserKeyring, true); err != nil {
+		t.Fatalf("the connection after: %v", err)
 	}
 }

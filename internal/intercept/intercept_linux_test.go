@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 	"unsafe"
 
 	"go.uber.org/goleak"
@@ -66,6 +67,12 @@ func child() int {
 		}
 	}
 	cstr := func(s string) uintptr { b := append([]byte(s), 0); return uintptr(unsafe.Pointer(&b[0])) }
+	if os.Getenv(childEnv) == "once" {
+		// One call, which the test kills the caller in the middle of.
+		unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr("killed"), 0, 0, uintptr(0xfffffffd), 0)
+		fmt.Println("the call returned")
+		return 0
+	}
 	call := func(name string, nr uintptr, a ...uintptr) int64 {
 		var args [5]uintptr
 		copy(args[:], a)
@@ -237,5 +244,108 @@ func TestInterceptedCalls(t *testing.T) {
 		if len(kernel) != len(got) {
 			t.Errorf("the kernel run said %d things, ukeys %d:\n%s\n%s", len(kernel), len(got), kout, said)
 		}
+	}
+}
+
+// startChild runs the test binary in child mode under the filter and
+// returns it with the listener it handed over.
+func startChild(t *testing.T, mode string) (*exec.Cmd, *os.File, int, *bytes.Buffer) {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+	t.Cleanup(func() { ours.Close() })
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), childEnv+"="+mode)
+	cmd.ExtraFiles = []*os.File{theirs}
+	out := new(bytes.Buffer)
+	cmd.Stdout, cmd.Stderr = out, out
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { cmd.Process.Kill() })
+	theirs.Close()
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
+	var rights []int
+	if err == nil {
+		var msgs []unix.SocketControlMessage
+		if msgs, err = unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
+			rights, err = unix.ParseUnixRights(&msgs[0])
+		}
+	}
+	if err != nil || len(rights) != 1 {
+		cmd.Wait()
+		if strings.HasPrefix(out.String(), "install:") {
+			t.Skipf("the kernel does not let this process filter its key calls: %s", out.String())
+		}
+		t.Fatalf("no listener: %v\n%s", err, out.String())
+	}
+	return cmd, ours, rights[0], out
+}
+
+// A caller killed in the middle of a call: the answer has nobody to go
+// to, the listener goes on, and once its last caller is gone it ends.
+func TestCallerKilledMidCall(t *testing.T) {
+	cmd, ours, fd, _ := startChild(t, "once")
+	inCall, release := make(chan struct{}), make(chan struct{})
+	l, err := intercept.NewListener(fd, intercept.HandlerFunc(func(c intercept.Caller, r *wire.Request) *wire.Response {
+		close(inCall)
+		<-release
+		return &wire.Response{Ints: []int64{42}}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- l.Serve() }()
+	ours.Write([]byte{1})
+	<-inCall
+	cmd.Process.Kill()
+	cmd.Wait()
+	close(release)
+	select {
+	case err := <-served:
+		if err != nil {
+			t.Fatalf("Serve: %v", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("the listener did not end with its last caller")
+	}
+	l.Close()
+}
+
+// Close ends Serve even while callers remain, and their pending calls
+// fail (the kernel answers ENOSYS when the listener goes).
+func TestCloseEndsServe(t *testing.T) {
+	cmd, ours, fd, out := startChild(t, "once")
+	inCall := make(chan struct{})
+	var once sync.Once
+	l, err := intercept.NewListener(fd, intercept.HandlerFunc(func(c intercept.Caller, r *wire.Request) *wire.Response {
+		once.Do(func() { close(inCall) })
+		return &wire.Response{Errno: uint16(keys.EAGAIN)}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Close()
+	served := make(chan error, 1)
+	go func() { served <- l.Serve() }()
+	select {
+	case err := <-served:
+		if err == nil {
+			t.Fatal("Serve on a closed listener returned nil")
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Serve did not end on a closed listener")
+	}
+	ours.Write([]byte{1})
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out.String())
+	}
+	if !strings.Contains(out.String(), "the call returned") {
+		t.Fatalf("the caller's call did not return: %s", out.String())
 	}
 }
