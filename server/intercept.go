@@ -100,6 +100,17 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 // credentials the kernel shows for it (its effective ids and groups, its
 // capabilities) and the session it inherits.
 func (s *Server) interceptedProc(pid int) (*proc, error) {
+	// Known: the process the daemon keeps at that pid, while its pidfd
+	// says it lives (the caller is blocked in the call, so the pid is
+	// still its own). Its credentials are those the daemon learnt when it
+	// first met it, as for a socket's peer; nothing of /proc is read per
+	// call.
+	s.mu.Lock()
+	p := s.procs[pid]
+	s.mu.Unlock()
+	if p != nil && !p.ghost && p.handle.fd >= 0 && !p.handle.exited() {
+		return p, nil
+	}
 	start, ancestors := ancestry(pid)
 	st, ok := readStatusCreds(pid)
 	if start == "" || !ok {
@@ -107,7 +118,7 @@ func (s *Server) interceptedProc(pid int) (*proc, error) {
 	}
 	euid := st.uids[1]
 	s.mu.Lock()
-	p := s.procs[pid]
+	p = s.procs[pid]
 	if p != nil && !p.ghost && p.start == start && p.caller.Cred().UID == euid {
 		s.mu.Unlock()
 		return p, nil

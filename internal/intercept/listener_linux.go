@@ -1,9 +1,10 @@
 package intercept
 
 import (
-	"errors"
 	"fmt"
 	"os"
+	"runtime"
+	"sync"
 	"syscall"
 	"unsafe"
 
@@ -68,76 +69,114 @@ type notifResp struct {
 
 // A Listener serves the calls a seccomp listener receives.
 type Listener struct {
-	f   *os.File
-	raw syscall.RawConn
-	h   Handler
-	mem memory
+	fd   int // the listener
+	wake int // an eventfd that Close writes to end Serve
+	h    Handler
+	mem  memory
+
+	mu    sync.Mutex
+	state int           // idle, serving or closed
+	done  chan struct{} // closed when Serve has returned, while serving
 }
+
+const (
+	idle = iota
+	serving
+	closed
+)
 
 // NewListener takes the listener fd (which it closes when it is closed)
 // and serves its calls with h.
 func NewListener(fd int, h Handler) (*Listener, error) {
-	if err := unix.SetNonblock(fd, true); err != nil {
+	// Linux 6.6: the caller's processor is handed to the supervisor and
+	// back instead of waking it across processors, when the supervisor
+	// waits on a thread of its own (Serve). Older kernels lack it; calls
+	// then cost a cross-processor wake-up each way.
+	_ = unix.IoctlSetInt(fd, unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
+	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
+	if err != nil {
 		unix.Close(fd)
 		return nil, err
 	}
-	// Linux 6.6: the caller's processor is handed to the supervisor and
-	// back instead of waking it across processors. Older kernels lack it;
-	// calls then cost a cross-processor wake-up each way.
-	_ = unix.IoctlSetInt(fd, unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
-	f := os.NewFile(uintptr(fd), "seccomp-listener")
-	raw, err := f.SyscallConn()
-	if err != nil {
-		f.Close()
-		return nil, err
-	}
-	return &Listener{f: f, raw: raw, h: h}, nil
+	return &Listener{fd: fd, wake: wake, h: h}, nil
 }
 
-// Close stops Serve and closes the listener: calls in flight fail with
-// ENOSYS in their callers, as the kernel answers when the listener goes.
-func (l *Listener) Close() error { return l.f.Close() }
-
-// errGone reports that no filtered task is left.
-var errGone = errors.New("intercept: every filtered task has exited")
+// Close stops Serve (and waits for it) and closes the listener: calls
+// in flight fail with ENOSYS in their callers, as the kernel answers
+// when the listener goes.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	switch l.state {
+	case idle:
+		l.state = closed
+		l.mu.Unlock()
+		unix.Close(l.fd)
+		unix.Close(l.wake)
+	case serving:
+		l.state = closed
+		done := l.done
+		var one [8]byte
+		one[0] = 1
+		unix.Write(l.wake, one[:])
+		l.mu.Unlock()
+		<-done
+	default:
+		l.mu.Unlock()
+	}
+	return nil
+}
 
 // Serve answers calls until every task under the filter has exited (it
-// returns nil then) or Close is called (os.ErrClosed).
+// returns nil then) or Close is called (os.ErrClosed). It runs on a
+// thread of its own, which waits for a call, serves it and answers it
+// without handing it to another thread: with SYNC_WAKE_UP the caller's
+// processor passes to it and back.
 func (l *Listener) Serve() error {
+	l.mu.Lock()
+	if l.state != idle {
+		l.mu.Unlock()
+		return os.ErrClosed
+	}
+	l.state = serving
+	l.done = make(chan struct{})
+	l.mu.Unlock()
+	defer func() {
+		unix.Close(l.fd)
+		unix.Close(l.wake)
+		l.mu.Lock()
+		l.state = closed
+		close(l.done)
+		l.mu.Unlock()
+	}()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
 	var n notif
+	pfd := []unix.PollFd{{Fd: int32(l.fd), Events: unix.POLLIN}, {Fd: int32(l.wake), Events: unix.POLLIN}}
 	for {
-		var rerr error
-		got := false
-		err := l.raw.Read(func(fd uintptr) bool {
-			pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
-			if k, perr := unix.Poll(pfd, 0); perr != nil || k == 0 {
-				return false // nothing yet: wait on the poller
+		pfd[0].Revents, pfd[1].Revents = 0, 0
+		if _, err := unix.Poll(pfd, -1); err != nil {
+			if err == unix.EINTR {
+				continue
 			}
-			if pfd[0].Revents&unix.POLLIN == 0 {
-				rerr = errGone // POLLHUP: the filtered tasks are gone
-				return true
-			}
-			n = notif{}
-			if e := ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&n)); e != nil {
-				if e == unix.ENOENT || e == unix.EINTR {
-					return true // the caller went away meanwhile
-				}
-				rerr = e
-				return true
-			}
-			got = true
-			return true
-		})
-		switch {
-		case err != nil:
-			return err
-		case rerr == errGone:
-			return nil
-		case rerr != nil:
-			return fmt.Errorf("intercept: receive: %w", rerr)
-		case got:
-			l.answer(&n)
+			return fmt.Errorf("intercept: poll: %w", err)
 		}
+		if pfd[1].Revents != 0 {
+			return os.ErrClosed
+		}
+		if pfd[0].Revents&unix.POLLIN == 0 {
+			if pfd[0].Revents&(unix.POLLHUP|unix.POLLERR) != 0 {
+				return nil // every filtered task has exited
+			}
+			continue
+		}
+		n = notif{}
+		if e := ioctl(uintptr(l.fd), unix.SECCOMP_IOCTL_NOTIF_RECV, unsafe.Pointer(&n)); e != nil {
+			if e == unix.ENOENT || e == unix.EINTR {
+				continue // the caller went away meanwhile
+			}
+			return fmt.Errorf("intercept: receive: %w", e)
+		}
+		l.answer(&n)
 	}
 }
 
@@ -148,21 +187,15 @@ func (l *Listener) answer(n *notif) {
 	if errno != 0 {
 		r.val, r.error = 0, -int32(errno)
 	}
-	_ = l.raw.Control(func(fd uintptr) {
-		// ENOENT: the caller was killed or interrupted meanwhile; the
-		// answer has nobody to go to.
-		_ = ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&r))
-	})
+	// ENOENT: the caller was killed or interrupted meanwhile; the answer
+	// has nobody to go to.
+	_ = ioctl(uintptr(l.fd), unix.SECCOMP_IOCTL_NOTIF_SEND, unsafe.Pointer(&r))
 }
 
 // valid reports whether the notification is still pending: its caller
 // has not been interrupted, and its pid is still the caller's.
 func (l *Listener) valid(id uint64) bool {
-	ok := false
-	_ = l.raw.Control(func(fd uintptr) {
-		ok = ioctl(fd, unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) == nil
-	})
-	return ok
+	return ioctl(uintptr(l.fd), unix.SECCOMP_IOCTL_NOTIF_ID_VALID, unsafe.Pointer(&id)) == nil
 }
 
 func ioctl(fd uintptr, req uint, arg unsafe.Pointer) error {
@@ -196,13 +229,14 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	if errno != 0 {
 		return 0, errno
 	}
+	caller := Caller{Tid: pid, Pid: tgidOf(pid)}
 	// The arguments were read from the memory of the task the
-	// notification names: if it is no longer pending, that task may be
-	// gone and its pid another's.
+	// notification names, and its process found by its tid: if it is no
+	// longer pending, that task may be gone and its tid another's.
 	if !l.valid(n.id) {
 		return 0, unix.ENOENT
 	}
-	resp := l.h.Serve(Caller{Tid: pid, Pid: tgidOf(pid)}, req)
+	resp := l.h.Serve(caller, req)
 	defer func() {
 		for _, b := range resp.Bufs {
 			clear(b) // written into the caller's memory (or not): wiped here

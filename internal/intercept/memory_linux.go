@@ -184,8 +184,15 @@ func encode(m *memory, spec *wire.Spec, args *[6]uint64, resp *wire.Response) (i
 	return 0, 0
 }
 
-// tgidOf returns the process (thread group) of thread tid.
+// tgidOf returns the process (thread group) of thread tid. A thread
+// group's leader is its own process, and pidfd_open tells a leader from
+// another thread in one system call (it refuses the others); only a
+// program's other threads cost a read of /proc.
 func tgidOf(tid int) int {
+	if fd, err := unix.PidfdOpen(tid, 0); err == nil {
+		unix.Close(fd)
+		return tid
+	}
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
 	if err != nil {
 		return tid
