@@ -105,10 +105,13 @@ func (s *Server) interceptedProc(pid int) (*proc, error) {
 	// still its own). Its credentials are those the daemon learnt when it
 	// first met it, as for a socket's peer; nothing of /proc is read per
 	// call.
+	// Under s.mu: a process leaves the table (and stops being tracked)
+	// before its handle is closed.
 	s.mu.Lock()
 	p := s.procs[pid]
+	known := p != nil && !p.ghost && p.tracked && p.handle.fd >= 0 && !p.handle.exited()
 	s.mu.Unlock()
-	if p != nil && !p.ghost && p.handle.fd >= 0 && !p.handle.exited() {
+	if known {
 		return p, nil
 	}
 	start, ancestors := ancestry(pid)

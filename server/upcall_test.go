@@ -66,13 +66,13 @@ func TestRequestKeyHelperHangs(t *testing.T) {
 	}
 	dir := t.TempDir()
 	var srv atomic.Pointer[server.Server]
-	var sock string
+	var sock atomic.Pointer[string] // see TestShutdownKillsHangingHelper
 	up := keys.UpcallFunc(func(ctx context.Context, u *keys.Upcall) error {
-		h := server.Helper{Path: "/bin/sh", Args: []string{"-c", hangScript, "sh", dir, os.Args[0]}, Socket: sock}
+		h := server.Helper{Path: "/bin/sh", Args: []string{"-c", hangScript, "sh", dir, os.Args[0]}, Socket: *sock.Load()}
 		return srv.Load().Upcaller(h).Upcall(ctx, u)
 	})
 	d := startDaemonCfg(t, server.Config{}, keys.WithUpcall(up), keys.WithUpcallTimeout(time.Second))
-	sock = d.path
+	sock.Store(&d.path)
 	srv.Store(d.srv)
 	c := d.dial(t)
 	conns := func() string {
@@ -141,15 +141,18 @@ func TestShutdownKillsHangingHelper(t *testing.T) {
 		t.Skip("needs sleep(1) for the helper")
 	}
 	dir := t.TempDir()
+	// Set once the daemon runs, read by upcalls: atomics, since the
+	// request that starts an upcall travels over a socket, which orders
+	// nothing for the race detector.
 	var srv atomic.Pointer[server.Server]
-	var sock string
+	var sock atomic.Pointer[string]
 	const sleeper = `echo $$ > "$1/helper.$$"; exec sleep 3600`
 	up := keys.UpcallFunc(func(ctx context.Context, u *keys.Upcall) error {
-		h := server.Helper{Path: "/bin/sh", Args: []string{"-c", sleeper, "sh", dir}, Socket: sock}
+		h := server.Helper{Path: "/bin/sh", Args: []string{"-c", sleeper, "sh", dir}, Socket: *sock.Load()}
 		return srv.Load().Upcaller(h).Upcall(ctx, u)
 	})
 	d := startDaemonCfg(t, server.Config{}, keys.WithUpcall(up), keys.WithUpcallTimeout(time.Hour))
-	sock = d.path
+	sock.Store(&d.path)
 	srv.Store(d.srv)
 	c := d.dial(t)
 	asked := make(chan error, 1)
