@@ -23,7 +23,15 @@ import (
 	"github.com/ukeys/ukeys/wire"
 )
 
+// testChildren are the roles this test binary plays as a child that
+// files of their own (some for one system only) register.
+var testChildren = map[string]func(){}
+
 func TestMain(m *testing.M) {
+	if child := testChildren[os.Getenv("UKEYS_TEST_CHILD")]; child != nil {
+		child()
+		return
+	}
 	switch os.Getenv("UKEYS_TEST_CHILD") {
 	case "search":
 		childSearch()

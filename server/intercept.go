@@ -29,25 +29,45 @@ func (c *conn) intercept() error {
 		return keys.EOPNOTSUPP // in process (Local): no descriptor to pass
 	}
 	fd, ok := c.sc.TakeFD()
-	if !ok || !intercept.IsListener(fd) {
-		if ok {
-			closeFD(fd)
-		}
+	if !ok {
 		return keys.EINVAL
 	}
-	s := c.s
-	uid := c.cred.UID
+	_, err := c.s.startListener(fd, c.cred.UID)
+	return err
+}
+
+// ServeListener serves the key system calls that the seccomp listener fd
+// receives (intercept.Install), as a client's OpIntercept does, until
+// every process under its filter has exited or the server shuts down.
+// It takes fd. The seccomp agent (Agent) serves each container's
+// listeners this way, on a Server of the container's own.
+func (s *Server) ServeListener(fd int) error {
+	done, err := s.startListener(fd, 0)
+	if err != nil {
+		return err
+	}
+	<-done
+	return nil
+}
+
+// startListener starts serving listener fd for uid, within uid's bound,
+// and returns a channel closed when it is no longer served. It takes fd.
+func (s *Server) startListener(fd int, uid uint32) (<-chan struct{}, error) {
+	if !intercept.IsListener(fd) {
+		closeFD(fd)
+		return nil, keys.EINVAL
+	}
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		closeFD(fd)
-		return keys.EPERM
+		return nil, keys.EPERM
 	}
 	u := s.usageOf(uid)
 	if u.listeners >= s.lim.MaxProcsPerUID {
 		s.mu.Unlock()
 		closeFD(fd)
-		return keys.EDQUOT
+		return nil, keys.EDQUOT
 	}
 	u.listeners++
 	s.mu.Unlock()
@@ -57,7 +77,7 @@ func (c *conn) intercept() error {
 		u.listeners--
 		s.forget(uid)
 		s.mu.Unlock()
-		return keys.EINVAL
+		return nil, keys.EINVAL
 	}
 	s.mu.Lock()
 	if s.listeners == nil {
@@ -66,8 +86,10 @@ func (c *conn) intercept() error {
 	s.listeners[l] = struct{}{}
 	s.watchers.Add(1)
 	s.mu.Unlock()
+	done := make(chan struct{})
 	go func() {
 		defer s.watchers.Done()
+		defer close(done)
 		if err := l.Serve(); err != nil {
 			s.log.Debug("ukeyd: intercepted calls no longer served", "uid", uid, "err", err)
 		}
@@ -78,7 +100,7 @@ func (c *conn) intercept() error {
 		s.forget(uid)
 		s.mu.Unlock()
 	}()
-	return nil
+	return done, nil
 }
 
 // intercepted serves one intercepted call of process ic.Pid.

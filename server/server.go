@@ -341,8 +341,9 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		s.forks.Close() // ends followForks' reader
 		s.forks = nil
 	}
+	listeners := make([]*intercept.Listener, 0, len(s.listeners))
 	for l := range s.listeners {
-		l.Close() // ends its Serve; its callers' pending calls fail
+		listeners = append(listeners, l)
 	}
 	for c := range s.conns {
 		c.closeIdle()
@@ -351,6 +352,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		c.uc.SetWriteDeadline(time.Now().Add(shutdownWriteGrace))
 	}
 	s.mu.Unlock()
+	// Outside s.mu, which a call being served may wait for: Close waits
+	// for its Serve to end. Callers' pending calls then fail (ENOSYS).
+	for _, l := range listeners {
+		l.Close()
+	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	var err error

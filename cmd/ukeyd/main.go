@@ -68,6 +68,7 @@ func run(args []string) int {
 	persist := fs.Duration("persistent-expiry", ev.duration("UKEYD_PERSISTENT_EXPIRY", def.PersistentExpiry), "persistent keyring timeout (env UKEYD_PERSISTENT_EXPIRY)")
 	helper := fs.String("request-key", envOr("UKEYD_REQUEST_KEY", defaultHelper()), "request-key helper command run to construct keys (env UKEYD_REQUEST_KEY; empty: none)")
 	upcallTimeout := fs.Duration("upcall-timeout", ev.duration("UKEYD_UPCALL_TIMEOUT", keys.DefaultUpcallTimeout), "kill a request-key helper after this long and negate the key (env UKEYD_UPCALL_TIMEOUT)")
+	agentPath := fs.String("seccomp-agent", envOr("UKEYD_SECCOMP_AGENT", ""), "also serve container runtimes as an OCI seccomp agent on this Unix socket (linux.seccomp.listenerPath), each container a key namespace of its own (env UKEYD_SECCOMP_AGENT)")
 	lim := server.DefaultLimits(server.NoFile())
 	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
 	maxProcs := fs.Int("max-procs-per-uid", ev.int("UKEYD_MAX_PROCS_PER_UID", lim.MaxProcsPerUID), "client processes of one uid the daemon keeps keyrings for (env UKEYD_MAX_PROCS_PER_UID)")
@@ -155,6 +156,23 @@ func run(args []string) int {
 			"one run by root (on " + endpoint.System() + ") serves every user of the host in one store")
 	}
 
+	var agent *server.Agent
+	agentDone := make(chan error, 1)
+	if *agentPath != "" {
+		aln, err := server.Listen(*agentPath)
+		if err != nil {
+			log.Error("ukeyd: cannot listen for container runtimes", "socket", *agentPath, "err", err)
+			ln.Close()
+			return 1
+		}
+		// Each container's namespace has the daemon's tunables and bounds.
+		agent = server.NewAgent(server.AgentConfig{Logger: log,
+			Keys:   []keys.Option{keys.WithTunables(tun), keys.WithUpcallTimeout(*upcallTimeout)},
+			Server: server.Config{Logger: log, Limits: lim}})
+		go func() { agentDone <- agent.Serve(aln) }()
+		log.Info("ukeyd: seccomp agent for container runtimes", "socket", *agentPath)
+	}
+
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	served := make(chan error, 1)
@@ -169,6 +187,12 @@ func run(args []string) int {
 			log.Info("ukeyd: stopping", "signal", sig.String())
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := srv.Shutdown(ctx)
+			if agent != nil {
+				if aerr := agent.Shutdown(ctx); err == nil {
+					err = aerr
+				}
+				<-agentDone
+			}
 			cancel()
 			if hs != nil {
 				hs.Close()

@@ -1,0 +1,185 @@
+package server_test
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/internal/testutil"
+	"github.com/ukeys/ukeys/server"
+)
+
+func init() { testChildren["agent"] = agentChild }
+
+// agentChild runs under the filter, as a container's process does: it
+// hands its listener to its parent (fd 3), waits for the word, then adds
+// or searches for a user key in its user keyring (UKEYS_TEST_OP,
+// UKEYS_TEST_DESC), says what happened, and waits for a second word
+// before it exits.
+func agentChild() {
+	runtime.LockOSThread()
+	fd, err := intercept.Install()
+	if err != nil {
+		fmt.Println("install:", err)
+		os.Exit(1)
+	}
+	if err := unix.Sendmsg(3, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+		os.Exit(1)
+	}
+	unix.Close(fd)
+	var w [1]byte
+	unix.Read(3, w[:])
+	cstr := func(s string) uintptr { b := append([]byte(s), 0); return uintptr(unsafe.Pointer(&b[0])) }
+	desc := os.Getenv("UKEYS_TEST_DESC")
+	var e unix.Errno
+	if os.Getenv("UKEYS_TEST_OP") == "add" {
+		v := []byte("v")
+		_, _, e = unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr(desc), uintptr(unsafe.Pointer(&v[0])), 1, uintptr(0xfffffffc), 0)
+	} else {
+		_, _, e = unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, uintptr(0xfffffffc), cstr("user"), cstr(desc), 0, 0)
+	}
+	if e != 0 {
+		fmt.Println(e)
+	} else {
+		fmt.Println("ok")
+	}
+	unix.Read(3, w[:])
+}
+
+// container is one process of a simulated container: started under the
+// filter, its listener handed to the agent as runc hands it.
+type container struct {
+	cmd  *exec.Cmd
+	ours *os.File
+	said *bufio.Reader
+}
+
+func runInContainer(t *testing.T, agentSock, id, op, desc string) *container {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c := &container{ours: os.NewFile(uintptr(fds[0]), "ours")}
+	theirs := os.NewFile(uintptr(fds[1]), "theirs")
+	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	c.cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent", "UKEYS_TEST_OP="+op, "UKEYS_TEST_DESC="+desc)
+	c.cmd.ExtraFiles = []*os.File{theirs}
+	out, _ := c.cmd.StdoutPipe()
+	c.said = bufio.NewReader(out)
+	if err := c.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Close()
+	t.Cleanup(func() { c.ours.Close(); c.cmd.Process.Kill(); c.cmd.Wait() })
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
+	var rights []int
+	if err == nil {
+		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil && len(msgs) == 1 {
+			rights, err = unix.ParseUnixRights(&msgs[0])
+		}
+	}
+	if err != nil || len(rights) != 1 {
+		line, _ := c.said.ReadString('\n')
+		if strings.HasPrefix(line, "install:") {
+			t.Skipf("no seccomp user notification here: %s", line)
+		}
+		t.Fatalf("no listener from the container's process: %v %s", err, line)
+	}
+	// As runc sends it: the state, the listener with it.
+	var st server.ContainerProcessState
+	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, c.cmd.Process.Pid
+	st.State.ID, st.State.Status = id, "creating"
+	msg, _ := json.Marshal(st)
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: agentSock, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, _, err := conn.WriteMsgUnix(msg, unix.UnixRights(rights[0]), nil); err != nil {
+		t.Fatal(err)
+	}
+	conn.Close()
+	unix.Close(rights[0])
+	c.ours.Write([]byte{1})
+	return c
+}
+
+// result returns what the container's process said of its call.
+func (c *container) result(t *testing.T) string {
+	t.Helper()
+	line, err := c.said.ReadString('\n')
+	if err != nil {
+		t.Fatalf("the container's process said nothing: %v", err)
+	}
+	return strings.TrimSpace(line)
+}
+
+// exit lets the container's process exit, and waits for it.
+func (c *container) exit() {
+	c.ours.Write([]byte{1})
+	c.cmd.Wait()
+}
+
+// Each container is a key namespace of its own: a key added in one is
+// invisible in another, shared by the processes of its own, and gone
+// once its last process has exited.
+func TestAgentContainersAreNamespaces(t *testing.T) {
+	dir := t.TempDir()
+	a := server.NewAgent(server.AgentConfig{})
+	ln, err := server.Listen(filepath.Join(dir, "agent.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := a.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		<-served
+	}()
+	sock := filepath.Join(dir, "agent.sock")
+
+	a1 := runInContainer(t, sock, "ctr-a", "add", "a-key")
+	if got := a1.result(t); got != "ok" {
+		t.Fatalf("adding in container a: %s", got)
+	}
+	b1 := runInContainer(t, sock, "ctr-b", "search", "a-key")
+	if got := b1.result(t); got != "required key not available" {
+		t.Fatalf("container b found container a's key: %s", got)
+	}
+	a2 := runInContainer(t, sock, "ctr-a", "search", "a-key")
+	if got := a2.result(t); got != "ok" {
+		t.Fatalf("another process of container a: %s", got)
+	}
+	if got := a.Containers(); !slices.Equal(got, []string{"ctr-a", "ctr-b"}) {
+		t.Fatalf("containers %v", got)
+	}
+	// Their processes exit: the containers' keys go.
+	a1.exit()
+	a2.exit()
+	b1.exit()
+	testutil.Eventually(t, "the containers to be reaped", func() bool { return len(a.Containers()) == 0 })
+	a3 := runInContainer(t, sock, "ctr-a", "search", "a-key")
+	if got := a3.result(t); got != "required key not available" {
+		t.Fatalf("a new container a found the old one's key: %s", got)
+	}
+	a3.exit()
+}
