@@ -1,0 +1,126 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ukeys/ukeys/internal/ukeystest"
+)
+
+// Containers run by runc, with a seccomp profile that hands their key
+// system calls to ukeyd's agent: each adds and finds its own keys, sees
+// none of another's, and the kernel's keyrings gain nothing.
+func TestRuncContainers(t *testing.T) {
+	ukeystest.NeedRoot(t, "runc runs containers as root")
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Skip("needs runc (Debian package runc)")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("needs the go command to build the container's program")
+	}
+	dir := t.TempDir()
+	agent := filepath.Join(dir, "agent.sock")
+	startChild(t, filepath.Join(dir, "run", "ukeyd.sock"), childOpts{args: []string{"-seccomp-agent", agent}})
+
+	// A bundle whose root holds one static program.
+	bundle := filepath.Join(dir, "bundle")
+	rootfs := filepath.Join(bundle, "rootfs")
+	if err := os.MkdirAll(rootfs, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	build := exec.Command(gobin, "build", "-o", filepath.Join(rootfs, "keyprog"), "./testdata/keyprog")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("building the container's program: %v\n%s", err, out)
+	}
+	if out, err := exec.Command(runc, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
+		t.Fatalf("runc spec: %v\n%s", err, out)
+	}
+	configure := func(args ...string) {
+		t.Helper()
+		p := filepath.Join(bundle, "config.json")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var c map[string]any
+		if err := json.Unmarshal(b, &c); err != nil {
+			t.Fatal(err)
+		}
+		c["process"].(map[string]any)["args"] = append([]string{"/keyprog"}, args...)
+		c["process"].(map[string]any)["terminal"] = false
+		c["linux"].(map[string]any)["seccomp"] = map[string]any{
+			"defaultAction": "SCMP_ACT_ALLOW",
+			"listenerPath":  agent,
+			"syscalls": []map[string]any{{
+				"names":  []string{"add_key", "keyctl", "request_key"},
+				"action": "SCMP_ACT_NOTIFY",
+			}},
+		}
+		if b, err = json.Marshal(c); err == nil {
+			err = os.WriteFile(p, b, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	run := func(id string) string {
+		t.Helper()
+		cmd := exec.Command(runc, "--root", filepath.Join(dir, "runc"), "run", "--bundle", bundle, id)
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			if strings.Contains(string(out), "seccomp") && strings.Contains(string(out), "not supported") {
+				t.Skipf("runc cannot use a seccomp agent here: %s", out)
+			}
+			t.Fatalf("runc run %s: %v\n%s", id, err, out)
+		}
+		return strings.TrimSpace(string(out))
+	}
+	id := func(name string) string { return fmt.Sprintf("ukeys-test-%d-%s", os.Getpid(), name) }
+
+	// Container a adds a key and, three seconds later, finds it still;
+	// meanwhile container b looks for it.
+	configure("add", "shared-name", "3")
+	var wg sync.WaitGroup
+	var a string
+	wg.Add(1)
+	go func() { defer wg.Done(); a = run(id("a")) }()
+	// runc reads the bundle's config when it starts the container: give
+	// a's runc its moment before b's config is written.
+	waitForContainer(t, runc, filepath.Join(dir, "runc"), id("a"))
+	configure("search", "shared-name")
+	b := run(id("b"))
+	wg.Wait()
+	if a != "add ok\nsearch ok" {
+		t.Errorf("container a: %q", a)
+	}
+	if b != "search required key not available" {
+		t.Errorf("container b found container a's key: %q", b)
+	}
+	if pk, err := os.ReadFile("/proc/keys"); err == nil && strings.Contains(string(pk), "shared-name") {
+		t.Errorf("the kernel holds the containers' key:\n%s", pk)
+	}
+}
+
+// waitForContainer waits until runc reports container id as
+// running.
+func waitForContainer(t *testing.T, runc, root, id string) {
+	t.Helper()
+	for range 200 {
+		out, err := exec.Command(runc, "--root", root, "state", id).Output()
+		if err == nil && strings.Contains(string(out), `"running"`) {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("container %s did not start", id)
+}
