@@ -136,6 +136,10 @@ func (g *helperGrant) permits(cl *keys.Caller, a wire.Args) error {
 	switch a.Op() {
 	case wire.OpCapabilities:
 		return nil
+	case wire.OpIntercept:
+		// Its own program tree's calls, which then act with this same
+		// authority (intercept.go).
+		return nil
 	case wire.OpAssumeAuthority:
 		// Its own authorisation only (or 0, which drops it).
 		if id := a.Serial(0); id == target || id == 0 {

@@ -32,7 +32,15 @@ func (c *conn) intercept() error {
 	if !ok {
 		return keys.EINVAL
 	}
-	_, err := c.s.startListener(fd, c.cred.UID)
+	var h intercept.Handler = intercept.HandlerFunc(c.s.intercepted)
+	if c.helper != nil {
+		// A request-key helper's program tree: every call of it acts
+		// for the requestor with the upcall's authority, as the helper's
+		// connection does, and only while it lasts.
+		hc := &conn{s: c.s, cred: c.cred, proc: c.proc, caller: c.caller, helper: &helperConn{grant: c.helper.grant}}
+		h = intercept.HandlerFunc(func(_ intercept.Caller, r *wire.Request) *wire.Response { return hc.dispatch(r) })
+	}
+	_, err := c.s.startListener(fd, c.cred.UID, h)
 	return err
 }
 
@@ -42,7 +50,7 @@ func (c *conn) intercept() error {
 // It takes fd. The seccomp agent (Agent) serves each container's
 // listeners this way, on a Server of the container's own.
 func (s *Server) ServeListener(fd int) error {
-	done, err := s.startListener(fd, 0)
+	done, err := s.startListener(fd, 0, intercept.HandlerFunc(s.intercepted))
 	if err != nil {
 		return err
 	}
@@ -52,7 +60,7 @@ func (s *Server) ServeListener(fd int) error {
 
 // startListener starts serving listener fd for uid, within uid's bound,
 // and returns a channel closed when it is no longer served. It takes fd.
-func (s *Server) startListener(fd int, uid uint32) (<-chan struct{}, error) {
+func (s *Server) startListener(fd int, uid uint32, h intercept.Handler) (<-chan struct{}, error) {
 	if !intercept.IsListener(fd) {
 		closeFD(fd)
 		return nil, keys.EINVAL
@@ -71,7 +79,7 @@ func (s *Server) startListener(fd int, uid uint32) (<-chan struct{}, error) {
 	}
 	u.listeners++
 	s.mu.Unlock()
-	l, err := intercept.NewListener(fd, intercept.HandlerFunc(s.intercepted))
+	l, err := intercept.NewListener(fd, h)
 	if err != nil {
 		s.mu.Lock()
 		u.listeners--

@@ -26,7 +26,14 @@ type Helper struct {
 	Args []string
 	// Socket is the daemon's socket, passed in UKEYS_SOCKET.
 	Socket string
-	server *Server
+	// Intercept, if set, is a ukeyctl that runs the helper under
+	// interception (ukeyctl run): the helper's own add_key, keyctl and
+	// request_key calls, and its children's (the stock /sbin/request-key
+	// and the "keyctl instantiate %k %c %S" lines of request-key.conf),
+	// are then served by the daemon with the upcall's authority, as the
+	// kernel serves its helpers.
+	Intercept string
+	server    *Server
 }
 
 // Upcaller returns the keys.Upcaller that runs h for s. A program that
@@ -65,7 +72,12 @@ func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
 	token, grant := h.server.addHelper(u)
 	defer h.server.dropHelper(token, grant)
 	args := append(append([]string(nil), h.Args...), u.Args()...)
-	cmd := exec.CommandContext(ctx, h.Path, args...)
+	path := h.Path
+	if h.Intercept != "" {
+		args = append([]string{"run", "--", h.Path}, args...)
+		path = h.Intercept
+	}
+	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Env = []string{"HOME=/", "PATH=/sbin:/bin:/usr/sbin:/usr/bin", "UKEYS_SOCKET=" + h.Socket, HelperEnv + "=" + token}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {

@@ -37,6 +37,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
+	"github.com/ukeys/ukeys/internal/intercept"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/server/metrics"
@@ -68,6 +69,7 @@ func run(args []string) int {
 	persist := fs.Duration("persistent-expiry", ev.duration("UKEYD_PERSISTENT_EXPIRY", def.PersistentExpiry), "persistent keyring timeout (env UKEYD_PERSISTENT_EXPIRY)")
 	helper := fs.String("request-key", envOr("UKEYD_REQUEST_KEY", defaultHelper()), "request-key helper command run to construct keys (env UKEYD_REQUEST_KEY; empty: none)")
 	upcallTimeout := fs.Duration("upcall-timeout", ev.duration("UKEYD_UPCALL_TIMEOUT", keys.DefaultUpcallTimeout), "kill a request-key helper after this long and negate the key (env UKEYD_UPCALL_TIMEOUT)")
+	helperIntercept := fs.Bool("request-key-intercept", envBool("UKEYD_REQUEST_KEY_INTERCEPT", true), "run the request-key helper under ukeyctl run, so that its own key system calls (the stock /sbin/request-key, request-key.conf's keyctl lines) act on ukeys with the upcall's authority, where seccomp user notification is to be had (env UKEYD_REQUEST_KEY_INTERCEPT)")
 	agentPath := fs.String("seccomp-agent", envOr("UKEYD_SECCOMP_AGENT", ""), "also serve container runtimes as an OCI seccomp agent on this Unix socket (linux.seccomp.listenerPath), each container a key namespace of its own (env UKEYD_SECCOMP_AGENT)")
 	lim := server.DefaultLimits(server.NoFile())
 	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
@@ -111,6 +113,9 @@ func run(args []string) int {
 	var helperProg *server.Helper
 	if f := strings.Fields(*helper); len(f) > 0 {
 		helperProg = &server.Helper{Path: f[0], Args: f[1:], Socket: *socket}
+		if runner := sibling("ukeyctl"); *helperIntercept && runner != "" && intercept.Available() {
+			helperProg.Intercept = runner
+		}
 		upcaller = helperProg
 	}
 	svc := keys.New(keys.WithUpcall(upcaller), keys.WithUpcallTimeout(*upcallTimeout))
@@ -212,6 +217,30 @@ func run(args []string) int {
 			return 0
 		}
 	}
+}
+
+// sibling returns the program name next to this binary, if it is there.
+func sibling(name string) string {
+	exe, err := os.Executable()
+	if err != nil {
+		return ""
+	}
+	p := filepath.Join(filepath.Dir(exe), name)
+	if _, err := exec.LookPath(p); err != nil {
+		return ""
+	}
+	return p
+}
+
+// envBool returns the boolean in the environment variable name, or def.
+func envBool(name string, def bool) bool {
+	switch os.Getenv(name) {
+	case "":
+		return def
+	case "0", "false", "no":
+		return false
+	}
+	return true
 }
 
 // defaultHelper is "ukeyctl request-key" next to this binary, if there.

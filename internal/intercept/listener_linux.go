@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -38,6 +40,14 @@ func Install() (listener int, err error) {
 	}
 	unix.CloseOnExec(int(fd))
 	return int(fd), nil
+}
+
+// Available reports whether this kernel can hand a filtered call to a
+// listener (SECCOMP_RET_USER_NOTIF, which it lists in
+// /proc/sys/kernel/seccomp/actions_avail) for an ABI ukeys knows.
+func Available() bool {
+	b, err := os.ReadFile("/proc/sys/kernel/seccomp/actions_avail")
+	return err == nil && native.arch != 0 && slices.Contains(strings.Fields(string(b)), "user_notif")
 }
 
 // IsListener reports whether fd is a seccomp listener: it knows the

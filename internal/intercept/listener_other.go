@@ -19,3 +19,6 @@ func (l *Listener) Close() error { return nil }
 
 // IsListener reports false: there are no seccomp listeners here.
 func IsListener(fd int) bool { return false }
+
+// Available reports false: only Linux has seccomp user notification.
+func Available() bool { return false }

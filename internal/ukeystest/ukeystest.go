@@ -41,6 +41,7 @@ type options struct {
 	keys     []keys.Option
 	cfg      server.Config
 	helper   []string
+	runner   string
 	tunables *keys.Tunables
 	dirMode  os.FileMode
 	socket   string
@@ -63,6 +64,12 @@ func WithConfig(cfg server.Config) Option {
 // (server.Config.Helper).
 func WithHelper(path string, args ...string) Option {
 	return func(o *options) { o.helper = append([]string{path}, args...) }
+}
+
+// WithHelperIntercepted runs the helper of WithHelper under
+// interception by runner, a ukeyctl (server.Helper.Intercept).
+func WithHelperIntercepted(runner string) Option {
+	return func(o *options) { o.runner = runner }
 }
 
 // WithTunables replaces the Service's tunables (keys.Service.SetTunables).
@@ -115,7 +122,7 @@ func NewDaemon(t testing.TB, opts ...Option) *Daemon {
 	}
 	kopts := o.keys
 	if o.helper != nil {
-		h := &server.Helper{Path: o.helper[0], Args: o.helper[1:], Socket: d.Socket}
+		h := &server.Helper{Path: o.helper[0], Args: o.helper[1:], Socket: d.Socket, Intercept: o.runner}
 		kopts = append(kopts[:len(kopts):len(kopts)], keys.WithUpcall(h))
 		cfg.Helper = h
 	}
