@@ -230,9 +230,6 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		// it answers.
 		return 0, unix.EOPNOTSUPP
 	}
-	if spec.Indirect {
-		return 0, unix.EOPNOTSUPP // its structures are not read yet
-	}
 	l.mem.pid = pid
 	req, errno := decode(&l.mem, spec, &n.args)
 	defer l.mem.release()

@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"bytes"
+	"encoding/binary"
 	"os"
 	"strconv"
 	"syscall"
@@ -111,6 +112,9 @@ const (
 // decode reads a call's arguments as spec lists them, from registers
 // args (args[0] is the call's first argument), into a request.
 func decode(m *memory, spec *wire.Spec, args *[6]uint64) (*wire.Request, syscall.Errno) {
+	if spec.Op == wire.OpDHCompute {
+		return decodeDH(m, args)
+	}
 	req := &wire.Request{Op: spec.Op}
 	for _, a := range spec.Args {
 		reg := args[a.Reg-1]
@@ -152,6 +156,52 @@ func decode(m *memory, spec *wire.Spec, args *[6]uint64) (*wire.Request, syscall
 	return req, 0
 }
 
+// decodeDH reads KEYCTL_DH_COMPUTE's structures: keyctl(DH_COMPUTE,
+// struct keyctl_dh_params *params, char *buffer, size_t buflen, struct
+// keyctl_kdf_params *kdf), in the order of wire's entry: private, prime,
+// base, buflen, hash (absent without a KDF), otherinfo.
+func decodeDH(m *memory, args *[6]uint64) (*wire.Request, syscall.Errno) {
+	params, errno := m.read(args[1], 12) // three key_serial_t
+	if errno != 0 {
+		return nil, errno
+	}
+	req := &wire.Request{Op: wire.OpDHCompute}
+	for i := range 3 {
+		req.Ints = append(req.Ints, int64(int32(binary.NativeEndian.Uint32(params[4*i:]))))
+	}
+	req.Ints = append(req.Ints, int64(args[3])) // buflen, a size_t
+	if args[4] == 0 {
+		req.Bufs = append(req.Bufs, nil, nil)
+		return req, 0
+	}
+	// struct keyctl_kdf_params: hashname, otherinfo, otherinfolen and
+	// eight spare words, which must be zero.
+	kdf, errno := m.read(args[4], 8+8+4+32)
+	if errno != 0 {
+		return nil, errno
+	}
+	for _, b := range kdf[20:52] {
+		if b != 0 {
+			return nil, unix.EINVAL
+		}
+	}
+	hashAt := binary.NativeEndian.Uint64(kdf)
+	infoAt, infoLen := binary.NativeEndian.Uint64(kdf[8:]), binary.NativeEndian.Uint32(kdf[16:])
+	hash, errno := m.readString(hashAt, 127) // CRYPTO_MAX_ALG_NAME, its NUL counted
+	if errno != 0 {
+		return nil, errno
+	}
+	if infoLen > 64 {
+		return nil, unix.EMSGSIZE // KEYCTL_KDF_MAX_OI_LEN
+	}
+	info, errno := m.read(infoAt, int(infoLen))
+	if errno != 0 {
+		return nil, errno
+	}
+	req.Bufs = append(req.Bufs, hash, info)
+	return req, 0
+}
+
 // encode writes a successful answer's results where the call wants them
 // and returns the call's value: the length of a buffer result (copied
 // into the caller's buffer if it fits whole, as keyctl_read_key and
@@ -175,6 +225,9 @@ func encode(m *memory, spec *wire.Spec, args *[6]uint64, resp *wire.Response) (i
 			if e := m.write(ptr, out[:min(uint64(len(out)), size)]); e != 0 {
 				return 0, e
 			}
+		}
+		if res.Ints > 0 && len(resp.Ints) > 0 {
+			return resp.Ints[0], 0 // the length the call reports (dh_compute's)
 		}
 		return int64(n), 0
 	}
