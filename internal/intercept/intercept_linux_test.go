@@ -7,6 +7,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -67,6 +68,20 @@ func child() int {
 		}
 	}
 	cstr := func(s string) uintptr { b := append([]byte(s), 0); return uintptr(unsafe.Pointer(&b[0])) }
+	if os.Getenv(childEnv) == "iov" {
+		// KEYCTL_INSTANTIATE_IOV of key 42 into ring -3, in three pieces.
+		parts := [][]byte{[]byte("ab"), nil, []byte("cde")}
+		iov := make([]unix.Iovec, len(parts))
+		for i, p := range parts {
+			if len(p) > 0 {
+				iov[i].Base = &p[0]
+			}
+			iov[i].SetLen(len(p))
+		}
+		_, _, e := unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_INSTANTIATE_IOV, 42, uintptr(unsafe.Pointer(&iov[0])), uintptr(len(iov)), uintptr(0xfffffffd), 0)
+		fmt.Println("instantiate_iov:", e)
+		return 0
+	}
 	if os.Getenv(childEnv) == "once" {
 		// One call, which the test kills the caller in the middle of.
 		unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr("killed"), 0, 0, uintptr(0xfffffffd), 0)
@@ -368,5 +383,32 @@ func TestCloseEndsServe(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "the call returned") {
 		t.Fatalf("the caller's call did not return: %s", out.String())
+	}
+}
+
+// KEYCTL_INSTANTIATE_IOV reaches the handler as KEYCTL_INSTANTIATE, its
+// payload gathered from the caller's iovec.
+func TestInstantiateIOV(t *testing.T) {
+	cmd, ours, fd, out := startChild(t, "iov")
+	var got *wire.Request
+	l, err := intercept.NewListener(fd, intercept.HandlerFunc(func(c intercept.Caller, r *wire.Request) *wire.Response {
+		got = &wire.Request{Op: r.Op, Ints: slices.Clone(r.Ints), Bufs: [][]byte{bytes.Clone(r.Bufs[0])}}
+		return &wire.Response{}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- l.Serve() }()
+	ours.Write([]byte{1})
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out.String())
+	}
+	<-served
+	if got == nil || got.Op != wire.OpInstantiate || !slices.Equal(got.Ints, []int64{42, -3}) || string(got.Bufs[0]) != "abcde" {
+		t.Fatalf("the handler got %+v (%q)", got, out.String())
+	}
+	if !strings.Contains(out.String(), "instantiate_iov: errno 0") {
+		t.Fatalf("the caller: %s", out.String())
 	}
 }

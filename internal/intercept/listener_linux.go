@@ -225,13 +225,24 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	}
 	pid := int(n.pid)
 	spec := wire.SyscallSpec(sysc, n.args[0])
+	iov := sysc == wire.SysKeyctl && n.args[0] == unix.KEYCTL_INSTANTIATE_IOV
+	if iov {
+		// KEYCTL_INSTANTIATE with its payload gathered from an iovec.
+		spec = wire.SpecOf(wire.OpInstantiate)
+	}
 	if spec == nil {
 		// A keyctl command ukeys does not serve: what a kernel without
 		// it answers.
 		return 0, unix.EOPNOTSUPP
 	}
 	l.mem.pid = pid
-	req, errno := decode(&l.mem, spec, &n.args)
+	var req *wire.Request
+	var errno syscall.Errno
+	if iov {
+		req, errno = decodeIOV(&l.mem, &n.args)
+	} else {
+		req, errno = decode(&l.mem, spec, &n.args)
+	}
 	defer l.mem.release()
 	if errno != 0 {
 		return 0, errno

@@ -202,6 +202,46 @@ func decodeDH(m *memory, args *[6]uint64) (*wire.Request, syscall.Errno) {
 	return req, 0
 }
 
+// decodeIOV reads KEYCTL_INSTANTIATE_IOV's arguments (key, const struct
+// iovec *iov, unsigned ioc, ringid) as KEYCTL_INSTANTIATE's, its payload
+// gathered from the iovec as the kernel's import_iovec gathers it: at
+// most UIO_MAXIOV segments (EINVAL beyond), at most a payload's bound in
+// all.
+func decodeIOV(m *memory, args *[6]uint64) (*wire.Request, syscall.Errno) {
+	req := &wire.Request{Op: wire.OpInstantiate, Ints: []int64{int64(int32(uint32(args[1]))), int64(int32(uint32(args[4])))}}
+	iovAt, ioc := args[2], args[3]
+	if iovAt == 0 || ioc == 0 {
+		req.Bufs = append(req.Bufs, nil)
+		return req, 0
+	}
+	if ioc > 1024 {
+		return nil, unix.EINVAL
+	}
+	vec, errno := m.read(iovAt, int(16*ioc))
+	if errno != 0 {
+		return nil, errno
+	}
+	var total uint64
+	for i := range int(ioc) {
+		total += binary.NativeEndian.Uint64(vec[16*i+8:])
+	}
+	if total > maxPayload {
+		return nil, unix.EINVAL
+	}
+	payload := m.take(int(total))
+	at := 0
+	for i := range int(ioc) {
+		base, n := binary.NativeEndian.Uint64(vec[16*i:]), int(binary.NativeEndian.Uint64(vec[16*i+8:]))
+		seg, errno := m.read(base, n)
+		if errno != 0 {
+			return nil, errno
+		}
+		at += copy(payload[at:], seg)
+	}
+	req.Bufs = append(req.Bufs, payload)
+	return req, 0
+}
+
 // encode writes a successful answer's results where the call wants them
 // and returns the call's value: the length of a buffer result (copied
 // into the caller's buffer if it fits whole, as keyctl_read_key and
