@@ -79,9 +79,14 @@ type report struct {
 	notes []string
 }
 
-var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon"}
+var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall"}
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	if v := os.Getenv(childEnv); v != "" {
+		os.Exit(syscallChild(v)) // a caller of the syscall scenario
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ukeybench", flag.ContinueOnError)
@@ -103,6 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	window := fs.Duration("window", 0, "longest measurement after the expiry (expiry; default 4m, 12s with -quick)")
 	clients := fs.String("clients", "1,4,16,64", "comma-separated client counts (daemon)")
 	garbage := fs.Int("garbage", 500_000, "keys the collector reaps during the gc-busy variant (daemon)")
+	callers := fs.String("callers", "1,4", "comma-separated counts of calling processes (syscall)")
 	quick := fs.Bool("quick", false, "small presets that finish each scenario in well under a minute")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown")
@@ -226,6 +232,15 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		p := daemonParams{Clients: ks, DurationMS: ms(*duration), Garbage: *garbage}
 		rep, err = runDaemon(p, *duration, prog)
+	case "syscall":
+		quicklyD("duration", duration, 200*time.Millisecond)
+		var ks []int
+		ks, err = parseInts(*callers)
+		if err != nil {
+			break
+		}
+		p := syscallParams{Callers: ks, DurationMS: ms(*duration)}
+		rep, err = runSyscall(p, *duration, prog)
 	default:
 		fmt.Fprintf(stderr, "ukeybench: unknown scenario %q\n", fs.Arg(0))
 		fs.Usage()

@@ -13,6 +13,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if v := os.Getenv(childEnv); v != "" {
+		os.Exit(syscallChild(v)) // a caller of the syscall scenario
+	}
 	goleak.VerifyTestMain(m,
 		// golang-lru's expirable LRU never stops its cleaner goroutine (its
 		// done channel is never closed); nothing outside the library can.
@@ -180,6 +183,21 @@ func TestDaemonQuickShape(t *testing.T) {
 			t.Errorf("%s/idle: the collector destroyed %v keys, want none", c, d)
 		}
 	}
+}
+
+func TestSyscallQuickShape(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"-json", "-quick", "-callers", "1,2", "-duration", "100ms", "syscall"}, &out, &errb); code != 0 {
+		if strings.Contains(errb.String(), "seccomp") || strings.Contains(errb.String(), "kernel keyrings") {
+			t.Skipf("no interception or no kernel keyrings here: %s", errb.String())
+		}
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	checkRows(t, rep, "syscall", []string{"callers-1", "callers-2"}, []string{"kernel", "intercepted", "socket"}, "us", "calls_per_s")
 }
 
 func TestTableAndMarkdown(t *testing.T) {
