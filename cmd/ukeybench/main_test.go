@@ -186,6 +186,9 @@ func TestDaemonQuickShape(t *testing.T) {
 }
 
 func TestSyscallQuickShape(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the syscall scenario needs Linux")
+	}
 	var out, errb bytes.Buffer
 	if code := run([]string{"-json", "-quick", "-callers", "1,2", "-duration", "100ms", "syscall"}, &out, &errb); code != 0 {
 		if strings.Contains(errb.String(), "seccomp") || strings.Contains(errb.String(), "kernel keyrings") {

@@ -1,0 +1,239 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime"
+	"strconv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"github.com/HdrHistogram/hdrhistogram-go"
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/keyctl"
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
+)
+
+// runSyscall measures keyctl_read of a small user key as a program makes
+// it: to the kernel, intercepted by ukeys (the program under the seccomp
+// filter, its listener served by a Server in this process), and over the
+// socket with the Go client; each by 1 or more callers, each a process
+// of its own, in parallel.
+func runSyscall(p syscallParams, dur time.Duration, prog *progress) (report, error) {
+	var rows []row
+	for _, variant := range []string{"kernel", "intercepted", "socket"} {
+		for _, k := range p.Callers {
+			prog.say(fmt.Sprintf("syscall %s, %d callers", variant, k))
+			r, err := syscallOnce(variant, k, dur)
+			if err != nil {
+				return report{}, fmt.Errorf("syscall %s/%d: %w", variant, k, err)
+			}
+			rows = append(rows, r)
+		}
+	}
+	return report{Scenario: "syscall", Params: p, Results: rows}, nil
+}
+
+func syscallOnce(variant string, k int, dur time.Duration) (row, error) {
+	dir, err := os.MkdirTemp("", "ukeybench-")
+	if err != nil {
+		return row{}, err
+	}
+	defer os.RemoveAll(dir)
+	svc := keys.New()
+	defer svc.Close()
+	srv := server.New(svc, server.Config{ReadTimeout: time.Minute})
+	sock := filepath.Join(dir, "ukeyd.sock")
+	ln, err := server.Listen(sock)
+	if err != nil {
+		return row{}, err
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		srv.Shutdown(ctx)
+		<-served
+	}()
+	exe, err := os.Executable()
+	if err != nil {
+		return row{}, err
+	}
+	type kid struct {
+		cmd  *exec.Cmd
+		ours *os.File
+	}
+	kids := make([]*kid, k)
+	var wg sync.WaitGroup
+	errs := make(chan error, k)
+	for i := range kids {
+		c := &kid{cmd: exec.Command(exe)}
+		c.cmd.Stdout = &outBuf{}
+		c.cmd.Env = append(os.Environ(), childEnv+"="+variant, "UKEYBENCH_DURATION="+dur.String(), "UKEYS_SOCKET="+sock)
+		if variant == "intercepted" {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return row{}, err
+			}
+			c.ours = os.NewFile(uintptr(fds[0]), "ours")
+			defer c.ours.Close()
+			theirs := os.NewFile(uintptr(fds[1]), "theirs")
+			c.cmd.ExtraFiles = []*os.File{theirs}
+			if err := c.cmd.Start(); err != nil {
+				return row{}, err
+			}
+			theirs.Close()
+			oob := make([]byte, unix.CmsgSpace(4))
+			_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
+			if err != nil {
+				c.cmd.Wait()
+				return row{}, fmt.Errorf("no listener from the caller (seccomp user notification unavailable?): %w", err)
+			}
+			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
+			rights, _ := unix.ParseUnixRights(&msgs[0])
+			go srv.ServeListener(rights[0])
+		} else if err := c.cmd.Start(); err != nil {
+			return row{}, err
+		}
+		kids[i] = c
+	}
+	// All at once.
+	for _, c := range kids {
+		if c.ours != nil {
+			c.ours.Write([]byte{1})
+		}
+	}
+	h := hdrhistogram.New(1, int64(time.Second), 3)
+	var mu sync.Mutex
+	var calls int64
+	for _, c := range kids {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			out, err := outputOf(c.cmd)
+			if err != nil {
+				errs <- err
+				return
+			}
+			var res struct {
+				Calls int64                  `json:"calls"`
+				Hist  *hdrhistogram.Snapshot `json:"hist"`
+			}
+			if err := json.Unmarshal(out, &res); err != nil {
+				errs <- fmt.Errorf("caller said %q: %w", out, err)
+				return
+			}
+			mu.Lock()
+			h.Merge(hdrhistogram.Import(res.Hist))
+			calls += res.Calls
+			mu.Unlock()
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return row{}, err
+	}
+	r := histRow("callers-"+strconv.Itoa(k), variant, "us", h, 1e3)
+	r.Extra = map[string]any{"calls_per_s": float64(calls) / dur.Seconds()}
+	return r, nil
+}
+
+// outputOf waits for a started command and returns its standard output,
+// which it reads from a pipe set up here.
+func outputOf(cmd *exec.Cmd) ([]byte, error) {
+	err := cmd.Wait()
+	if b, ok := cmd.Stdout.(*outBuf); ok {
+		return b.b, err
+	}
+	return nil, err
+}
+
+// outBuf collects a caller's output.
+type outBuf struct{ b []byte }
+
+func (o *outBuf) Write(p []byte) (int, error) { o.b = append(o.b, p...); return len(p), nil }
+
+// syscallChild is a caller of the syscall scenario: it reads a small
+// user key as fast as it can for the duration and prints its calls and
+// their latencies.
+func syscallChild(variant string) int {
+	if variant != "socket" {
+		// The filter is the thread's: the calls must come from it. (A
+		// client's goroutine is better left free: a locked one is woken
+		// by a hand-off between threads at every answer.)
+		runtime.LockOSThread()
+	}
+	dur, _ := time.ParseDuration(os.Getenv("UKEYBENCH_DURATION"))
+	read := func() error { return nil }
+	switch variant {
+	case "kernel", "intercepted":
+		if variant == "kernel" {
+			if _, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
+				fmt.Fprintln(os.Stderr, "kernel keyrings:", e)
+				return 1
+			}
+		} else {
+			fd, err := intercept.Install()
+			if err != nil {
+				fmt.Fprintln(os.Stderr, err)
+				return 1
+			}
+			if err := unix.Sendmsg(3, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+				return 1
+			}
+			unix.Close(fd)
+			var w [1]byte
+			unix.Read(3, w[:])
+		}
+		typ, desc, payload := []byte("user\x00"), []byte("bench\x00"), []byte("0123456789abcdef")
+		id, _, e := unix.Syscall6(unix.SYS_ADD_KEY, uintptr(unsafe.Pointer(&typ[0])), uintptr(unsafe.Pointer(&desc[0])),
+			uintptr(unsafe.Pointer(&payload[0])), uintptr(len(payload)), uintptr(0xfffffffd), 0)
+		if e != 0 {
+			fmt.Fprintln(os.Stderr, "add_key:", e)
+			return 1
+		}
+		buf := make([]byte, 64)
+		read = func() error {
+			if _, _, e := unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_READ, id, uintptr(unsafe.Pointer(&buf[0])), 64, 0, 0); e != 0 {
+				return e
+			}
+			return nil
+		}
+	case "socket":
+		c, err := client.Dial(os.Getenv("UKEYS_SOCKET"))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer c.Close()
+		id, err := c.AddKey("user", "bench", []byte("0123456789abcdef"), keyctl.SessionKeyring)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		read = func() error { _, err := c.Read(id); return err }
+	}
+	h := hdrhistogram.New(1, int64(time.Second), 3)
+	var calls int64
+	for end := time.Now().Add(dur); time.Now().Before(end); calls++ {
+		t0 := time.Now()
+		if err := read(); err != nil {
+			fmt.Fprintln(os.Stderr, "read:", err)
+			return 1
+		}
+		h.RecordValue(max(int64(time.Since(t0)), 1))
+	}
+	json.NewEncoder(os.Stdout).Encode(map[string]any{"calls": calls, "hist": h.Export()})
+	return 0
+}
