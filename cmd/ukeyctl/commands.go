@@ -87,6 +87,7 @@ func init() {
 		{"sysctl", "[<name>[=<value>]]", (*app).cmdSysctl},
 		{"status", "", (*app).cmdStatus},
 		{"run", "[--] <program> [<args>...]", (*app).cmdRun},
+		{"seccomp-profile", "[--listener <path>] [<profile>]", (*app).cmdSeccompProfile},
 		{"request-key", "[-d] [-D <desc>] [-l] [-n] [-v] <op> <key> <uid> <gid> <threadring> <processring> <sessionring> [<info>]", (*app).cmdRequestKey},
 	}
 }
