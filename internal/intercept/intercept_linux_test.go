@@ -150,39 +150,8 @@ func child() int {
 // kernel, and gets the kernel's answers from a keys.Service; the
 // kernel's own keyrings see none of it.
 func TestInterceptedCalls(t *testing.T) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
-	defer ours.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), childEnv+"=1")
-	cmd.ExtraFiles = []*os.File{theirs}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { cmd.Process.Kill() }) // a child left waiting for the word
-	theirs.Close()
-
-	oob := make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
-	var rights []int
-	if err == nil {
-		var msgs []unix.SocketControlMessage
-		if msgs, err = unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
-			rights, err = unix.ParseUnixRights(&msgs[0])
-		}
-	}
-	if err != nil || len(rights) != 1 {
-		cmd.Wait() // out is the child's alone until it has exited
-		if strings.HasPrefix(out.String(), "install:") {
-			t.Skipf("the kernel does not let this process filter its key calls: %s", out.String())
-		}
-		t.Fatalf("no listener: %v\n%s", err, out.String())
-	}
+	cmd, ours, fd, out := startChild(t, "1")
+	rights := []int{fd}
 
 	svc := keys.New()
 	defer svc.Close()
@@ -218,7 +187,7 @@ func TestInterceptedCalls(t *testing.T) {
 
 	said := out.String()
 	got := map[string]string{}
-	sc := bufio.NewScanner(&out)
+	sc := bufio.NewScanner(out)
 	for sc.Scan() {
 		k, v, _ := strings.Cut(sc.Text(), ": ")
 		got[k] = v
