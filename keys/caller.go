@@ -89,6 +89,27 @@ func (c *Caller) Release() {
 	}
 }
 
+// NewThread returns a caller for another thread of c's process, as the
+// kernel's clone with CLONE_THREAD makes one: a copy of c's credentials
+// as they are now, with c's session and process keyrings (the process
+// keyring is shared by the threads that existed when it was made; one a
+// thread makes later is that thread's alone, as in the kernel, where it
+// is installed in the making thread's credentials only), its request_key
+// default, and no thread keyring.
+func (c *Caller) NewThread() *Caller {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	t := &Caller{s: c.s, cred: c.cred, jit: c.jit}
+	t.cred.Groups = slices.Clone(c.cred.Groups)
+	if k := c.session.Load(); k != nil {
+		t.session.Store(k.get())
+	}
+	if k := c.process.Load(); k != nil {
+		t.process.Store(k.get())
+	}
+	return t
+}
+
 // Fork returns a caller for a child process: the same credentials and
 // session keyring, no thread or process keyring (as fork does).
 func (c *Caller) Fork(pid int) *Caller {

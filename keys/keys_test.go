@@ -2,6 +2,7 @@ package keys
 
 import (
 	"bytes"
+	"errors"
 	"strings"
 	"testing"
 )
@@ -466,5 +467,38 @@ func TestInherit(t *testing.T) {
 	ses := must(orphan.Describe(SessionKeyring))(t)
 	if ses.Description != "_uid_ses.1002" {
 		t.Fatalf("the child's session is %q", ses.Description)
+	}
+}
+
+// A process's threads each have a thread keyring of their own; they
+// share the process keyring that existed when they were made, and one a
+// thread makes later is its own, as the kernel installs it in the making
+// thread's credentials only.
+func TestThreadsAndTheProcessKeyring(t *testing.T) {
+	e := newEnv(t)
+	main := e.caller(1000, 1000)
+	pMain := must(main.GetKeyringID(ProcessKeyring, true))(t)
+	other := main.NewThread()
+	defer other.Release()
+	if p := must(other.GetKeyringID(ProcessKeyring, false))(t); p != pMain {
+		t.Fatalf("@p: %d and %d, want the one made before the thread", pMain, p)
+	}
+	tMain := must(main.GetKeyringID(ThreadKeyring, true))(t)
+	if _, err := other.GetKeyringID(ThreadKeyring, false); !errors.Is(err, ENOKEY) {
+		t.Fatalf("the other thread's @t before it made one: %v", err)
+	}
+	if tOther := must(other.GetKeyringID(ThreadKeyring, true))(t); tMain == tOther {
+		t.Fatal("two threads share a thread keyring")
+	}
+	if main.Session() != other.Session() {
+		t.Fatal("a new thread starts with another session")
+	}
+	// A thread made before @p existed makes its own.
+	lone := e.caller(1001, 1001)
+	a, b := lone.NewThread(), lone.NewThread()
+	defer a.Release()
+	defer b.Release()
+	if pa, pb := must(a.GetKeyringID(ProcessKeyring, true))(t), must(b.GetKeyringID(ProcessKeyring, true))(t); pa == pb {
+		t.Fatal("two threads that each made @p share it")
 	}
 }

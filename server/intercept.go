@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"os"
 	"sync"
 	"syscall"
 
@@ -19,8 +21,48 @@ import (
 
 // intercepting is the server's part of a process's intercepted calls.
 type intercepting struct {
-	mu   sync.Mutex // one call at a time per process
-	conn *conn      // a connection without a socket, for dispatch
+	mu      sync.Mutex    // one call at a time per process
+	conn    *conn         // a connection without a socket, for dispatch
+	threads map[int]*conn // the process's other threads, by tid: a caller each (keys.Caller.NewThread)
+}
+
+// maxThreads is how many threads' callers a process keeps before it
+// looks for those that have exited.
+const maxThreads = 64
+
+// release drops the threads' callers, as the process's exit does.
+func (ic *intercepting) release() {
+	ic.mu.Lock()
+	defer ic.mu.Unlock()
+	for _, tc := range ic.threads {
+		tc.caller.Release()
+	}
+	ic.threads = nil
+}
+
+// thread returns the connection of thread tid of process p, making its
+// caller, a thread of p's (its own @t, p's @p), on its first call.
+// ic.mu is held.
+func (ic *intercepting) thread(s *Server, p *proc, tid int) *conn {
+	if tc := ic.threads[tid]; tc != nil {
+		return tc
+	}
+	if len(ic.threads) >= maxThreads {
+		// Forget the threads that have exited (and so their @t).
+		for t, tc := range ic.threads {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", p.handle.pid, t)); err != nil {
+				tc.caller.Release()
+				delete(ic.threads, t)
+			}
+		}
+	}
+	if ic.threads == nil {
+		ic.threads = make(map[int]*conn)
+	}
+	caller := p.caller.NewThread()
+	tc := &conn{s: s, cred: caller.Cred(), proc: p, caller: caller}
+	ic.threads[tid] = tc
+	return tc
 }
 
 // intercept serves the listener passed with the request.
@@ -119,6 +161,10 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 	}
 	p.calls.mu.Lock()
 	defer p.calls.mu.Unlock()
+	if ic.Tid != ic.Pid && ic.Tid > 0 {
+		// Another thread than the first: a thread keyring of its own.
+		return p.calls.thread(s, p, ic.Tid).dispatch(r)
+	}
 	if p.calls.conn == nil {
 		p.calls.conn = &conn{s: s, cred: p.caller.Cred(), proc: p, caller: p.caller}
 	}

@@ -165,6 +165,7 @@ func (s *Server) reapProcs() {
 // unless it is entombed (forks.go): then only its handle is closed, and
 // its keyrings go when the tomb does.
 func (p *proc) end() {
+	p.calls.release()
 	p.handle.close()
 	if !p.entombed.Load() {
 		p.caller.Release()

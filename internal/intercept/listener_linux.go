@@ -21,7 +21,16 @@ import (
 // above all), is filtered; other threads of this process are not, so the
 // caller locks its goroutine to its thread (runtime.LockOSThread) and
 // calls or execs from there.
-func Install() (listener int, err error) {
+func Install() (listener int, err error) { return install(0) }
+
+// InstallAll is Install for every thread of this process at once
+// (SECCOMP_FILTER_FLAG_TSYNC), for a program that makes key calls from
+// several threads itself rather than exec another.
+func InstallAll() (listener int, err error) {
+	return install(unix.SECCOMP_FILTER_FLAG_TSYNC | unix.SECCOMP_FILTER_FLAG_TSYNC_ESRCH)
+}
+
+func install(flags uintptr) (listener int, err error) {
 	prog := Filter()
 	if prog == nil {
 		return -1, ErrUnsupported
@@ -31,7 +40,7 @@ func Install() (listener int, err error) {
 	}
 	fprog := unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]}
 	fd, _, e := unix.Syscall(unix.SYS_SECCOMP, unix.SECCOMP_SET_MODE_FILTER,
-		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER, uintptr(unsafe.Pointer(&fprog)))
+		unix.SECCOMP_FILTER_FLAG_NEW_LISTENER|flags, uintptr(unsafe.Pointer(&fprog)))
 	if e != 0 {
 		if e == unix.EINVAL || e == unix.ENOSYS {
 			return -1, fmt.Errorf("%w (seccomp: %v)", ErrUnsupported, e)

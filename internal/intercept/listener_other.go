@@ -5,6 +5,9 @@ package intercept
 // Install fails: only Linux has seccomp user notification.
 func Install() (int, error) { return -1, ErrUnsupported }
 
+// InstallAll fails: only Linux has seccomp user notification.
+func InstallAll() (int, error) { return -1, ErrUnsupported }
+
 // A Listener serves the calls a seccomp listener receives (Linux only).
 type Listener struct{}
 

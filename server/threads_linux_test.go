@@ -1,0 +1,132 @@
+package server_test
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"os/exec"
+	"runtime"
+	"strings"
+	"sync"
+	"testing"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
+)
+
+func init() { testChildren["threads"] = threadsChild }
+
+// threadsChild asks for @t and @p (creating them) from two threads at
+// once, under the filter on all its threads (or, with UKEYS_TEST_KERNEL,
+// of the kernel), and says whether the threads' @t differ and their @p
+// agree.
+func threadsChild() {
+	if os.Getenv("UKEYS_TEST_KERNEL") == "" {
+		fd, err := intercept.InstallAll()
+		if err != nil {
+			fmt.Println("install:", err)
+			os.Exit(1)
+		}
+		if err := unix.Sendmsg(3, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+			os.Exit(1)
+		}
+		unix.Close(fd)
+		var w [1]byte
+		unix.Read(3, w[:])
+	} else if _, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
+		fmt.Println("kernel keyrings:", e)
+		os.Exit(0)
+	}
+	get := func(id int) int32 {
+		r, _, _ := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, uintptr(uint32(int32(id))), 1)
+		return int32(r)
+	}
+	var ts, ps [2]int32
+	var wg sync.WaitGroup
+	ready := make(chan struct{})
+	for i := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			runtime.LockOSThread() // two threads, both held while they ask
+			<-ready
+			ts[i], ps[i] = get(-1), get(-2)
+		}()
+	}
+	close(ready)
+	wg.Wait()
+	fmt.Printf("threads' @t differ: %v\nthreads' @p agree: %v\n", ts[0] != ts[1] && ts[0] > 0 && ts[1] > 0, ps[0] == ps[1] && ps[0] > 0)
+}
+
+// The threads of an intercepted program each have a thread keyring of
+// their own, as with the kernel; and, as with the kernel, two threads
+// that each make the process keyring make one each (the kernel installs
+// it in the making thread's credentials only).
+func TestInterceptedThreads(t *testing.T) {
+	svc := keys.New()
+	defer svc.Close()
+	srv := server.New(svc, server.Config{})
+	defer srv.Shutdown(t.Context())
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+	defer ours.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=threads")
+	cmd.ExtraFiles = []*os.File{theirs}
+	out, _ := cmd.StdoutPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Close()
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
+	var rights []int
+	if err == nil {
+		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil && len(msgs) == 1 {
+			rights, err = unix.ParseUnixRights(&msgs[0])
+		}
+	}
+	if err != nil || len(rights) != 1 {
+		line, _ := bufio.NewReader(out).ReadString('\n')
+		cmd.Wait()
+		t.Skipf("no interception here: %v %s", err, line)
+	}
+	done := make(chan error, 1)
+	go func() { done <- srv.ServeListener(rights[0]) }()
+	ours.Write([]byte{1})
+	said, _ := readAll(out)
+	cmd.Wait()
+	<-done
+	want := "threads' @t differ: true\nthreads' @p agree: false\n"
+	if said != want {
+		t.Fatalf("ukeys: %q, want %q", said, want)
+	}
+	// And the kernel says the same.
+	kc := exec.Command(os.Args[0], "-test.run=^$")
+	kc.Env = append(os.Environ(), "UKEYS_TEST_CHILD=threads", "UKEYS_TEST_KERNEL=1")
+	kout, err := kc.Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if k := string(kout); !strings.HasPrefix(k, "kernel keyrings:") && k != want {
+		t.Fatalf("the kernel: %q", k)
+	}
+}
+
+func readAll(r interface{ Read([]byte) (int, error) }) (string, error) {
+	var b strings.Builder
+	buf := make([]byte, 4096)
+	for {
+		n, err := r.Read(buf)
+		b.Write(buf[:n])
+		if err != nil {
+			return b.String(), nil
+		}
+	}
+}
