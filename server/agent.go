@@ -124,7 +124,7 @@ func (a *Agent) handle(uc *net.UnixConn) {
 	// container's id names its key namespace, and anyone else could
 	// join another's by naming it.
 	cred, err := peerCred(uc)
-	if err != nil || cred.UID != 0 && int(cred.UID) != euid() {
+	if err != nil || cred.UID != 0 && int(cred.UID) != os.Geteuid() {
 		a.log.Warn("ukeyd: seccomp agent: refusing a runtime that is not root", "uid", cred.UID, "pid", cred.PID)
 		return
 	}
@@ -248,5 +248,3 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 		return ctx.Err()
 	}
 }
-
-func euid() int { return os.Geteuid() }

@@ -37,7 +37,7 @@ func agentChild() {
 		fmt.Println("install:", err)
 		os.Exit(1)
 	}
-	if err := unix.Sendmsg(3, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+	if err := intercept.SendListener(3, fd); err != nil {
 		os.Exit(1)
 	}
 	unix.Close(fd)
@@ -86,15 +86,8 @@ func runInContainer(t *testing.T, agentSock, id, op, desc string) *container {
 	}
 	theirs.Close()
 	t.Cleanup(func() { c.ours.Close(); c.cmd.Process.Kill(); c.cmd.Wait() })
-	oob := make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
-	var rights []int
-	if err == nil {
-		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil && len(msgs) == 1 {
-			rights, err = unix.ParseUnixRights(&msgs[0])
-		}
-	}
-	if err != nil || len(rights) != 1 {
+	listener, err := intercept.ReceiveListener(fds[0])
+	if err != nil {
 		line, _ := c.said.ReadString('\n')
 		if strings.HasPrefix(line, "install:") {
 			t.Skipf("no seccomp user notification here: %s", line)
@@ -110,11 +103,11 @@ func runInContainer(t *testing.T, agentSock, id, op, desc string) *container {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := conn.WriteMsgUnix(msg, unix.UnixRights(rights[0]), nil); err != nil {
+	if _, _, err := conn.WriteMsgUnix(msg, unix.UnixRights(listener), nil); err != nil {
 		t.Fatal(err)
 	}
 	conn.Close()
-	unix.Close(rights[0])
+	unix.Close(listener)
 	c.ours.Write([]byte{1})
 	return c
 }

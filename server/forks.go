@@ -216,7 +216,7 @@ func (s *Server) forked(f procEvent) {
 			parent = t.p
 		}
 	}
-	var pcaller = (*keys.Caller)(nil)
+	var pcaller *keys.Caller
 	if parent != nil && !s.closing {
 		pcaller = parent.caller
 	}

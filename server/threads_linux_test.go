@@ -30,7 +30,7 @@ func threadsChild() {
 			fmt.Println("install:", err)
 			os.Exit(1)
 		}
-		if err := unix.Sendmsg(3, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+		if err := intercept.SendListener(3, fd); err != nil {
 			os.Exit(1)
 		}
 		unix.Close(fd)
@@ -84,21 +84,14 @@ func TestInterceptedThreads(t *testing.T) {
 		t.Fatal(err)
 	}
 	theirs.Close()
-	oob := make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
-	var rights []int
-	if err == nil {
-		if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil && len(msgs) == 1 {
-			rights, err = unix.ParseUnixRights(&msgs[0])
-		}
-	}
-	if err != nil || len(rights) != 1 {
+	listener, err := intercept.ReceiveListener(fds[0])
+	if err != nil {
 		line, _ := bufio.NewReader(out).ReadString('\n')
 		cmd.Wait()
 		t.Skipf("no interception here: %v %s", err, line)
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.ServeListener(rights[0]) }()
+	go func() { done <- srv.ServeListener(listener) }()
 	ours.Write([]byte{1})
 	said, _ := readAll(out)
 	cmd.Wait()

@@ -93,15 +93,12 @@ func syscallOnce(variant string, k int, dur time.Duration) (row, error) {
 				return row{}, err
 			}
 			theirs.Close()
-			oob := make([]byte, unix.CmsgSpace(4))
-			_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
+			listener, err := intercept.ReceiveListener(fds[0])
 			if err != nil {
 				c.cmd.Wait()
 				return row{}, fmt.Errorf("no listener from the caller (seccomp user notification unavailable?): %w", err)
 			}
-			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-			rights, _ := unix.ParseUnixRights(&msgs[0])
-			go srv.ServeListener(rights[0])
+			go srv.ServeListener(listener)
 		} else if err := c.cmd.Start(); err != nil {
 			return row{}, err
 		}
@@ -189,7 +186,7 @@ func syscallChild(variant string) int {
 				fmt.Fprintln(os.Stderr, err)
 				return 1
 			}
-			if err := unix.Sendmsg(3, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+			if err := intercept.SendListener(3, fd); err != nil {
 				return 1
 			}
 			unix.Close(fd)

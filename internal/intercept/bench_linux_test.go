@@ -39,7 +39,7 @@ func benchChild(n int, kernel bool) int {
 			fmt.Println("install:", err)
 			return 1
 		}
-		if err := unix.Sendmsg(3, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+		if err := intercept.SendListener(3, fd); err != nil {
 			return 1
 		}
 		unix.Close(fd)
@@ -123,15 +123,12 @@ func runBench(b *testing.B, procs, n int, kernel bool) {
 				b.Fatal(err)
 			}
 			theirs.Close()
-			oob := make([]byte, unix.CmsgSpace(4))
-			_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
+			listener, err := intercept.ReceiveListener(fds[0])
 			if err != nil {
 				k.cmd.Wait()
 				b.Skipf("no listener: %v: %s", err, k.out.String())
 			}
-			msgs, _ := unix.ParseSocketControlMessage(oob[:oobn])
-			rights, _ := unix.ParseUnixRights(&msgs[0])
-			if k.l, err = intercept.NewListener(rights[0], h); err != nil {
+			if k.l, err = intercept.NewListener(listener, h); err != nil {
 				b.Fatal(err)
 			}
 			go func() { k.done <- k.l.Serve() }()

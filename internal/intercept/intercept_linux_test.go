@@ -56,7 +56,7 @@ func child() int {
 			fmt.Println("install:", err)
 			return 1
 		}
-		if err := unix.Sendmsg(3, []byte{1}, unix.UnixRights(fd), nil, 0); err != nil {
+		if err := intercept.SendListener(3, fd); err != nil {
 			fmt.Println("send:", err)
 			return 1
 		}
@@ -272,23 +272,15 @@ func startChild(t *testing.T, mode string) (*exec.Cmd, *os.File, int, *bytes.Buf
 	}
 	t.Cleanup(func() { cmd.Process.Kill() })
 	theirs.Close()
-	oob := make([]byte, unix.CmsgSpace(4))
-	_, oobn, _, _, err := unix.Recvmsg(fds[0], make([]byte, 1), oob, 0)
-	var rights []int
-	if err == nil {
-		var msgs []unix.SocketControlMessage
-		if msgs, err = unix.ParseSocketControlMessage(oob[:oobn]); err == nil && len(msgs) == 1 {
-			rights, err = unix.ParseUnixRights(&msgs[0])
-		}
-	}
-	if err != nil || len(rights) != 1 {
+	listener, err := intercept.ReceiveListener(fds[0])
+	if err != nil {
 		cmd.Wait()
 		if strings.HasPrefix(out.String(), "install:") {
 			t.Skipf("the kernel does not let this process filter its key calls: %s", out.String())
 		}
 		t.Fatalf("no listener: %v\n%s", err, out.String())
 	}
-	return cmd, ours, rights[0], out
+	return cmd, ours, listener, out
 }
 
 // A caller killed in the middle of a call: the answer has nobody to go

@@ -25,3 +25,9 @@ func IsListener(fd int) bool { return false }
 
 // Available reports false: only Linux has seccomp user notification.
 func Available() bool { return false }
+
+// SendListener fails: there are no seccomp listeners here.
+func SendListener(conn, fd int) error { return ErrUnsupported }
+
+// ReceiveListener fails: there are no seccomp listeners here.
+func ReceiveListener(conn int) (int, error) { return -1, ErrUnsupported }

@@ -1,0 +1,40 @@
+package intercept
+
+import (
+	"errors"
+
+	"golang.org/x/sys/unix"
+)
+
+// SendListener hands the listener fd to the process at the other end of
+// the Unix stream socket conn (SCM_RIGHTS, with one byte), as a program
+// that has installed the filter on itself gives its listener to its
+// supervisor. The descriptor stays the caller's to close.
+func SendListener(conn, fd int) error {
+	return unix.Sendmsg(conn, []byte{1}, unix.UnixRights(fd), nil, 0)
+}
+
+// errNoListener reports a message that carried no descriptor.
+var errNoListener = errors.New("intercept: no listener came with the message")
+
+// ReceiveListener receives a listener that SendListener sent on conn; the
+// caller owns it.
+func ReceiveListener(conn int) (int, error) {
+	oob := make([]byte, unix.CmsgSpace(4))
+	_, oobn, _, _, err := unix.Recvmsg(conn, make([]byte, 1), oob, unix.MSG_CMSG_CLOEXEC)
+	if err != nil {
+		return -1, err
+	}
+	msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+	if err != nil || len(msgs) != 1 {
+		return -1, errNoListener
+	}
+	fds, err := unix.ParseUnixRights(&msgs[0])
+	if err != nil || len(fds) != 1 {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		return -1, errNoListener
+	}
+	return fds[0], nil
+}
