@@ -82,7 +82,7 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 			return id, err
 		}
 	}
-	k, err := c.s.alloc(keySpec{typ: t, desc: desc, uid: c.cred.UID, gid: c.cred.GID, perm: defaultPerm(t), quota: true})
+	k, err := c.s.alloc(keySpec{typ: t, desc: desc, uid: c.cr().UID, gid: c.cr().GID, perm: defaultPerm(t), quota: true})
 	if err != nil {
 		prep.wipe()
 		return 0, err
@@ -115,7 +115,7 @@ func (c *Caller) updateExisting(r ref, t *Type, desc string, prep *Payload, char
 		prep.wipe()
 		return 0, true, err
 	}
-	if !permitted(k, &c.cred, r.possessed, Write) {
+	if !permitted(k, c.cr(), r.possessed, Write) {
 		prep.wipe()
 		return 0, true, EACCES
 	}

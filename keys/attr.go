@@ -113,10 +113,10 @@ func (c *Caller) chown(id Serial, uid, gid int64) error {
 }
 
 func (c *Caller) chownLocked(k *Key, uid, gid int64) error {
-	if uid != -1 && uint32(uid) != k.uid.Load() && !c.cred.Capable(CapSysAdmin) {
+	if uid != -1 && uint32(uid) != k.uid.Load() && !c.cr().Capable(CapSysAdmin) {
 		return EACCES
 	}
-	if gid != -1 && uint32(gid) != k.gid.Load() && !c.cred.inGroup(uint32(gid)) && !c.cred.Capable(CapSysAdmin) {
+	if gid != -1 && uint32(gid) != k.gid.Load() && !c.cr().inGroup(uint32(gid)) && !c.cr().Capable(CapSysAdmin) {
 		return EACCES
 	}
 	if uid != -1 && uint32(uid) != k.uid.Load() {
@@ -164,7 +164,7 @@ func (c *Caller) SetPerm(id Serial, perm Perm) error {
 	}
 	defer r.put()
 	k := r.key
-	if k.uid.Load() != c.cred.UID && !c.cred.Capable(CapSysAdmin) {
+	if k.uid.Load() != c.cr().UID && !c.cr().Capable(CapSysAdmin) {
 		return wrap("keyctl_setperm", id, EACCES)
 	}
 	k.perm.Store(uint32(perm))

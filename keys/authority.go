@@ -69,7 +69,7 @@ func (c *Caller) authFor(id Serial) (*Key, error) {
 // caller's keyrings (key_get_instantiation_authkey). The result holds a
 // reference.
 func (c *Caller) instantiationAuthKey(id Serial) (*Key, error) {
-	sc := &search{cred: &c.cred, typ: authType.Name, desc: fmt.Sprintf("%x", uint32(id)), stateCheck: true,
+	sc := &search{cred: c.cr(), typ: authType.Name, desc: fmt.Sprintf("%x", uint32(id)), stateCheck: true,
 		checkPerm: true, recurse: true, now: c.s.now()}
 	sec := c.s.dom.Read()
 	k, err := c.searchProcess(sc)

@@ -141,7 +141,7 @@ func BenchmarkSearch10k(b *testing.B) {
 		b.ReportAllocs()
 		i := 0
 		for b.Loop() {
-			sc := search{cred: &c.cred, typ: "user", desc: descs[i&1023], stateCheck: true, checkPerm: true, recurse: true, now: s.now()}
+			sc := search{cred: c.cr(), typ: "user", desc: descs[i&1023], stateCheck: true, checkPerm: true, recurse: true, now: s.now()}
 			sec := s.dom.Read()
 			_, err := sc.tree(k, true)
 			sec.End()

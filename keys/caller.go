@@ -47,8 +47,11 @@ func (c *Cred) inGroup(gid uint32) bool {
 // daemon makes one per client process; Release drops its keyrings when
 // the process goes away. A Caller is safe for concurrent use.
 type Caller struct {
-	s    *Service
-	cred Cred
+	s *Service
+	// cred is replaced whole when the caller's credentials change
+	// (SetCred), as the kernel's commit_creds replaces a task's cred;
+	// an operation reads it once per check (cr).
+	cred atomic.Pointer[Cred]
 
 	// mu serialises changes of the keyring slots below. The slots are
 	// atomic so that searches, which run in rcu read sections, read them
@@ -67,11 +70,43 @@ type Caller struct {
 // process or session keyring yet.
 func (s *Service) NewCaller(cred Cred) *Caller {
 	cred.Groups = slices.Clone(cred.Groups)
-	return &Caller{s: s, cred: cred}
+	c := &Caller{s: s}
+	c.cred.Store(&cred)
+	return c
 }
 
 // Cred returns the caller's credentials.
-func (c *Caller) Cred() Cred { return c.cred }
+func (c *Caller) Cred() Cred { return *c.cr() }
+
+// cr returns the caller's credentials as they are now.
+func (c *Caller) cr() *Cred { return c.cred.Load() }
+
+// SetCred replaces the caller's credentials (its pid stays), as a task's
+// setuid, setgid, setgroups or capset commits new ones in the kernel:
+// its keyrings stay, and its thread keyring, which the kernel keeps
+// owned by the thread's current fsuid and fsgid, changes owner with it.
+func (c *Caller) SetCred(cred Cred) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	old := c.cr()
+	cred.PID = old.PID
+	cred.Groups = slices.Clone(cred.Groups)
+	c.cred.Store(&cred)
+	if t := c.thread.Load(); t != nil {
+		t.uid.Store(cred.UID)
+		t.gid.Store(cred.GID)
+	}
+}
+
+// Exec drops the caller's thread and process keyrings, as the kernel's
+// execve does: a program starts with neither and keeps its session.
+func (c *Caller) Exec() {
+	c.mu.Lock()
+	t, p := c.thread.Swap(nil), c.process.Swap(nil)
+	c.mu.Unlock()
+	t.put()
+	p.put()
+}
 
 // Release drops the caller's references to its keyrings, as a process's
 // exit does. The caller must not be used afterwards.
@@ -99,8 +134,10 @@ func (c *Caller) Release() {
 func (c *Caller) NewThread() *Caller {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	t := &Caller{s: c.s, cred: c.cred, jit: c.jit}
-	t.cred.Groups = slices.Clone(c.cred.Groups)
+	t := &Caller{s: c.s, jit: c.jit}
+	cred := *c.cr()
+	cred.Groups = slices.Clone(cred.Groups)
+	t.cred.Store(&cred)
 	if k := c.session.Load(); k != nil {
 		t.session.Store(k.get())
 	}
@@ -115,9 +152,11 @@ func (c *Caller) NewThread() *Caller {
 func (c *Caller) Fork(pid int) *Caller {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	child := &Caller{s: c.s, cred: c.cred, jit: c.jit}
-	child.cred.PID = pid
-	child.cred.Groups = slices.Clone(c.cred.Groups)
+	child := &Caller{s: c.s, jit: c.jit}
+	cred := *c.cr()
+	cred.PID = pid
+	cred.Groups = slices.Clone(cred.Groups)
+	child.cred.Store(&cred)
 	if k := c.session.Load(); k != nil {
 		child.session.Store(k.get())
 	}
@@ -213,7 +252,7 @@ func (c *Caller) installSlot(slot *atomic.Pointer[Key], name string) (*Key, erro
 	if k := slot.Load(); k != nil {
 		return k, nil
 	}
-	k, err := c.s.newKeyring(name, c.cred.UID, c.cred.GID, PermThreadProcess, false, true, 0)
+	k, err := c.s.newKeyring(name, c.cr().UID, c.cr().GID, PermThreadProcess, false, true, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -314,7 +353,7 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 		c.mu.Lock()
 		had := c.session.Load() != nil
 		c.mu.Unlock()
-		k, err := s.newKeyring("_ses", c.cred.UID, c.cred.GID, PermSessionAnon, had, !had, 0)
+		k, err := s.newKeyring("_ses", c.cr().UID, c.cr().GID, PermSessionAnon, had, !had, 0)
 		if err != nil {
 			return 0, err
 		}
@@ -330,7 +369,7 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 		if k.has(flagRevoked|flagInvalidated|flagDead) || k.ring.Load() == nil {
 			continue
 		}
-		if !permitted(k, &c.cred, false, Search) || !k.tryGet() {
+		if !permitted(k, c.cr(), false, Search) || !k.tryGet() {
 			continue
 		}
 		c.mu.Lock()
@@ -343,7 +382,7 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 		c.replaceSession(k)
 		return k.serial, nil
 	}
-	k, err := s.newKeyring(*name, c.cred.UID, c.cred.GID, PermSessionNamed, true, false, 0)
+	k, err := s.newKeyring(*name, c.cr().UID, c.cr().GID, PermSessionNamed, true, false, 0)
 	if err != nil {
 		return 0, err
 	}
@@ -360,7 +399,7 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 // would lose whatever the process then adds to @s. The keyring is not
 // charged to the caller's quota.
 func (c *Caller) RevokeSession() error {
-	k, err := c.s.newKeyring("_ses", c.cred.UID, c.cred.GID, PermSessionAnon, false, true, 0)
+	k, err := c.s.newKeyring("_ses", c.cr().UID, c.cr().GID, PermSessionAnon, false, true, 0)
 	if err != nil {
 		return err
 	}
@@ -468,7 +507,7 @@ func (c *Caller) resolve(id Serial, flags lookupFlags) (ref, error) {
 		var us *Key
 		if sess == nil {
 			var err error
-			if _, us, err = s.userKeyrings(c.cred.UID); err != nil {
+			if _, us, err = s.userKeyrings(c.cr().UID); err != nil {
 				return ref{}, err
 			}
 		}
@@ -494,7 +533,7 @@ func (c *Caller) resolve(id Serial, flags lookupFlags) (ref, error) {
 		}
 		return ref{k, true}, nil
 	case id == UserKeyring || id == UserSessionKeyring:
-		u, us, err := s.userKeyrings(c.cred.UID)
+		u, us, err := s.userKeyrings(c.cr().UID)
 		if err != nil {
 			return ref{}, err
 		}
@@ -563,7 +602,7 @@ func (c *Caller) checkRef(r ref, flags lookupFlags, need Perm) error {
 			return err
 		}
 	}
-	if need != needDefer && need != 0 && !permitted(k, &c.cred, r.possessed, need) {
+	if need != needDefer && need != 0 && !permitted(k, c.cr(), r.possessed, need) {
 		return EACCES
 	}
 	// Only write when the (coarse) time moved: concurrent readers of one

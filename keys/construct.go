@@ -176,7 +176,7 @@ func (c *Caller) constructDest() (*Key, error) {
 	if k == nil {
 		return nil, ENOKEY
 	}
-	if !permitted(k, &c.cred, true, Write) {
+	if !permitted(k, c.cr(), true, Write) {
 		k.put()
 		return nil, EACCES
 	}
@@ -230,7 +230,7 @@ func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key
 			s.upcalls.Done()
 		}
 	}()
-	k, err = s.alloc(keySpec{typ: t, desc: desc, uid: c.cred.UID, gid: c.cred.GID, perm: defaultPerm(t), quota: true})
+	k, err = s.alloc(keySpec{typ: t, desc: desc, uid: c.cr().UID, gid: c.cr().GID, perm: defaultPerm(t), quota: true})
 	if err != nil {
 		s.constructMu.Unlock()
 		return nil, nil, err
@@ -267,20 +267,20 @@ func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key
 		requestor = a.auth.requestor
 	}
 	// The kernel makes sure the user keyrings exist before the upcall.
-	_, userSession, err := s.userKeyrings(c.cred.UID)
+	_, userSession, err := s.userKeyrings(c.cr().UID)
 	if err != nil {
 		return fail(err)
 	}
-	auth, err := s.alloc(keySpec{typ: authType, desc: fmt.Sprintf("%x", uint32(k.serial)), uid: c.cred.UID, gid: c.cred.GID, perm: PermAuthKey})
+	auth, err := s.alloc(keySpec{typ: authType, desc: fmt.Sprintf("%x", uint32(k.serial)), uid: c.cr().UID, gid: c.cr().GID, perm: PermAuthKey})
 	if err != nil {
 		return fail(err)
 	}
-	auth.auth = &authRecord{target: k.get(), dest: destKey.get(), callout: append([]byte(nil), callout...), requestor: requestor, pid: requestor.cred.PID}
+	auth.auth = &authRecord{target: k.get(), dest: destKey.get(), callout: append([]byte(nil), callout...), requestor: requestor, pid: requestor.cr().PID}
 	s.markInstantiated(auth)
 
 	up := &Upcall{
 		Op: "create", Key: k.serial, AuthKey: auth.serial, Type: t.Name, Description: desc,
-		CalloutInfo: append([]byte(nil), callout...), UID: c.cred.UID, GID: c.cred.GID,
+		CalloutInfo: append([]byte(nil), callout...), UID: c.cr().UID, GID: c.cr().GID,
 		auth: auth,
 	}
 	th, pr, se := c.keyrings()
@@ -295,8 +295,8 @@ func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key
 	}
 	up.Session = se.serial
 
-	helper := s.NewCaller(Cred{UID: c.cred.UID, GID: c.cred.GID, Groups: c.cred.Groups})
-	reqRing, err := s.newKeyring(fmt.Sprintf("_req.%d", k.serial), c.cred.UID, c.cred.GID, PermSessionAnon, false, true, 0)
+	helper := s.NewCaller(Cred{UID: c.cr().UID, GID: c.cr().GID, Groups: c.cr().Groups})
+	reqRing, err := s.newKeyring(fmt.Sprintf("_req.%d", k.serial), c.cr().UID, c.cr().GID, PermSessionAnon, false, true, 0)
 	if err == nil {
 		helper.replaceSession(reqRing)
 		if err = s.linkInto(reqRing, auth.get(), false); err != nil {

@@ -502,3 +502,58 @@ func TestThreadsAndTheProcessKeyring(t *testing.T) {
 		t.Fatal("two threads that each made @p share it")
 	}
 }
+
+// A caller whose credentials change (setuid, setgroups, capset) keeps
+// its keyrings, acts with the new credentials at once, and its thread
+// keyring changes owner with it, as key_fsuid_changed does.
+func TestSetCred(t *testing.T) {
+	e := newEnv(t)
+	root := e.caller(0, 0)
+	secret := must(root.AddKey("user", "root-only", []byte("s"), SessionKeyring))(t)
+	must(0, root.SetPerm(secret, PossAll|UserAll))(t)
+	tid := must(root.GetKeyringID(ThreadKeyring, true))(t)
+	pid := must(root.GetKeyringID(ProcessKeyring, true))(t)
+
+	root.SetCred(Cred{UID: 1000, GID: 1000, Groups: []uint32{5}, CapsKnown: true})
+	if c := root.Cred(); c.UID != 1000 || c.GID != 1000 || len(c.Groups) != 1 || c.PID != 1000 {
+		t.Fatalf("credentials after SetCred: %+v", c)
+	}
+	if got := must(root.GetKeyringID(ThreadKeyring, false))(t); got != tid {
+		t.Fatalf("@t %d after setuid, want %d", got, tid)
+	}
+	if got := must(root.GetKeyringID(ProcessKeyring, false))(t); got != pid {
+		t.Fatalf("@p %d after setuid, want %d", got, pid)
+	}
+	if d := must(root.Describe(tid))(t); d.UID != 1000 || d.GID != 1000 {
+		t.Fatalf("@t owned by %d:%d after setuid, want 1000:1000", d.UID, d.GID)
+	}
+	if d := must(root.Describe(pid))(t); d.UID != 0 {
+		t.Fatalf("@p owned by %d after setuid, want 0 (only @t follows)", d.UID)
+	}
+	// Possessed through the session, the key is still reachable; not
+	// possessed, the uid-0 owner's rights are no longer this caller's.
+	if _, err := root.Read(secret); err != nil {
+		t.Fatalf("read of a possessed key after setuid: %v", err)
+	}
+	if err := root.Chown(secret, 1000, -1); !errors.Is(err, EACCES) {
+		t.Fatalf("chown without CAP_SYS_ADMIN after setuid: %v, want EACCES", err)
+	}
+}
+
+// Exec drops the thread and process keyrings and keeps the session.
+func TestExec(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	ses := c.Session()
+	must(c.GetKeyringID(ThreadKeyring, true))(t)
+	must(c.GetKeyringID(ProcessKeyring, true))(t)
+	c.Exec()
+	for _, ring := range []Serial{ThreadKeyring, ProcessKeyring} {
+		if _, err := c.GetKeyringID(ring, false); !errors.Is(err, ENOKEY) {
+			t.Fatalf("keyring %d after exec: %v, want ENOKEY", ring, err)
+		}
+	}
+	if c.Session() != ses {
+		t.Fatal("exec changed the session")
+	}
+}

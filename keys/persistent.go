@@ -13,12 +13,12 @@ func (c *Caller) GetPersistent(uid int64, dest Serial) (Serial, error) {
 
 func (c *Caller) getPersistent(uid int64, destID Serial) (Serial, error) {
 	if uid == -1 {
-		uid = int64(c.cred.UID)
+		uid = int64(c.cr().UID)
 	}
 	if uid < 0 || uid > 1<<32-2 {
 		return 0, EINVAL
 	}
-	if uint32(uid) != c.cred.UID && !c.cred.Capable(CapSetUID) {
+	if uint32(uid) != c.cr().UID && !c.cr().Capable(CapSetUID) {
 		return 0, EPERM
 	}
 	dest, err := c.lookupUserKey(destID, lookupCreate, Write)
@@ -34,7 +34,7 @@ func (c *Caller) getPersistent(uid int64, destID Serial) (Serial, error) {
 		return 0, err
 	}
 	defer pk.put()
-	if !permitted(pk, &c.cred, true, Link) {
+	if !permitted(pk, c.cr(), true, Link) {
 		return 0, EACCES
 	}
 	if err := c.s.linkInto(dest.key, pk.get(), true); err != nil {

@@ -23,7 +23,7 @@ func (c *Caller) ProcKeys() string {
 		if perm&(View<<PossessorShift) != 0 {
 			possessed = c.possesses(k)
 		}
-		if permitted(k, &c.cred, possessed, View) {
+		if permitted(k, c.cr(), possessed, View) {
 			c.s.procLine(&b, k, 1)
 		}
 		k.put()

@@ -358,9 +358,9 @@ func (m *machine) resolveQuietly(c *Caller, id Serial) *Key {
 	case SessionKeyring:
 		return session
 	case UserKeyring:
-		return m.s.existingUserKeyring(c.cred.UID, false)
+		return m.s.existingUserKeyring(c.cr().UID, false)
 	case UserSessionKeyring:
-		return m.s.existingUserKeyring(c.cred.UID, true)
+		return m.s.existingUserKeyring(c.cr().UID, true)
 	}
 	return m.s.lookup(id)
 }

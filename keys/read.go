@@ -40,7 +40,7 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 	if err := k.negativeErr(); err != nil {
 		return nil, err
 	}
-	if !permitted(k, &c.cred, r.possessed, Read) && !r.possessed {
+	if !permitted(k, c.cr(), r.possessed, Read) && !r.possessed {
 		return nil, EACCES
 	}
 	t := k.typ.Load()
@@ -123,7 +123,7 @@ func (c *Caller) readFast(id Serial, dst []byte, out *[]byte) (n int, ok bool, e
 	if err := k.negativeErr(); err != nil {
 		return 0, true, err
 	}
-	if !possessed && !permitted(k, &c.cred, false, Read) {
+	if !possessed && !permitted(k, c.cr(), false, Read) {
 		return 0, true, EACCES
 	}
 	if err := k.validate(now); err != nil {

@@ -52,7 +52,7 @@ func (c *Caller) requestKey(typ, desc string, callout []byte, destID Serial) (Se
 }
 
 func (c *Caller) searchFor(t *Type, desc string) (*Key, error) {
-	sc := &search{cred: &c.cred, typ: t.Name, desc: desc, stateCheck: true, skipExpired: true,
+	sc := &search{cred: c.cr(), typ: t.Name, desc: desc, stateCheck: true, skipExpired: true,
 		checkPerm: true, recurse: true, now: c.s.now()}
 	sec := c.s.dom.Read()
 	defer sec.End()
@@ -69,7 +69,7 @@ func (c *Caller) findOrConstruct(t *Type, desc string, callout []byte, dest ref)
 	k, err = c.searchFor(t, desc)
 	if err == nil {
 		if dest.key != nil {
-			if !permitted(k, &c.cred, true, Link) {
+			if !permitted(k, c.cr(), true, Link) {
 				k.put()
 				return nil, nil, EACCES
 			}

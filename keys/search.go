@@ -147,7 +147,7 @@ func (c *Caller) searchCred(sc *search) (*Key, error) {
 	thread, process, session := c.keyrings()
 	roots := [3]*Key{thread, process, session} // an array: no allocation
 	if session == nil {
-		roots[2] = c.s.existingUserKeyring(c.cred.UID, true)
+		roots[2] = c.s.existingUserKeyring(c.cr().UID, true)
 	}
 	for i, root := range roots {
 		if root == nil {
@@ -187,7 +187,7 @@ func (c *Caller) searchProcess(sc *search) (*Key, error) {
 		// credentials, as the kernel switches ctx->cred to rka->cred.
 		req := auth.auth.requestor
 		own := sc.cred
-		sc.cred = &req.cred
+		sc.cred = req.cr()
 		k, r := req.searchCred(sc)
 		sc.cred = own
 		if r == nil {
@@ -219,7 +219,7 @@ func (c *Caller) possesses(k *Key) bool {
 func (c *Caller) possessesIn(k *Key) bool {
 	t := k.typ.Load()
 	sc := search{
-		cred:      &c.cred,
+		cred:      c.cr(),
 		typ:       t.Name,
 		desc:      k.desc,
 		target:    k,
@@ -266,7 +266,7 @@ func (c *Caller) searchKey(ringID Serial, typ, desc string, destID Serial) (Seri
 	if !ring.key.isKeyring() {
 		return 0, ENOTDIR
 	}
-	sc := &search{cred: &c.cred, typ: typ, desc: desc, stateCheck: true, checkPerm: true, recurse: true, now: c.s.now()}
+	sc := &search{cred: c.cr(), typ: typ, desc: desc, stateCheck: true, checkPerm: true, recurse: true, now: c.s.now()}
 	sec := c.s.dom.Read()
 	k, err := sc.tree(ring.key, ring.possessed)
 	if err == nil && !k.tryGet() {
@@ -280,7 +280,7 @@ func (c *Caller) searchKey(ringID Serial, typ, desc string, destID Serial) (Seri
 		return 0, err
 	}
 	if dest.key != nil {
-		if !permitted(k, &c.cred, ring.possessed, Link) {
+		if !permitted(k, c.cr(), ring.possessed, Link) {
 			k.put()
 			return 0, EACCES
 		}

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
+	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -283,14 +284,14 @@ func (c *conn) sessionToParent() error {
 	if !ok {
 		return keys.EPERM
 	}
-	pc, ok := readStatusCreds(ppid)
-	for _, id := range pc.uids {
+	pc, ok := procfs.ReadStatus(ppid)
+	for _, id := range pc.UIDs[:3] { // real, effective, saved
 		ok = ok && id == c.cred.UID
 	}
-	for _, id := range pc.gids {
+	for _, id := range pc.GIDs[:3] {
 		ok = ok && id == c.cred.GID
 	}
-	if !ok || pc.threads != 1 {
+	if !ok || pc.Threads != 1 {
 		return keys.EPERM
 	}
 	parent, err := c.s.knownProc(ppid, pstart, c.cred)

@@ -3,6 +3,7 @@ package server
 import (
 	"fmt"
 	"os"
+	"slices"
 	"sync"
 	"syscall"
 
@@ -34,6 +35,11 @@ const maxThreads = 64
 func (ic *intercepting) release() {
 	ic.mu.Lock()
 	defer ic.mu.Unlock()
+	ic.releaseLocked()
+}
+
+// releaseLocked is release with ic.mu held.
+func (ic *intercepting) releaseLocked() {
 	for _, tc := range ic.threads {
 		tc.caller.Release()
 	}
@@ -153,34 +159,65 @@ func (s *Server) startListener(fd int, uid uint32, h intercept.Handler) (<-chan 
 	return done, nil
 }
 
-// intercepted serves one intercepted call of process ic.Pid.
+// intercepted serves one intercepted call of process ic.Pid, with the
+// calling thread's credentials as they were at the call.
 func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Response {
-	p, err := s.interceptedProc(ic.Pid)
+	cred := credOf(ic)
+	p, err := s.interceptedProc(cred)
 	if err != nil {
 		return fail(err)
 	}
 	p.calls.mu.Lock()
 	defer p.calls.mu.Unlock()
+	if ic.Exec {
+		// A new program: the threads it had are gone, and the process
+		// keeps its session but neither thread nor process keyring.
+		p.calls.releaseLocked()
+		p.caller.Exec()
+	}
+	var c *conn
 	if ic.Tid != ic.Pid && ic.Tid > 0 {
 		// Another thread than the first: a thread keyring of its own.
-		return p.calls.thread(s, p, ic.Tid).dispatch(r)
+		c = p.calls.thread(s, p, ic.Tid)
+	} else {
+		if p.calls.conn == nil {
+			p.calls.conn = &conn{s: s, cred: p.caller.Cred(), proc: p, caller: p.caller}
+		}
+		c = p.calls.conn
 	}
-	if p.calls.conn == nil {
-		p.calls.conn = &conn{s: s, cred: p.caller.Cred(), proc: p, caller: p.caller}
+	if !sameCred(&c.cred, &cred) {
+		// The thread changed its credentials (setuid, setgroups, capset)
+		// since its last call: the kernel checks the current ones.
+		c.caller.SetCred(cred)
+		c.cred = c.caller.Cred()
 	}
-	return p.calls.conn.dispatch(r)
+	return c.dispatch(r)
 }
 
-// interceptedProc returns the process pid as the daemon keeps it, meeting
-// it now if it has not yet: as accept does for a socket's peer, with the
-// credentials the kernel shows for it (its effective ids and groups, its
-// capabilities) and the session it inherits.
-func (s *Server) interceptedProc(pid int) (*proc, error) {
+// credOf is the credentials of an intercepted call's thread, as the
+// kernel's key checks see them.
+func credOf(ic intercept.Caller) keys.Cred {
+	st := &ic.Status
+	return keys.Cred{UID: st.UIDs[1], GID: st.GIDs[1], Groups: st.Groups, PID: ic.Pid,
+		Caps: st.CapEff, CapsKnown: st.HasCapEff}
+}
+
+// sameCred reports whether a and b are the same credentials (their pid
+// aside).
+func sameCred(a, b *keys.Cred) bool {
+	return a.UID == b.UID && a.GID == b.GID && a.Caps == b.Caps && a.CapsKnown == b.CapsKnown &&
+		slices.Equal(a.Groups, b.Groups)
+}
+
+// interceptedProc returns the process cred.PID as the daemon keeps it,
+// meeting it now if it has not yet: as accept does for a socket's peer,
+// with the credentials its calling thread has (cred) and the session it
+// inherits.
+func (s *Server) interceptedProc(cred keys.Cred) (*proc, error) {
+	pid := cred.PID
 	// Known: the process the daemon keeps at that pid, while its pidfd
 	// says it lives (the caller is blocked in the call, so the pid is
-	// still its own). Its credentials are those the daemon learnt when it
-	// first met it, as for a socket's peer; nothing of /proc is read per
-	// call.
+	// still its own).
 	// Under s.mu: a process leaves the table (and stops being tracked)
 	// before its handle is closed.
 	s.mu.Lock()
@@ -191,11 +228,10 @@ func (s *Server) interceptedProc(pid int) (*proc, error) {
 		return p, nil
 	}
 	start, ancestors := ancestry(pid)
-	st, ok := readStatusCreds(pid)
-	if start == "" || !ok {
+	if start == "" {
 		return nil, keys.EPERM // gone
 	}
-	euid := st.uids[1]
+	euid := cred.UID
 	s.mu.Lock()
 	p = s.procs[pid]
 	if p != nil && !p.ghost && p.start == start && p.caller.Cred().UID == euid {
@@ -207,8 +243,6 @@ func (s *Server) interceptedProc(pid int) (*proc, error) {
 	if !ok {
 		return nil, keys.EPERM
 	}
-	cred := keys.Cred{UID: euid, GID: st.gids[1], Groups: st.groups, PID: pid}
-	cred.Caps, cred.CapsKnown = h.capabilities()
 	var ended, ghost *proc
 	s.mu.Lock()
 	if s.closing {

@@ -1,12 +1,10 @@
 package server
 
 import (
-	"bytes"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strconv"
 	"syscall"
@@ -91,66 +89,6 @@ func FuzzParseStat(f *testing.F) {
 			if c < '0' || c > '9' {
 				t.Fatalf("start time %q", st.start)
 			}
-		}
-	})
-}
-
-func TestParseCapEff(t *testing.T) {
-	status := "Name:\tkeyctl\nCapInh:\t0000000000000080\nCapPrm:\t0000000000000080\nCapEff:\t0000000000200080\nCapBnd:\t000001ffffffffff\n"
-	if caps, ok := parseCapEff([]byte(status)); !ok || caps != 1<<21|1<<7 {
-		t.Fatalf("%x %v", caps, ok)
-	}
-	for _, bad := range []string{"", "CapPrm:\t00000000000000ff\n", "CapEff:\tzz\n", "CapEff:\t10000000000000000\n"} {
-		if caps, ok := parseCapEff([]byte(bad)); ok {
-			t.Errorf("%q parsed as %x", bad, caps)
-		}
-	}
-	// This process's own, as the daemon reads a caller's.
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		t.Skip("no /proc here")
-	}
-	if _, ok := parseCapEff(b); !ok {
-		t.Fatalf("no CapEff in /proc/self/status:\n%s", b)
-	}
-}
-
-// Whatever a status file holds, parsing never panics, and a set it
-// accepts comes from a CapEff line of hexadecimal digits.
-func FuzzParseCapEff(f *testing.F) {
-	f.Add([]byte("CapInh:\t0\nCapEff:\t000001ffffffffff\n"))
-	f.Add([]byte("CapEff:"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		caps, ok := parseCapEff(b)
-		if ok && caps != 0 && !bytes.Contains(b, []byte("CapEff:")) {
-			t.Fatalf("%q gave %x", b, caps)
-		}
-	})
-}
-
-func TestParseStatusCreds(t *testing.T) {
-	status := "Name:\tsh\nUid:\t1000\t1000\t1000\t1000\nGid:\t100\t100\t100\t100\nThreads:\t1\n"
-	sc, ok := parseStatusCreds([]byte(status))
-	if !ok || sc.uids != [3]uint32{1000, 1000, 1000} || sc.gids != [3]uint32{100, 100, 100} || sc.threads != 1 {
-		t.Fatalf("%+v %v", sc, ok)
-	}
-	for _, bad := range []string{"", "Uid:\t1\t2\nGid:\t1\t1\t1\nThreads:\t1\n", "Uid:\t1\t1\t1\nGid:\t1\t1\t1\n", "Uid:\tx\t1\t1\nGid:\t1\t1\t1\nThreads:\t1\n"} {
-		if sc, ok := parseStatusCreds([]byte(bad)); ok {
-			t.Errorf("%q parsed as %+v", bad, sc)
-		}
-	}
-	if sc, ok := readStatusCreds(os.Getpid()); runtime.GOOS == "linux" && (!ok || sc.uids[1] != uint32(os.Geteuid()) || sc.threads < 1) {
-		t.Fatalf("this process: %+v %v", sc, ok)
-	}
-}
-
-// Whatever a status file holds, parsing never panics, and what it
-// accepts has a thread.
-func FuzzParseStatusCreds(f *testing.F) {
-	f.Add([]byte("Uid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\nThreads:\t3\n"))
-	f.Fuzz(func(t *testing.T, b []byte) {
-		if sc, ok := parseStatusCreds(b); ok && sc.threads < 1 {
-			t.Fatalf("%q: %+v", b, sc)
 		}
 	})
 }

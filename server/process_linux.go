@@ -4,10 +4,11 @@ import (
 	"errors"
 	"net"
 	"os"
-	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/internal/procfs"
 )
 
 // procHandle tells whether one particular process still exists, immune to
@@ -107,15 +108,14 @@ func (h *procHandle) leaving() bool { return h.exited() }
 // there once it has been read (its pid not yet another's): otherwise it
 // is known to be empty.
 func (h *procHandle) capabilities() (uint64, bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(h.pid) + "/status")
-	if err != nil {
+	st, ok := procfs.ReadStatus(h.pid)
+	if !ok {
 		return 0, false
 	}
-	caps, ok := parseCapEff(b)
-	if !ok || h.exited() {
+	if !st.HasCapEff || h.exited() {
 		return 0, true
 	}
-	return caps, true
+	return st.CapEff, true
 }
 
 // exitPolled reports whether the process has exited, given h's

@@ -24,22 +24,7 @@ func init() { testChildren["threads"] = threadsChild }
 // of the kernel), and says whether the threads' @t differ and their @p
 // agree.
 func threadsChild() {
-	if os.Getenv("UKEYS_TEST_KERNEL") == "" {
-		fd, err := intercept.InstallAll()
-		if err != nil {
-			fmt.Println("install:", err)
-			os.Exit(1)
-		}
-		if err := intercept.SendListener(3, fd); err != nil {
-			os.Exit(1)
-		}
-		unix.Close(fd)
-		var w [1]byte
-		unix.Read(3, w[:])
-	} else if _, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
-		fmt.Println("kernel keyrings:", e)
-		os.Exit(0)
-	}
+	startIntercepted(true)
 	get := func(id int) int32 {
 		r, _, _ := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, uintptr(uint32(int32(id))), 1)
 		return int32(r)
@@ -66,6 +51,21 @@ func threadsChild() {
 // that each make the process keyring make one each (the kernel installs
 // it in the making thread's credentials only).
 func TestInterceptedThreads(t *testing.T) {
+	want := "threads' @t differ: true\nthreads' @p agree: false\n"
+	if said := runIntercepted(t, "threads"); said != want {
+		t.Fatalf("ukeys: %q, want %q", said, want)
+	}
+	if k, ok := runKernel(t, "threads"); ok && k != want {
+		t.Fatalf("the kernel: %q", k)
+	}
+}
+
+// runIntercepted runs the test binary as child role under the filter,
+// serves its key calls with a server of its own, and returns what it
+// printed. A child installs the filter, hands the listener over fd 3 and
+// waits for a byte before its first call (startIntercepted).
+func runIntercepted(t *testing.T, role string, env ...string) string {
+	t.Helper()
 	svc := keys.New()
 	defer svc.Close()
 	srv := server.New(svc, server.Config{})
@@ -77,8 +77,9 @@ func TestInterceptedThreads(t *testing.T) {
 	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
 	defer ours.Close()
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=threads")
+	cmd.Env = append(append(os.Environ(), "UKEYS_TEST_CHILD="+role), env...)
 	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stderr = os.Stderr
 	out, _ := cmd.StdoutPipe()
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
@@ -94,22 +95,58 @@ func TestInterceptedThreads(t *testing.T) {
 	go func() { done <- srv.ServeListener(listener) }()
 	ours.Write([]byte{1})
 	said, _ := readAll(out)
-	cmd.Wait()
-	<-done
-	want := "threads' @t differ: true\nthreads' @p agree: false\n"
-	if said != want {
-		t.Fatalf("ukeys: %q, want %q", said, want)
+	if err := cmd.Wait(); err != nil {
+		t.Errorf("child %s: %v", role, err)
 	}
-	// And the kernel says the same.
+	<-done
+	return said
+}
+
+// runKernel runs the same child against the kernel's own keyrings, in a
+// session of its own; ok is false where this kernel refuses them.
+func runKernel(t *testing.T, role string, env ...string) (string, bool) {
+	t.Helper()
 	kc := exec.Command(os.Args[0], "-test.run=^$")
-	kc.Env = append(os.Environ(), "UKEYS_TEST_CHILD=threads", "UKEYS_TEST_KERNEL=1")
+	kc.Env = append(append(os.Environ(), "UKEYS_TEST_CHILD="+role, "UKEYS_TEST_KERNEL=1"), env...)
+	kc.Stderr = os.Stderr
 	kout, err := kc.Output()
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("kernel child %s: %v", role, err)
 	}
-	if k := string(kout); !strings.HasPrefix(k, "kernel keyrings:") && k != want {
-		t.Fatalf("the kernel: %q", k)
+	k := string(kout)
+	return k, !strings.HasPrefix(k, "kernel keyrings:")
+}
+
+// startIntercepted is a child's start: under the filter (all threads
+// with all), its listener handed to the parent, or with
+// UKEYS_TEST_KERNEL the kernel's own keyrings; in a session of its own
+// either way.
+func startIntercepted(all bool) {
+	if os.Getenv("UKEYS_TEST_KERNEL") == "" {
+		startFiltered(all)
 	}
+	if _, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_JOIN_SESSION_KEYRING, 0, 0); e != 0 {
+		fmt.Println("kernel keyrings:", e)
+		os.Exit(0)
+	}
+}
+
+func startFiltered(all bool) {
+	install := intercept.Install
+	if all {
+		install = intercept.InstallAll
+	}
+	fd, err := install()
+	if err != nil {
+		fmt.Println("install:", err)
+		os.Exit(1)
+	}
+	if err := intercept.SendListener(3, fd); err != nil {
+		os.Exit(1)
+	}
+	unix.Close(fd)
+	var w [1]byte
+	unix.Read(3, w[:])
 }
 
 func readAll(r interface{ Read([]byte) (int, error) }) (string, error) {

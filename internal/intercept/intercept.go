@@ -3,6 +3,7 @@ package intercept
 import (
 	"errors"
 
+	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/wire"
 )
 
@@ -10,9 +11,18 @@ import (
 var ErrUnsupported = errors.New("intercept: seccomp user notification is not supported here")
 
 // Caller is who made an intercepted call: the thread (Tid) and its
-// process (Pid), as the supervisor's pid namespace sees them.
+// process (Pid), as the supervisor's pid namespace sees them, with the
+// thread's credentials as they were at the call.
 type Caller struct {
 	Tid, Pid int
+	// Status is the thread's /proc status, read for this call while the
+	// call was pending: its ids, groups and effective capabilities are
+	// the ones the kernel would check.
+	Status procfs.Status
+	// Exec says that the process has run another program (execve) since
+	// the listener last served it: the kernel drops a process's thread
+	// and process keyrings at exec.
+	Exec bool
 }
 
 // A Handler serves one decoded call as the daemon serves a request from

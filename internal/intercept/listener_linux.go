@@ -88,10 +88,11 @@ type notifResp struct {
 
 // A Listener serves the calls a seccomp listener receives.
 type Listener struct {
-	fd   int // the listener
-	wake int // an eventfd that Close writes to end Serve
-	h    Handler
-	mem  memory
+	fd    int // the listener
+	wake  int // an eventfd that Close writes to end Serve
+	h     Handler
+	mem   memory
+	tasks tasks // the callers' credentials and memory, kept between calls
 
 	mu    sync.Mutex
 	state int           // idle, serving or closed
@@ -160,6 +161,7 @@ func (l *Listener) Serve() error {
 	l.done = make(chan struct{})
 	l.mu.Unlock()
 	defer func() {
+		l.tasks.close()
 		unix.Close(l.fd)
 		unix.Close(l.wake)
 		l.mu.Lock()
@@ -244,9 +246,13 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		// it answers.
 		return 0, unix.EOPNOTSUPP
 	}
+	// The thread's credentials now, as the kernel would check them.
+	st, exec, errno := l.tasks.read(pid, n.ip)
+	if errno != 0 {
+		return 0, errno
+	}
 	l.mem.pid = pid
 	var req *wire.Request
-	var errno syscall.Errno
 	if iov {
 		req, errno = decodeIOV(&l.mem, &n.args)
 	} else {
@@ -256,13 +262,14 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	if errno != 0 {
 		return 0, errno
 	}
-	caller := Caller{Tid: pid, Pid: tgidOf(pid)}
-	// The arguments were read from the memory of the task the
-	// notification names, and its process found by its tid: if it is no
-	// longer pending, that task may be gone and its tid another's.
+	// The arguments and credentials were read from the task the
+	// notification names: if the call is no longer pending, that task
+	// may be gone and its tid another's.
 	if !l.valid(n.id) {
 		return 0, unix.ENOENT
 	}
+	caller := Caller{Tid: pid, Pid: st.Tgid, Status: st, Exec: exec}
+	l.tasks.delivered(st.Tgid)
 	resp := l.h.Serve(caller, req)
 	defer func() {
 		for _, b := range resp.Bufs {

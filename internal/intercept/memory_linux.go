@@ -3,8 +3,6 @@ package intercept
 import (
 	"bytes"
 	"encoding/binary"
-	"os"
-	"strconv"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -275,27 +273,4 @@ func encode(m *memory, spec *wire.Spec, args *[6]uint64, resp *wire.Response) (i
 		return resp.Ints[0], 0
 	}
 	return 0, 0
-}
-
-// tgidOf returns the process (thread group) of thread tid. A thread
-// group's leader is its own process, and pidfd_open tells a leader from
-// another thread in one system call (it refuses the others); only a
-// program's other threads cost a read of /proc.
-func tgidOf(tid int) int {
-	if fd, err := unix.PidfdOpen(tid, 0); err == nil {
-		unix.Close(fd)
-		return tid
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(tid) + "/status")
-	if err != nil {
-		return tid
-	}
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if v, ok := bytes.CutPrefix(line, []byte("Tgid:")); ok {
-			if n, err := strconv.Atoi(string(bytes.TrimSpace(v))); err == nil {
-				return n
-			}
-		}
-	}
-	return tid
 }

@@ -1,0 +1,209 @@
+package intercept
+
+import (
+	"strconv"
+	"syscall"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/internal/procfs"
+)
+
+// tasks is what a listener keeps of its callers between calls: a
+// descriptor of each thread's /proc status, from which the thread's
+// credentials are read afresh at every call (the kernel checks a task's
+// current credentials, and a thread may have changed them with setuid,
+// setgroups or capset since its last call), and a descriptor of each
+// process's memory, which tells that the process has exec'd since its
+// last call: a descriptor of /proc/<pid>/mem holds the memory it was
+// opened on, and reads nothing once execve has replaced it.
+//
+// A kept descriptor names one task for as long as it lives (a later
+// task with the same id gets another), so a reused id is never mistaken
+// for the task before it. Only the listener's serving thread uses it.
+type tasks struct {
+	status map[int]int       // thread id: its /proc/<tid>/status
+	procs  map[int]*procView // process id: its memory
+	buf    []byte
+}
+
+// procView is the listener's view of one process's memory.
+type procView struct {
+	mem  int    // /proc/<pid>/mem, or -1 where the daemon may not open it
+	addr uint64 // an address its last call showed mapped (the call's instruction pointer)
+	// exec: the memory the descriptor was opened on is gone while the
+	// process lives, so it has exec'd; cleared once a call has told the
+	// handler so.
+	exec bool
+}
+
+// maxTasks bounds each table; beyond it the entries of tasks that have
+// exited are dropped, and then, if all still live, the table is emptied
+// (a process met again is met as new: an exec it made meanwhile goes
+// unseen).
+const maxTasks = 256
+
+// read returns the credentials and process of thread tid as they are now,
+// and whether its process has exec'd since the listener last served it.
+// ip is an address the call shows mapped in the caller (its instruction
+// pointer). The caller checks afterwards that the call is still pending,
+// which proves tid was the caller's while it was read.
+func (t *tasks) read(tid int, ip uint64) (procfs.Status, bool, syscall.Errno) {
+	st, ok := t.readStatus(tid)
+	if !ok {
+		return procfs.Status{}, false, unix.EPERM // gone, or /proc not to be read
+	}
+	if st.Tgid == 0 {
+		st.Tgid = tid
+	}
+	pv := t.procs[st.Tgid]
+	switch {
+	case pv == nil:
+		if len(t.procs) >= maxTasks {
+			t.sweepProcs()
+		}
+		pv = &procView{mem: openMem(st.Tgid)}
+		if t.procs == nil {
+			t.procs = make(map[int]*procView)
+		}
+		t.procs[st.Tgid] = pv
+	case pv.mem >= 0 && !readable(pv.mem, ip):
+		// The memory it had is gone: execve replaced it (or the process
+		// is exiting, and the call will prove no longer pending).
+		unix.Close(pv.mem)
+		pv.mem = openMem(st.Tgid)
+		pv.exec = true
+	}
+	pv.addr = ip
+	return st, pv.exec, 0
+}
+
+// delivered records that the handler has been told of process pid's
+// exec.
+func (t *tasks) delivered(pid int) {
+	if pv := t.procs[pid]; pv != nil {
+		pv.exec = false
+	}
+}
+
+// readStatus reads thread tid's status through its kept descriptor,
+// opening one for a thread met for the first time or whose kept one
+// named a task that has exited.
+func (t *tasks) readStatus(tid int) (procfs.Status, bool) {
+	if t.buf == nil {
+		t.buf = make([]byte, 4096)
+	}
+	for attempt := 0; attempt < 2; attempt++ {
+		fd, kept := t.status[tid]
+		if !kept {
+			if len(t.status) >= maxTasks {
+				t.sweepStatus()
+			}
+			var err error
+			fd, err = unix.Open("/proc/"+strconv.Itoa(tid)+"/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			if err != nil {
+				return procfs.Status{}, false
+			}
+			if t.status == nil {
+				t.status = make(map[int]int)
+			}
+			t.status[tid] = fd
+		}
+		n, err := t.pread(fd)
+		if err != nil {
+			unix.Close(fd)
+			delete(t.status, tid)
+			if kept {
+				continue // an earlier task with this id: open the caller's
+			}
+			return procfs.Status{}, false
+		}
+		return procfs.ParseStatus(t.buf[:n])
+	}
+	return procfs.Status{}, false
+}
+
+// pread reads the whole of a status file from its start (which makes
+// the kernel write it afresh), growing the buffer as needed.
+func (t *tasks) pread(fd int) (int, error) {
+	for {
+		n, err := unix.Pread(fd, t.buf, 0)
+		if err != nil {
+			return 0, err
+		}
+		if n < len(t.buf) || len(t.buf) >= 1<<16 {
+			return n, nil
+		}
+		t.buf = make([]byte, 2*len(t.buf))
+	}
+}
+
+// sweepStatus drops the descriptors of threads that have exited, or all
+// of them if none has.
+func (t *tasks) sweepStatus() {
+	for tid, fd := range t.status {
+		if _, err := t.pread(fd); err != nil {
+			unix.Close(fd)
+			delete(t.status, tid)
+		}
+	}
+	if len(t.status) >= maxTasks {
+		for tid, fd := range t.status {
+			unix.Close(fd)
+			delete(t.status, tid)
+		}
+	}
+}
+
+// sweepProcs drops the views of processes that have exited or exec'd
+// (the next call of one that exec'd finds it new), or all of them if
+// none has.
+func (t *tasks) sweepProcs() {
+	for pid, pv := range t.procs {
+		if pv.mem < 0 || !readable(pv.mem, pv.addr) {
+			pv.close()
+			delete(t.procs, pid)
+		}
+	}
+	if len(t.procs) >= maxTasks {
+		for pid, pv := range t.procs {
+			pv.close()
+			delete(t.procs, pid)
+		}
+	}
+}
+
+// close releases every kept descriptor.
+func (t *tasks) close() {
+	for tid, fd := range t.status {
+		unix.Close(fd)
+		delete(t.status, tid)
+	}
+	for pid, pv := range t.procs {
+		pv.close()
+		delete(t.procs, pid)
+	}
+}
+
+func (pv *procView) close() {
+	if pv.mem >= 0 {
+		unix.Close(pv.mem)
+		pv.mem = -1
+	}
+}
+
+// openMem opens process pid's memory, or returns -1.
+func openMem(pid int) int {
+	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/mem", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return -1
+	}
+	return fd
+}
+
+// readable reports whether one byte at addr reads through mem.
+func readable(mem int, addr uint64) bool {
+	var b [1]byte
+	n, err := unix.Pread(mem, b[:], int64(addr))
+	return err == nil && n == 1
+}

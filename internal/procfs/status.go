@@ -1,0 +1,94 @@
+package procfs
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"strconv"
+)
+
+// Status is what the daemon reads of a task in /proc/<pid>/status.
+type Status struct {
+	Tgid int // the thread group (process) the task belongs to
+	// UIDs and GIDs are the real, effective, saved and filesystem ids.
+	UIDs, GIDs [4]uint32
+	Groups     []uint32 // supplementary
+	Threads    int      // how many threads its process has
+	// CapEff is the effective capability set (bit n for capability n),
+	// where the kernel shows one (HasCapEff).
+	CapEff    uint64
+	HasCapEff bool
+}
+
+// ParseStatus parses the text of a status file. It needs the Uid, Gid
+// and Threads lines; Tgid, Groups and CapEff are read where present.
+func ParseStatus(b []byte) (Status, bool) {
+	var st Status
+	seen := 0
+	for len(b) > 0 {
+		line := b
+		if i := bytes.IndexByte(b, '\n'); i >= 0 {
+			line, b = b[:i], b[i+1:]
+		} else {
+			b = nil
+		}
+		name, rest, ok := bytes.Cut(line, []byte(":"))
+		if !ok {
+			continue
+		}
+		switch string(name) {
+		case "Uid", "Gid":
+			f := bytes.Fields(rest)
+			if len(f) < 4 {
+				return Status{}, false
+			}
+			dst := &st.UIDs
+			if string(name) == "Gid" {
+				dst = &st.GIDs
+			}
+			for i := range dst {
+				v, err := strconv.ParseUint(string(f[i]), 10, 32)
+				if err != nil {
+					return Status{}, false
+				}
+				dst[i] = uint32(v)
+			}
+			seen++
+		case "Groups":
+			for _, g := range bytes.Fields(rest) {
+				v, err := strconv.ParseUint(string(g), 10, 32)
+				if err != nil {
+					return Status{}, false
+				}
+				st.Groups = append(st.Groups, uint32(v))
+			}
+		case "Threads", "Tgid":
+			n, err := strconv.Atoi(string(bytes.TrimSpace(rest)))
+			if err != nil || n < 1 {
+				return Status{}, false
+			}
+			if string(name) == "Tgid" {
+				st.Tgid = n
+			} else {
+				st.Threads = n
+				seen++
+			}
+		case "CapEff":
+			caps, err := strconv.ParseUint(string(bytes.TrimSpace(rest)), 16, 64)
+			if err != nil {
+				return Status{}, false
+			}
+			st.CapEff, st.HasCapEff = caps, true
+		}
+	}
+	return st, seen == 3
+}
+
+// ReadStatus reads and parses /proc/<pid>/status.
+func ReadStatus(pid int) (Status, bool) {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	if err != nil {
+		return Status{}, false
+	}
+	return ParseStatus(b)
+}
