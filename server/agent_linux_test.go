@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -175,4 +176,81 @@ func TestAgentContainersAreNamespaces(t *testing.T) {
 		t.Fatalf("a new container a found the old one's key: %s", got)
 	}
 	a3.exit()
+}
+
+// A runtime that disconnects at once, sends what does not decode, sends
+// no listener or something else than a listener: each is refused, and
+// leaves no container, no descriptor and no goroutine behind.
+func TestAgentRuntimeMisbehaves(t *testing.T) {
+	dir := t.TempDir()
+	sock := filepath.Join(dir, "agent.sock")
+	a := server.NewAgent(server.AgentConfig{})
+	ln, err := server.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ln) }()
+	defer func() {
+		if err := a.Shutdown(t.Context()); err != nil {
+			t.Error(err)
+		}
+		<-served
+	}()
+	openFDs := func() int {
+		ents, err := os.ReadDir("/proc/self/fd")
+		if err != nil {
+			t.Skip("no /proc/self/fd here")
+		}
+		return len(ents)
+	}
+	state := func(fds ...string) []byte {
+		var st server.ContainerProcessState
+		st.OCIVersion, st.FDs, st.Pid = "1.0.2", fds, os.Getpid()
+		st.State.ID, st.State.Status = "ctr-bad", "creating"
+		b, _ := json.Marshal(st)
+		return b
+	}
+	var p [2]int
+	if err := unix.Pipe2(p[:], unix.O_CLOEXEC); err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(p[0])
+	defer unix.Close(p[1])
+	for _, c := range []struct {
+		name string
+		msg  []byte
+		fd   int // -1: none sent
+	}{
+		{"nothing", nil, -1},
+		{"state that does not decode, with a descriptor", []byte(`{"ociVersion": `), p[0]},
+		{"no listener", state(), -1},
+		{"a pipe for a listener", state("seccompFd"), p[0]},
+	} {
+		before := openFDs()
+		conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: sock, Net: "unix"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if c.msg != nil {
+			var oob []byte
+			if c.fd >= 0 {
+				oob = unix.UnixRights(c.fd)
+			}
+			if _, _, err := conn.WriteMsgUnix(c.msg, oob, nil); err != nil {
+				t.Fatal(err)
+			}
+		}
+		conn.CloseWrite()
+		// The agent hangs up once it has refused.
+		conn.SetReadDeadline(time.Now().Add(20 * time.Second))
+		if n, err := conn.Read(make([]byte, 1)); n != 0 || err == nil || errors.Is(err, os.ErrDeadlineExceeded) {
+			t.Errorf("%s: the agent did not hang up: %d %v", c.name, n, err)
+		}
+		conn.Close()
+		testutil.Eventually(t, c.name+": the agent's descriptors to be closed", func() bool { return openFDs() <= before })
+		if got := a.Containers(); len(got) != 0 {
+			t.Errorf("%s: containers %v", c.name, got)
+		}
+	}
 }

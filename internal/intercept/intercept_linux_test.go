@@ -122,6 +122,16 @@ func child() int {
 	call("add_key with a bad type pointer", unix.SYS_ADD_KEY, 1, cstr("x"), 0, 0, uintptr(0xfffffffd))
 	call("add_key with a type too long", unix.SYS_ADD_KEY, cstr(strings.Repeat("t", 40)), cstr("x"), 0, 0, uintptr(0xfffffffd))
 	call("an unknown command", unix.SYS_KEYCTL, 999, 0, 0, 0, 0)
+	// Memory the caller has unmapped: nothing is read from it or written
+	// to it, and a key whose payload lies there is not made.
+	if page, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON); err == nil {
+		gone := uintptr(unsafe.Pointer(&page[0]))
+		unix.Munmap(page)
+		call("read into unmapped memory", unix.SYS_KEYCTL, unix.KEYCTL_READ, id, gone, 64)
+		call("describe into unmapped memory", unix.SYS_KEYCTL, unix.KEYCTL_DESCRIBE, id, gone, 64)
+		call("add_key with an unmapped payload", unix.SYS_ADD_KEY, cstr("user"), cstr("intercept-unmapped"), gone, 7, uintptr(0xfffffffd))
+		call("search for it", unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, uintptr(0xfffffffd), cstr("user"), cstr("intercept-unmapped"), 0)
+	}
 	// Diffie-Hellman: 2^3 mod 23, the prime padded to 1536 bits, read
 	// through struct keyctl_dh_params (this kernel may lack it: the
 	// comparison leaves it out).
@@ -193,19 +203,23 @@ func TestInterceptedCalls(t *testing.T) {
 		got[k] = v
 	}
 	for k, want := range map[string]string{
-		"read":                            "7",
-		"read payload":                    `"payload"`,
-		"read into 3 bytes":               `"\x00\x00\x00"`, // all or nothing, as keyctl_read_key copies
-		"describe":                        "35",             // "user;0;0;3f010000;intercept-test-k" and its NUL
-		"describe into 4 bytes":           `"\x00\x00\x00\x00"`,
-		"search missing":                  "required key not available",
-		"add_key with a bad type pointer": "bad address",
-		"add_key with a type too long":    "invalid argument",
-		"an unknown command":              "operation not supported",
-		"revoke":                          "0",
-		"dh":                              "8", // the significant bytes, in whole 64-bit limbs, as the kernel pads them
-		"dh last byte":                    "8",
-		"read revoked":                    "key has been revoked",
+		"read":                             "7",
+		"read payload":                     `"payload"`,
+		"read into 3 bytes":                `"\x00\x00\x00"`, // all or nothing, as keyctl_read_key copies
+		"describe":                         "35",             // "user;0;0;3f010000;intercept-test-k" and its NUL
+		"describe into 4 bytes":            `"\x00\x00\x00\x00"`,
+		"search missing":                   "required key not available",
+		"add_key with a bad type pointer":  "bad address",
+		"add_key with a type too long":     "invalid argument",
+		"an unknown command":               "operation not supported",
+		"read into unmapped memory":        "bad address",
+		"describe into unmapped memory":    "bad address",
+		"add_key with an unmapped payload": "bad address",
+		"search for it":                    "required key not available",
+		"revoke":                           "0",
+		"dh":                               "8", // the significant bytes, in whole 64-bit limbs, as the kernel pads them
+		"dh last byte":                     "8",
+		"read revoked":                     "key has been revoked",
 	} {
 		if got[k] != want {
 			t.Errorf("%s: %q, want %q", k, got[k], want)
