@@ -37,7 +37,9 @@ func (a *app) cmdSeccompProfile(args []string) {
 		in = f
 	}
 	var profile map[string]any
-	if err := json.NewDecoder(in).Decode(&profile); err != nil {
+	dec := json.NewDecoder(in)
+	dec.UseNumber() // a rule's argument values are 64-bit: carried as written
+	if err := dec.Decode(&profile); err != nil {
 		a.eprintf("ukeyctl seccomp-profile: not a seccomp profile: %v\n", err)
 		a.exit(1)
 	}

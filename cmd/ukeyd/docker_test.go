@@ -1,0 +1,159 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ukeys/ukeys/internal/ukeystest"
+)
+
+// Containers run by Docker, with the profile ukeyctl seccomp-profile
+// makes and ukeyctl oci-runtime registered as the runtime (a Docker that
+// drops a profile's listenerPath, as Debian 12's 20.10 does, needs it):
+// the README's recipe, on a dockerd of the test's own. Each container
+// adds and finds its own keys and sees none of another's; the kernel's
+// keyrings gain nothing.
+func TestDockerContainers(t *testing.T) {
+	ukeystest.NeedRoot(t, "dockerd runs as root")
+	var tools [4]string
+	for i, name := range []string{"dockerd", "docker", "runc", "go"} {
+		p, err := exec.LookPath(name)
+		if err != nil {
+			t.Skipf("needs %s (Debian packages docker.io and runc; the go command)", name)
+		}
+		tools[i] = p
+	}
+	dockerd, docker, gobin := tools[0], tools[1], tools[3]
+	dir := t.TempDir()
+	agent := filepath.Join(dir, "agent.sock")
+	startChild(t, filepath.Join(dir, "run", "ukeyd.sock"), childOpts{args: []string{"-seccomp-agent", agent}})
+
+	rootfs := filepath.Join(dir, "rootfs")
+	ukeyctl := filepath.Join(dir, "ukeyctl")
+	for _, b := range [][]string{
+		{"build", "-o", filepath.Join(rootfs, "keyprog"), "./testdata/keyprog"},
+		{"build", "-o", ukeyctl, "../ukeyctl"},
+	} {
+		build := exec.Command(gobin, b...)
+		build.Env = append(os.Environ(), "CGO_ENABLED=0")
+		if out, err := build.CombinedOutput(); err != nil {
+			t.Fatalf("go %v: %v\n%s", b, err, out)
+		}
+	}
+	// Docker's profile: podman's default stands in for it where it is
+	// installed (the same rules in the same JSON form); else the
+	// smallest one that allows the rest.
+	base := `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[]}`
+	if b, err := os.ReadFile("/usr/share/containers/seccomp.json"); err == nil {
+		base = string(b)
+	}
+	profileCmd := exec.Command(ukeyctl, "seccomp-profile", "--listener", agent)
+	profileCmd.Stdin = strings.NewReader(base)
+	profile, err := profileCmd.Output()
+	if err != nil {
+		t.Fatalf("ukeyctl seccomp-profile: %v", err)
+	}
+	profilePath := filepath.Join(dir, "profile.json")
+	os.WriteFile(profilePath, profile, 0o644)
+	daemonJSON, _ := json.Marshal(map[string]any{"runtimes": map[string]any{"ukeys": map[string]any{
+		"path": ukeyctl, "runtimeArgs": []string{"oci-runtime", "--listener", agent, "--"}}}})
+	config := filepath.Join(dir, "daemon.json")
+	os.WriteFile(config, daemonJSON, 0o644)
+
+	// A dockerd of the test's own, with no network and plain directories
+	// for storage.
+	host := "unix://" + filepath.Join(dir, "docker.sock")
+	d := exec.Command(dockerd, "--config-file", config, "-H", host,
+		"--data-root", filepath.Join(dir, "data"), "--exec-root", filepath.Join(dir, "exec"),
+		"--pidfile", filepath.Join(dir, "docker.pid"), "--iptables=false", "--ip6tables=false",
+		"--bridge=none", "--storage-driver=vfs")
+	var dlog strings.Builder
+	d.Stdout, d.Stderr = &dlog, &dlog
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	stopped := make(chan struct{})
+	go func() { d.Wait(); close(stopped) }()
+	t.Cleanup(func() {
+		d.Process.Signal(syscall.SIGTERM)
+		select {
+		case <-stopped:
+		case <-time.After(30 * time.Second):
+			d.Process.Kill()
+			<-stopped
+		}
+	})
+	dockerCmd := func(args ...string) *exec.Cmd {
+		c := exec.Command(docker, args...)
+		c.Env = append(os.Environ(), "DOCKER_HOST="+host)
+		return c
+	}
+	for i := 0; ; i++ {
+		if dockerCmd("info").Run() == nil {
+			break
+		}
+		select {
+		case <-stopped:
+			t.Skipf("dockerd does not run here:\n%s", dlog.String())
+		case <-time.After(100 * time.Millisecond):
+		}
+		if i == 300 {
+			t.Fatalf("dockerd did not answer:\n%s", dlog.String())
+		}
+	}
+	imp := dockerCmd("import", "-", "ukeys-keyprog:test")
+	tarball := exec.Command("tar", "-C", rootfs, "-c", ".")
+	tarball.Stdout, _ = imp.StdinPipe()
+	if err := imp.Start(); err != nil {
+		t.Fatal(err)
+	}
+	if err := tarball.Run(); err != nil {
+		t.Fatalf("tar: %v", err)
+	}
+	tarball.Stdout.(io.Closer).Close()
+	if err := imp.Wait(); err != nil {
+		t.Fatalf("docker import: %v", err)
+	}
+	run := func(name string, args ...string) *exec.Cmd {
+		return dockerCmd(append([]string{"run", "--rm", "--name", fmt.Sprintf("ukeys-test-%s", name),
+			"--net", "none", "--runtime", "ukeys", "--security-opt", "seccomp=" + profilePath,
+			"ukeys-keyprog:test", "/keyprog"}, args...)...)
+	}
+	// Container a adds a key and, three seconds later, finds it still;
+	// once it has added it, container b looks for it.
+	ca := run("a", "add", "docker-shared", "3")
+	var aerr strings.Builder
+	ca.Stderr = &aerr
+	aout, _ := ca.StdoutPipe()
+	if err := ca.Start(); err != nil {
+		t.Fatal(err)
+	}
+	said := bufio.NewReader(aout)
+	first, _ := said.ReadString('\n')
+	b, err := run("b", "search", "docker-shared").CombinedOutput()
+	if err != nil {
+		t.Errorf("docker run b: %v\n%s", err, b)
+	}
+	rest, _ := io.ReadAll(said)
+	if err := ca.Wait(); err != nil {
+		t.Errorf("docker run a: %v\n%s", err, aerr.String())
+	}
+	if a := first + string(rest); a != "add ok\nsearch ok\n" {
+		t.Errorf("container a: %q", a)
+	}
+	if strings.TrimSpace(string(b)) != "search required key not available" {
+		t.Errorf("container b found container a's key: %q", b)
+	}
+	if pk, err := os.ReadFile("/proc/keys"); err == nil && strings.Contains(string(pk), "docker-shared") {
+		t.Errorf("the kernel holds the containers' key:\n%s", pk)
+	}
+}
