@@ -9,12 +9,33 @@ import (
 )
 
 // AddKey creates or updates a key in keyring ring (add_key(2)).
+//
+// A payload larger than any user or logon key's is first described to
+// the daemon by its length (OpAddKeyCheck), and sent only if the daemon
+// would look at it: one that the type refuses by its length alone, or
+// that a bad keyring or type would refuse anyway, never crosses the
+// socket. A daemon that does not know the question is sent the payload.
 func (c *Client) AddKey(typ, desc string, payload []byte, ring keyctl.Serial) (keyctl.Serial, error) {
 	if payload == nil {
 		payload = []byte{}
 	}
+	if len(payload) > checkAbove {
+		err := nothing(c.call(wire.OpAddKeyCheck, wire.Str(typ), wire.Str(desc), wire.Int(len(payload)), wire.Int(ring)))
+		var refused *Error
+		if errors.As(err, &refused) && refused.Errno != keyctl.EOPNOTSUPP {
+			return 0, &Error{Op: wire.OpAddKey.String(), Errno: refused.Errno}
+		}
+		if err != nil && refused == nil {
+			return 0, err // the connection failed
+		}
+	}
 	return serial(c.call(wire.OpAddKey, wire.Str(typ), wire.Str(desc), wire.Bytes(payload), wire.Int(ring)))
 }
+
+// checkAbove is the payload size above which AddKey asks first: the
+// largest payload a user or logon key takes, so that asking costs those
+// nothing, and a round trip is small beside the bytes it may spare.
+const checkAbove = keyctl.MaxUserPayload
 
 // RequestKey finds a key, constructing it through the request-key helper
 // if callout is not nil (request_key(2)).

@@ -31,44 +31,15 @@ func (c *Caller) AddKey(typ, desc string, payload []byte, ring Serial) (Serial, 
 }
 
 func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial, error) {
-	if len(payload) > MaxPayload {
-		return 0, EINVAL
-	}
-	if err := checkTypeName(typ); err != nil {
-		return 0, err
-	}
-	if err := checkDesc(desc); err != nil {
-		return 0, err
-	}
-	if desc != "" && desc[0] == '.' && strings.HasPrefix(typ, "keyring") {
-		return 0, EPERM
-	}
-	r, err := c.lookupUserKey(ringID, lookupCreate, Write)
+	r, t, err := c.addTarget(typ, desc, len(payload), ringID)
 	if err != nil {
 		return 0, err
 	}
 	defer r.put()
-	t := c.s.lookupType(typ)
-	if t == nil {
-		return 0, ENODEV
-	}
-	if desc == "" {
-		return 0, EINVAL
-	}
 	ring := r.key
-	if !ring.isKeyring() {
-		return 0, ENOTDIR
-	}
 	var prep *Payload
 	charge := 0
-	if t == keyringType {
-		if len(payload) != 0 {
-			return 0, EINVAL
-		}
-	} else {
-		if t.Preparse == nil {
-			return 0, EINVAL
-		}
+	if t != keyringType {
 		if prep, charge, err = t.Preparse(payload); err != nil {
 			return 0, err
 		}
@@ -97,6 +68,63 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 		return 0, err
 	}
 	return k.serial, nil
+}
+
+// AddKeyCheck returns the error that AddKey would return for a payload
+// of plen bytes, as far as that error does not depend on the payload's
+// bytes: the description, the keyring and the caller's right to write to
+// it, the type, and a length the type refuses whatever the bytes (its
+// MaxSize). It returns nil where AddKey would go on to look at the bytes.
+// A client holding a large payload asks first, so that a payload the
+// daemon would refuse is never sent (the kernel, which receives the
+// payload by pointer, copies it before it looks).
+func (c *Caller) AddKeyCheck(typ, desc string, plen int, ring Serial) error {
+	r, _, err := c.addTarget(typ, desc, plen, ring)
+	if err != nil {
+		return wrap("add_key", ring, err)
+	}
+	r.put()
+	return nil
+}
+
+// addTarget is add_key's checks up to the type's look at the payload, in
+// the kernel's order, for a payload of plen bytes: it returns the keyring
+// to add to (which the caller puts) and the type.
+func (c *Caller) addTarget(typ, desc string, plen int, ringID Serial) (ref, *Type, error) {
+	if plen > MaxPayload {
+		return ref{}, nil, EINVAL
+	}
+	if err := checkTypeName(typ); err != nil {
+		return ref{}, nil, err
+	}
+	if err := checkDesc(desc); err != nil {
+		return ref{}, nil, err
+	}
+	if desc != "" && desc[0] == '.' && strings.HasPrefix(typ, "keyring") {
+		return ref{}, nil, EPERM
+	}
+	r, err := c.lookupUserKey(ringID, lookupCreate, Write)
+	if err != nil {
+		return ref{}, nil, err
+	}
+	fail := func(err error) (ref, *Type, error) {
+		r.put()
+		return ref{}, nil, err
+	}
+	t := c.s.lookupType(typ)
+	switch {
+	case t == nil:
+		return fail(ENODEV)
+	case desc == "":
+		return fail(EINVAL)
+	case !r.key.isKeyring():
+		return fail(ENOTDIR)
+	case t == keyringType && plen != 0:
+		return fail(EINVAL) // a keyring's payload is its links
+	case t != keyringType && (t.Preparse == nil || t.MaxSize > 0 && plen > t.MaxSize):
+		return fail(EINVAL)
+	}
+	return r, t, nil
 }
 
 // updateExisting is add_key's update path: done reports whether it

@@ -163,6 +163,7 @@ var bigKeyType = &Type{
 		}
 		return &Payload{Extra: b, Len: len(data)}, bigKeyCharge, nil
 	},
+	MaxSize:   MaxBigKeyPayload,
 	Updatable: true,
 	Read: func(p *Payload) ([]byte, error) {
 		if b, ok := p.Extra.(*sealed); ok {

@@ -557,3 +557,39 @@ func TestExec(t *testing.T) {
 		t.Fatal("exec changed the session")
 	}
 }
+
+// AddKeyCheck answers, for every refusal that does not depend on the
+// payload's bytes, exactly what AddKey answers for a payload of that
+// length, and nothing where AddKey goes on to look at the bytes.
+func TestAddKeyCheckAgreesWithAddKey(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	notRing := must(c.AddKey("user", "not-a-ring", []byte("x"), SessionKeyring))(t)
+	closed := must(c.AddKey("keyring", "closed", nil, SessionKeyring))(t)
+	must(0, c.SetPerm(closed, (View|Search)<<PossessorShift))(t)
+	for _, typ := range []string{"user", "logon", "keyring", "big_key", "no-such-type", "", ".internal"} {
+		for _, desc := range []string{"", "d", "svc:d", ".dot", strings.Repeat("x", MaxDescription+1)} {
+			for _, n := range []int{0, 1, MaxUserPayload, MaxUserPayload + 1, MaxBigKeyPayload, MaxBigKeyPayload + 1, MaxPayload + 1} {
+				for _, ring := range []Serial{SessionKeyring, notRing, closed, 999999} {
+					checked := c.AddKeyCheck(typ, desc, n, ring)
+					id, added := c.AddKey(typ, desc, make([]byte, n), ring)
+					if added == nil {
+						c.Unlink(id, ring)
+					}
+					switch {
+					case checked != nil && !sameErrno(checked, added):
+						t.Errorf("%q %q %d bytes into %d: check says %v, add says %v", typ, desc, n, ring, checked, added)
+					case checked == nil && added != nil && n > 0 && typ == "user" && (n > MaxUserPayload):
+						t.Errorf("%q %q %d bytes into %d: check let pass what the length alone refuses (%v)", typ, desc, n, ring, added)
+					}
+				}
+			}
+		}
+	}
+}
+
+func sameErrno(a, b error) bool {
+	ea, oka := ErrnoOf(a)
+	eb, okb := ErrnoOf(b)
+	return oka && okb && ea == eb
+}

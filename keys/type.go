@@ -21,6 +21,10 @@ type Type struct {
 	// payload to store, with the bytes to charge to the owner's quota.
 	// Keyrings have none: their payload is their links.
 	Preparse func(data []byte) (p *Payload, charge int, err error)
+	// MaxSize, if not 0, is the longest payload Preparse accepts: it
+	// refuses a longer one with EINVAL whatever its bytes, so that a
+	// caller can be refused before its payload is sent (AddKeyCheck).
+	MaxSize int
 	// Updatable reports whether keys of the type can be updated in place
 	// (add_key on an existing key, KEYCTL_UPDATE).
 	Updatable bool
@@ -65,6 +69,7 @@ var (
 	userType = &Type{
 		Name:      "user",
 		Preparse:  userPreparse,
+		MaxSize:   MaxUserPayload,
 		Updatable: true,
 		Read:      func(p *Payload) ([]byte, error) { return p.Data, nil },
 		Describe:  describeLen,
@@ -79,6 +84,7 @@ var (
 			return nil
 		},
 		Preparse:  userPreparse,
+		MaxSize:   MaxUserPayload,
 		Updatable: true,
 		Describe:  describeLen,
 	}

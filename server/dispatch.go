@@ -2,6 +2,7 @@ package server
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -170,6 +171,12 @@ func (c *conn) run(a wire.Args) *wire.Response {
 		return result(cl.AddKey(a.Str(0), a.Str(1), a.Bytes(2), a.Serial(3)))
 	case wire.OpRequestKey:
 		return result(cl.RequestKey(a.Str(0), a.Str(1), a.Bytes(2), a.Serial(3)))
+	case wire.OpAddKeyCheck:
+		n := a.Int(2)
+		if n < 0 || n > math.MaxInt32 {
+			return fail(keys.EINVAL)
+		}
+		return done(cl.AddKeyCheck(a.Str(0), a.Str(1), int(n), a.Serial(3)))
 	case wire.OpProcKeys:
 		return okBuf([]byte(cl.ProcKeys()))
 	case wire.OpProcKeyUsers:

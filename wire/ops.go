@@ -46,6 +46,7 @@ const (
 	OpSessionToken     Op = 1201
 	OpWatchNext        Op = 1202
 	OpIntercept        Op = 1203
+	OpAddKeyCheck      Op = 1204
 )
 
 // Shorthands for the table.
@@ -150,4 +151,10 @@ var specs = []Spec{
 	// processes' add_key, keyctl and request_key calls the daemon is to
 	// serve from now on (ukeyctl run).
 	{Op: OpIntercept, Name: "intercept", Result: none},
+	// add_key's answer as far as it does not depend on the payload's
+	// bytes, for a payload of the given length (keys.Caller.AddKeyCheck):
+	// a client asks before it sends a large payload, so that one the
+	// daemon would refuse is never sent.
+	{Op: OpAddKeyCheck, Name: "add_key_check", Result: none,
+		Args: []Arg{str("type", 0, keyctl.MaxTypeName), str("description", 0, keyctl.MaxDescription), integer("length", 0), integer("ring", 0)}},
 }

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/wire"
 )
 
@@ -252,11 +253,15 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		return 0, errno
 	}
 	l.mem.pid = pid
+	// A payload larger than a user key's is asked about before it is
+	// read (OpAddKeyCheck): one that the type refuses by its length, or
+	// that the keyring or type refuses anyway, is never copied.
+	lazy := sysc == wire.SysAddKey && n.args[3] > keyctl.MaxUserPayload && n.args[3] <= maxPayload
 	var req *wire.Request
 	if iov {
 		req, errno = decodeIOV(&l.mem, &n.args)
 	} else {
-		req, errno = decode(&l.mem, spec, &n.args)
+		req, errno = decode(&l.mem, spec, &n.args, lazy)
 	}
 	defer l.mem.release()
 	if errno != 0 {
@@ -270,6 +275,20 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	}
 	caller := Caller{Tid: pid, Pid: st.Tgid, Status: st, Exec: exec}
 	l.tasks.delivered(st.Tgid)
+	if lazy {
+		check := &wire.Request{Op: wire.OpAddKeyCheck, Bufs: req.Bufs[:2], Ints: []int64{int64(n.args[3]), req.Ints[0]}}
+		if resp := l.h.Serve(caller, check); resp.Errno != 0 {
+			return 0, syscall.Errno(resp.Errno)
+		}
+		b, errno := l.mem.read(n.args[2], int(n.args[3]))
+		if errno != 0 {
+			return 0, errno
+		}
+		req.Bufs[2] = b
+		if !l.valid(n.id) {
+			return 0, unix.ENOENT // read from a task that may no longer be the caller
+		}
+	}
 	resp := l.h.Serve(caller, req)
 	defer func() {
 		for _, b := range resp.Bufs {

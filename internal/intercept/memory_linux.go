@@ -16,7 +16,15 @@ import (
 type memory struct {
 	pid  int
 	held [][]byte
+	// scratch is kept from call to call for the one large payload a call
+	// may carry, so that serving a megabyte allocates nothing; it is
+	// wiped with the rest when the call is done.
+	scratch     []byte
+	scratchUsed bool
 }
+
+// scratchFrom is the size from which a read uses the scratch buffer.
+const scratchFrom = 64 << 10
 
 // release wipes what the call read.
 func (m *memory) release() {
@@ -25,6 +33,7 @@ func (m *memory) release() {
 	}
 	clear(m.held)
 	m.held = m.held[:0]
+	m.scratchUsed = false
 }
 
 // read copies n bytes at addr in the caller and returns them; EFAULT if
@@ -46,11 +55,46 @@ func (m *memory) read(addr uint64, n int) ([]byte, syscall.Errno) {
 	return b, 0
 }
 
-// take returns n fresh bytes that release will wipe.
+// take returns n bytes that release will wipe.
 func (m *memory) take(n int) []byte {
-	b := make([]byte, n)
+	var b []byte
+	if n >= scratchFrom && !m.scratchUsed {
+		if cap(m.scratch) < n {
+			m.scratch = make([]byte, n)
+		}
+		b, m.scratchUsed = m.scratch[:n], true
+	} else {
+		b = make([]byte, n)
+	}
 	m.held = append(m.held, b)
 	return b
+}
+
+// probe reports EFAULT unless every page of the n bytes at addr is the
+// caller's to read, reading one byte of each (in one system call): what
+// the kernel's copy of them would find, without the copy.
+func (m *memory) probe(addr uint64, n int) syscall.Errno {
+	if n == 0 {
+		return 0
+	}
+	if addr == 0 || addr+uint64(n) < addr {
+		return unix.EFAULT
+	}
+	var remote []unix.RemoteIovec
+	for p := addr; p < addr+uint64(n); p = (p &^ 4095) + 4096 {
+		remote = append(remote, unix.RemoteIovec{Base: uintptr(p), Len: 1})
+	}
+	remote = append(remote, unix.RemoteIovec{Base: uintptr(addr + uint64(n) - 1), Len: 1})
+	local := make([]byte, len(remote))
+	for len(remote) > 0 {
+		k := min(len(remote), 1024) // IOV_MAX
+		got, err := unix.ProcessVMReadv(m.pid, []unix.Iovec{{Base: &local[0], Len: uint64(k)}}, remote[:k], 0)
+		if err != nil || got != k {
+			return unix.EFAULT
+		}
+		remote = remote[k:]
+	}
+	return 0
 }
 
 // readString reads a C string of at most max bytes before its NUL, as
@@ -108,8 +152,10 @@ const (
 )
 
 // decode reads a call's arguments as spec lists them, from registers
-// args (args[0] is the call's first argument), into a request.
-func decode(m *memory, spec *wire.Spec, args *[6]uint64) (*wire.Request, syscall.Errno) {
+// args (args[0] is the call's first argument), into a request. With
+// lazy, a payload is only probed (its place in the request left nil),
+// for the caller to read once it knows it is wanted.
+func decode(m *memory, spec *wire.Spec, args *[6]uint64, lazy bool) (*wire.Request, syscall.Errno) {
 	if spec.Op == wire.OpDHCompute {
 		return decodeDH(m, args)
 	}
@@ -142,6 +188,11 @@ func decode(m *memory, spec *wire.Spec, args *[6]uint64) (*wire.Request, syscall
 				req.Bufs = append(req.Bufs, nil)
 			case n > maxPayload:
 				return nil, unix.EINVAL
+			case lazy:
+				if errno := m.probe(reg, int(n)); errno != 0 {
+					return nil, errno
+				}
+				req.Bufs = append(req.Bufs, nil)
 			default:
 				b, errno := m.read(reg, int(n))
 				if errno != 0 {
