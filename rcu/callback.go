@@ -225,11 +225,20 @@ func (d *Domain) callbackWorker(started chan<- struct{}) {
 				close(q.progress)
 				q.progress = nil
 			}
-			if q.waiters > 0 {
+			waiting := q.waiters > 0
+			if waiting {
 				q.room.Broadcast()
 			}
+			crowded := q.backlog >= d.cfg.backlog/2
 			q.mu.Unlock()
-			runtime.Gosched()
+			// Between batches the worker lets others run, unless callers
+			// are blocked for room in the backlog (or soon will be): they
+			// wait for this worker and nothing else, and a yield would
+			// put it behind every runnable goroutine, each of which Go
+			// may let run 10 ms.
+			if !waiting && !crowded {
+				runtime.Gosched()
+			}
 		}
 		q.mu.Lock()
 		if cap(seg) <= 2*d.cfg.backlog {
