@@ -75,34 +75,61 @@ func Dial(path string, opts ...Option) (*Client, error) {
 	if cfg.pipelined {
 		version = 1
 	}
-	if err := handshake(sc, version); err != nil {
+	c := &Client{sc: sc}
+	// A token to present goes out with the hello, in the same write, and
+	// its answer is read after the daemon's hello: one round trip for
+	// both, where a short-lived program (ukeyctl, in a session) would
+	// otherwise wait for two before its first call.
+	helper := os.Getenv(HelperEnv)
+	tok := helper
+	if tok == "" {
+		if s := os.Getenv(SessionEnv); s != "" {
+			if _, t, ok := cut(s); ok {
+				tok = t
+			}
+		}
+	}
+	var attach *wire.Request
+	if tok != "" {
+		if err := c.req.Set(wire.OpSessionAttach, wire.Str(tok)); err != nil {
+			f.Close()
+			return nil, err
+		}
+		c.tag++
+		c.req.Tag = c.tag
+		attach = &c.req
+	}
+	if err := handshake(sc, version, attach); err != nil {
+		c.forget()
 		f.Close()
 		return nil, err
 	}
-	c := &Client{sc: sc}
+	if attach != nil {
+		_, err := c.receive(wire.OpSessionAttach)
+		c.forget()
+		switch {
+		case err != nil && helper != "":
+			f.Close()
+			return nil, fmt.Errorf("client: helper token refused: %w", err)
+		case err != nil && errors.Is(err, ErrProtocol):
+			f.Close()
+			return nil, err
+		case err != nil:
+			// The session is gone (the daemon restarted): the daemon
+			// gave this process a revoked session keyring, so that what
+			// it adds to @s fails instead of being lost.
+			c.sessionErr = err
+		}
+	}
 	if cfg.pipelined {
 		c.pl = newPipeline(sc)
-	}
-	if tok := os.Getenv(HelperEnv); tok != "" {
-		if _, err := c.attach(tok); err != nil {
-			c.Close()
-			return nil, fmt.Errorf("client: helper token refused: %w", err)
-		}
-	} else if s := os.Getenv(SessionEnv); s != "" {
-		if _, tok, ok := cut(s); ok {
-			if _, err := c.attach(tok); err != nil {
-				// The session is gone (the daemon restarted): the daemon
-				// gave this process a revoked session keyring, so that
-				// what it adds to @s fails instead of being lost.
-				c.sessionErr = err
-			}
-		}
 	}
 	return c, nil
 }
 
-// handshake sends the hello for version and reads the daemon's.
-func handshake(sc *sock.Conn, version uint16) error {
+// handshake sends the hello for version, with first (if not nil) in the
+// same write, and reads the daemon's hello.
+func handshake(sc *sock.Conn, version uint16, first *wire.Request) error {
 	// A daemon answers the hello at once; one that does not (its
 	// descriptor table is full and this connection waits in its backlog)
 	// is reported rather than waited for forever.
@@ -110,6 +137,12 @@ func handshake(sc *sock.Conn, version uint16) error {
 	s.SetReadDeadline(time.Now().Add(handshakeTimeout))
 	defer s.SetReadDeadline(time.Time{})
 	sc.Out.Body(wire.EncodeHello(version))
+	if first != nil {
+		if err := sc.Out.Request(first); err != nil {
+			sc.Out.Reset()
+			return err
+		}
+	}
 	_, werr := sc.Flush()
 	if werr != nil {
 		// A daemon that refuses this process writes why and closes at
@@ -198,10 +231,15 @@ func (c *Client) call(op wire.Op, args ...wire.Value) (*wire.Response, error) {
 	if err == nil {
 		_, _, err = c.sc.FlushAndWait(nil)
 	}
-	var body []byte
-	if err == nil {
-		body, err = c.sc.In.Next()
+	if err != nil {
+		return nil, err
 	}
+	return c.receive(op)
+}
+
+// receive reads the answer to the request in c.req. mu is held.
+func (c *Client) receive(op wire.Op) (*wire.Response, error) {
+	body, err := c.sc.In.Next()
 	defer c.sc.In.Done() // the copy is the caller's; wipe the frame
 	if err == nil && c.sc.In.Buffered() > 0 {
 		err = ErrProtocol // the daemon answers each request once

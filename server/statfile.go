@@ -2,9 +2,9 @@ package server
 
 import (
 	"bytes"
-	"fmt"
-	"os"
 	"strconv"
+
+	"github.com/ukeys/ukeys/internal/procfs"
 )
 
 // stat is what the daemon reads of a process from /proc/<pid>/stat.
@@ -19,7 +19,7 @@ func readStat(pid int) (st stat, ok bool) {
 	if pid <= 0 {
 		return stat{}, false
 	}
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	b, err := procfs.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
 		return stat{}, false
 	}

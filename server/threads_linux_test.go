@@ -17,7 +17,16 @@ import (
 	"github.com/ukeys/ukeys/server"
 )
 
-func init() { testChildren["threads"] = threadsChild }
+func init() {
+	testChildren["threads"] = threadsChild
+	if os.Getenv("UKEYS_TEST_CHILD") == "threads" {
+		// The main goroutine keeps the thread group's leader (an init
+		// function's lock holds it to the main thread), so that the two
+		// asking threads are both other threads: a leader's @p would be
+		// its process's, which a thread met afterwards inherits.
+		runtime.LockOSThread()
+	}
+}
 
 // threadsChild asks for @t and @p (creating them) from two threads at
 // once, under the filter on all its threads (or, with UKEYS_TEST_KERNEL,

@@ -30,7 +30,8 @@
 // have several requests in flight and match answers by tag. Version 2
 // adds one promise and nothing else: a client that opens with version 2
 // or later sends each request only once it has read the answer to the one
-// before. The server may then wait for the next request without first
+// before (its first request may go with its hello, before the daemon's
+// hello is read: a short-lived client presents its session that way). The server may then wait for the next request without first
 // trying to read it, which saves a system call per round trip; a client
 // that breaks the promise can only stall its own connection (until the
 // server's read deadline). A body is:

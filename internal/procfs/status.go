@@ -2,8 +2,6 @@ package procfs
 
 import (
 	"bytes"
-	"fmt"
-	"os"
 	"strconv"
 )
 
@@ -86,7 +84,7 @@ func ParseStatus(b []byte) (Status, bool) {
 
 // ReadStatus reads and parses /proc/<pid>/status.
 func ReadStatus(pid int) (Status, bool) {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := ReadFile(statusPath(pid))
 	if err != nil {
 		return Status{}, false
 	}

@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strings"
 	"testing"
 )
 
@@ -53,4 +54,23 @@ func FuzzParseStatus(f *testing.F) {
 			t.Fatalf("%q gave capabilities %x", b, st.CapEff)
 		}
 	})
+}
+
+// ReadFile reads a /proc file whole, however long, and says which file
+// it could not open.
+func TestReadFile(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("no /proc here")
+	}
+	want, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		t.Skip(err)
+	}
+	got, err := ReadFile("/proc/self/maps")
+	if err != nil || len(got) < len(want)/2 || !bytes.HasPrefix(got, want[:min(len(want), 20)]) {
+		t.Fatalf("%d bytes (%v), os.ReadFile %d", len(got), err, len(want))
+	}
+	if _, err := ReadFile("/proc/0/stat"); err == nil || !strings.Contains(err.Error(), "/proc/0/stat") {
+		t.Fatalf("a missing file: %v", err)
+	}
 }

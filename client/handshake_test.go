@@ -1,0 +1,79 @@
+package client
+
+import (
+	"errors"
+	"net"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/ukeys/ukeys/keyctl"
+	"github.com/ukeys/ukeys/wire"
+)
+
+// A session to present goes out with the hello: the daemon has it before
+// it answers the hello, so that dialling costs one round trip, not two.
+// A refused token is SessionLost's, and the client still works.
+func TestSessionGoesWithTheHello(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fake.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	got := make(chan error, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			got <- err
+			return
+		}
+		defer conn.Close()
+		buf := make([]byte, 1<<16)
+		if _, err := wire.ReadFrame(conn, buf); err != nil {
+			got <- err
+			return
+		}
+		// Before answering the hello: the attach must be here already.
+		conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		body, err := wire.ReadFrame(conn, buf)
+		if err != nil {
+			got <- errors.New("no request came with the hello: " + err.Error())
+			return
+		}
+		r, err := wire.DecodeRequest(body)
+		if err != nil || r.Op != wire.OpSessionAttach || string(r.Buf(0)) != "the-token" {
+			got <- errors.New("the request with the hello is not the session's")
+			return
+		}
+		conn.SetReadDeadline(time.Time{})
+		got <- nil
+		wire.WriteFrame(conn, wire.EncodeHello(wire.Version))
+		out, _ := wire.AppendResponse(nil, &wire.Response{Tag: r.Tag, Errno: uint16(keyctl.EKEYREVOKED)})
+		wire.WriteFrame(conn, out)
+		// One more request: the client goes on after a refused session.
+		body, err = wire.ReadFrame(conn, buf)
+		if err != nil {
+			return
+		}
+		r, _ = wire.DecodeRequest(body)
+		out, _ = wire.AppendResponse(nil, &wire.Response{Tag: r.Tag, Ints: []int64{42}})
+		wire.WriteFrame(conn, out)
+	}()
+	t.Setenv(SessionEnv, "123:the-token")
+	t.Setenv(HelperEnv, "")
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	if err := <-got; err != nil {
+		t.Fatal(err)
+	}
+	if !errors.Is(c.SessionLost(), keyctl.EKEYREVOKED) {
+		t.Fatalf("SessionLost: %v", c.SessionLost())
+	}
+	if id, err := c.GetKeyringID(keyctl.SessionKeyring, false); err != nil || id != 42 {
+		t.Fatalf("a call after the refused session: %v %v", id, err)
+	}
+}
