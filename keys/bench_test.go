@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"runtime"
+	"runtime/metrics"
 	"strconv"
 	"testing"
 	"time"
@@ -217,23 +218,55 @@ func BenchmarkAddKey(b *testing.B) {
 // and reports the heap each key costs. It runs once per invocation and
 // only when asked: -bench MillionKeys, or UKEYS_MILLION=1 in a test run
 // (TestMillionKeys).
+//
+// It also reports what the Go collector pays for holding them, the cost
+// that the kernel does not have: the heap one cycle scans (scan-MB) and
+// the CPU time of one full mark of it (mark-ms), from runtime/metrics
+// around a forced collection.
 func BenchmarkMillionKeys(b *testing.B) {
 	for b.Loop() {
-		perKey, elapsed := millionKeys(b)
+		perKey, elapsed, scanned, mark := millionKeys(b)
 		b.ReportMetric(perKey, "bytes/key")
 		b.ReportMetric(float64(elapsed.Nanoseconds()), "ns/add")
+		b.ReportMetric(scanned/1e6, "scan-MB")
+		b.ReportMetric(mark.Seconds()*1e3, "mark-ms")
 	}
+}
+
+// markCost forces a collection and returns the bytes of heap it scanned
+// and the CPU time its mark phase took (dedicated, fractional, idle and
+// assist workers together).
+func markCost() (scanned float64, mark time.Duration) {
+	names := []string{"/gc/scan/heap:bytes", "/cpu/classes/gc/mark/assist:cpu-seconds",
+		"/cpu/classes/gc/mark/dedicated:cpu-seconds", "/cpu/classes/gc/mark/idle:cpu-seconds"}
+	read := func() []metrics.Sample {
+		s := make([]metrics.Sample, len(names))
+		for i, n := range names {
+			s[i].Name = n
+		}
+		metrics.Read(s)
+		return s
+	}
+	runtime.GC()
+	before := read()
+	runtime.GC()
+	after := read()
+	cpu := 0.0
+	for i := 1; i < len(names); i++ {
+		cpu += after[i].Value.Float64() - before[i].Value.Float64()
+	}
+	return float64(after[0].Value.Uint64()), time.Duration(cpu * float64(time.Second))
 }
 
 func TestMillionKeys(t *testing.T) {
 	if testing.Short() || os.Getenv("UKEYS_MILLION") != "1" {
 		t.Skip("set UKEYS_MILLION=1 (without -short) to create a million keys")
 	}
-	perKey, elapsed := millionKeys(t)
-	t.Logf("%.1f bytes/key, %v per add_key", perKey, elapsed)
+	perKey, elapsed, scanned, mark := millionKeys(t)
+	t.Logf("%.1f bytes/key, %v per add_key; one collection scans %.0f MB, its mark %v of CPU", perKey, elapsed, scanned/1e6, mark)
 }
 
-func millionKeys(tb testing.TB) (bytesPerKey float64, elapsed time.Duration) {
+func millionKeys(tb testing.TB) (bytesPerKey float64, elapsed time.Duration, scanned float64, mark time.Duration) {
 	const n = 1_000_000
 	s := New()
 	defer s.Close()
@@ -273,5 +306,6 @@ func millionKeys(tb testing.TB) (bytesPerKey float64, elapsed time.Duration) {
 	if k, by := s.QuotaUsage(0); k != n || by != n*(descLen+1+len(payload)) {
 		tb.Fatalf("root quota %d keys, %d bytes", k, by)
 	}
-	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n, elapsed / n
+	scanned, mark = markCost() // while the keys live
+	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n, elapsed / n, scanned, mark
 }
