@@ -31,7 +31,7 @@ func (s *Service) revoke(k *Key) {
 	old := k.payload.Swap(nil)
 	if old != nil && k.has(flagInQuota) {
 		s.adjust(k.quota, -old.charge)
-		k.quotalen -= old.charge
+		k.quotalen -= int32(old.charge)
 	}
 	var links []link
 	if k.isKeyring() {
@@ -122,11 +122,11 @@ func (c *Caller) chownLocked(k *Key, uid, gid int64) error {
 	if uid != -1 && uint32(uid) != k.uid.Load() {
 		nu := c.s.quotaFor(uint32(uid))
 		if k.has(flagInQuota) {
-			if err := c.s.charge(nu, k.quotalen, false); err != nil {
+			if err := c.s.charge(nu, int(k.quotalen), false); err != nil {
 				c.s.quotaPut(nu)
 				return err
 			}
-			c.s.uncharge(k.quota, k.quotalen)
+			c.s.uncharge(k.quota, int(k.quotalen))
 		}
 		ou := k.quota
 		inst := k.state.Load() != stateUninstantiated

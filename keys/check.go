@@ -59,7 +59,7 @@ func (s *Service) Check() error {
 			return fmt.Errorf("keys: indexed key %d has no reference", id)
 		}
 		k.mu.Lock()
-		u, ql, inQuota := k.quota, k.quotalen, k.has(flagInQuota)
+		u, ql, inQuota := k.quota, int(k.quotalen), k.has(flagInQuota)
 		k.mu.Unlock()
 		uid := k.uid.Load()
 		if u == nil || u.uid != uid {

@@ -104,7 +104,10 @@ func (c *Caller) waitConstructed(k *Key) error {
 	// The channel is set under mu before the flag, so a key seen under
 	// construction always has one.
 	k.mu.Lock()
-	ch := k.constructed
+	var ch chan struct{}
+	if e := k.ext.Load(); e != nil {
+		ch = e.constructed
+	}
 	k.mu.Unlock()
 	if ch != nil {
 		<-ch
@@ -118,7 +121,7 @@ func (s *Service) constructionDone(k *Key) {
 	defer k.mu.Unlock()
 	if k.has(flagUserConstruct) {
 		k.clearFlag(flagUserConstruct)
-		close(k.constructed)
+		close(k.ext.Load().constructed) // made before the flag was set
 	}
 }
 
@@ -238,7 +241,7 @@ func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key
 	// alloc has published the key in the index already: the channel must
 	// exist before anyone can see the flag and wait on it.
 	k.mu.Lock()
-	k.constructed = make(chan struct{})
+	k.extra().constructed = make(chan struct{})
 	k.setFlag(flagUserConstruct)
 	k.mu.Unlock()
 	err = s.linkInto(destKey, k.get(), true)
@@ -435,8 +438,8 @@ func (s *Service) linkPrecheck(ring, k *Key) error {
 	if ring.has(flagRevoked | flagInvalidated | flagDead) {
 		return EKEYREVOKED
 	}
-	if ring.restrict != nil {
-		return ring.restrict.check(ring, k)
+	if r := ring.restriction(); r != nil {
+		return r.check(ring, k)
 	}
 	return nil
 }
@@ -524,7 +527,7 @@ func (c *Caller) reject(id Serial, timeout uint32, errno Errno, ringID Serial) e
 	var linkErr error
 	if dest != nil {
 		dest.mu.Lock()
-		restricted := dest.restrict != nil
+		restricted := dest.restriction() != nil
 		dest.mu.Unlock()
 		if restricted {
 			return EPERM

@@ -178,11 +178,13 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	if k.typ.Load() == keyringType && k.desc[0] != '.' {
 		s.unpublishName(k)
 	}
-	u, ql := k.quota, k.quotalen
+	u, ql := k.quota, int(k.quotalen)
 	inQuota := k.has(flagInQuota)
 	instantiated := k.state.Load() != stateUninstantiated
-	watches := k.watches
-	k.watches = nil
+	var watches []*watch
+	if e := k.ext.Load(); e != nil {
+		watches, e.watches = e.watches, nil
+	}
 	k.mu.Unlock()
 	for _, w := range watches {
 		w.removed(k.serial)

@@ -83,6 +83,7 @@ const (
 // changes go through the Caller operations, which check permissions.
 type Key struct {
 	serial Serial
+	state  atomicState
 	desc   string
 	s      *Service
 	typ    atomic.Pointer[Type]
@@ -99,33 +100,63 @@ type Key struct {
 	uid, gid atomic.Uint32
 	perm     atomic.Uint32
 	flags    atomic.Uint32
-	state    atomicState
 	expiry   atomic.Int64 // unix nanoseconds; 0 means never
 	lastUsed atomic.Int64
 	usage    atomic.Int32
+	quotalen int32 // bytes charged: description + 1 + payload; guarded by mu
 
 	payload atomic.Pointer[Payload]  // non-keyring types; rcu-protected
 	ring    atomic.Pointer[ringSnap] // keyrings; rcu-protected
 
 	// Guarded by mu.
-	quota    *quotaUser // the owner's record, charged for this key
-	quotalen int        // bytes charged: description + 1 + payload
-	restrict *restriction
-	watches  []*watch
+	quota *quotaUser // the owner's record, charged for this key
 
-	// parent and parents are the keyrings that link this key, so that the
+	// parent is the first keyring that links this key, so that the
 	// collector can prune a dead key's links in time proportional to its
-	// own links rather than by walking every keyring. The first is kept
-	// inline: most keys have one, and a slice of one cost every add_key
-	// an allocation.
+	// own links rather than by walking every keyring; the others are in
+	// ext. Most keys have one.
 	parentsMu sync.Mutex
 	parent    *Key
-	parents   []*Key
 
-	// constructed is closed when the key stops being under construction.
-	constructed chan struct{}
 	// auth is the request record of an authorisation key.
 	auth *authRecord
+	// ext holds what few keys have, allocated for the first of them:
+	// every field of a Key is a word each of a million keys pays for, in
+	// memory and in every mark of Go's collector.
+	ext atomic.Pointer[keyExt]
+}
+
+// keyExt is the part of a Key that few keys use. Each field is guarded
+// as it was in the Key: restrict and watches by the key's mu, parents by
+// its parentsMu; constructed is set under mu before the key is seen under
+// construction.
+type keyExt struct {
+	restrict *restriction
+	watches  []*watch
+	parents  []*Key // the keyrings that link the key, after parent
+	// constructed is closed when the key stops being under construction.
+	constructed chan struct{}
+}
+
+// extra returns k's ext, making it if k has none.
+func (k *Key) extra() *keyExt {
+	if e := k.ext.Load(); e != nil {
+		return e
+	}
+	e := new(keyExt)
+	if k.ext.CompareAndSwap(nil, e) {
+		return e
+	}
+	return k.ext.Load()
+}
+
+// restriction returns the keyring's link restriction, nil if none. The
+// caller holds k.mu, or reads a restriction that, once set, stays.
+func (k *Key) restriction() *restriction {
+	if e := k.ext.Load(); e != nil {
+		return e.restrict
+	}
+	return nil
 }
 
 // Serial returns the key's serial number.
@@ -249,7 +280,8 @@ func (k *Key) addParent(ring *Key) {
 	if k.parent == nil {
 		k.parent = ring
 	} else {
-		k.parents = append(k.parents, ring)
+		e := k.extra()
+		e.parents = append(e.parents, ring)
 	}
 	k.parentsMu.Unlock()
 }
@@ -258,24 +290,29 @@ func (k *Key) addParent(ring *Key) {
 func (k *Key) removeParent(ring *Key) {
 	k.parentsMu.Lock()
 	defer k.parentsMu.Unlock()
-	last := len(k.parents) - 1
+	var e *keyExt
+	var parents []*Key
+	if e = k.ext.Load(); e != nil {
+		parents = e.parents
+	}
+	last := len(parents) - 1
 	if k.parent == ring {
 		k.parent = nil
 		if last < 0 {
 			return
 		}
-		k.parent = k.parents[last] // the inline place stays filled
+		k.parent = parents[last] // the inline place stays filled
 	} else {
-		i := slices.Index(k.parents, ring)
+		i := slices.Index(parents, ring)
 		if i < 0 {
 			return
 		}
-		k.parents[i] = k.parents[last]
+		parents[i] = parents[last]
 	}
-	k.parents[last] = nil
-	k.parents = k.parents[:last]
+	parents[last] = nil
+	e.parents = parents[:last]
 	if last == 0 {
-		k.parents = nil
+		e.parents = nil
 	}
 }
 
@@ -286,10 +323,14 @@ func (k *Key) eachParentLocked(fn func(ring *Key)) int {
 		return 0
 	}
 	fn(k.parent)
-	for _, p := range k.parents {
+	e := k.ext.Load()
+	if e == nil {
+		return 1
+	}
+	for _, p := range e.parents {
 		fn(p)
 	}
-	return 1 + len(k.parents)
+	return 1 + len(e.parents)
 }
 
 // parentList returns the keyrings that link k.

@@ -188,8 +188,8 @@ func (s *Service) linkSilently(ring, k *Key, checkRestriction, excl bool) (repla
 		ring.mu.Unlock()
 		return err
 	}
-	if checkRestriction && ring.restrict != nil {
-		if err := ring.restrict.check(ring, k); err != nil {
+	if r := ring.restriction(); checkRestriction && r != nil {
+		if err := r.check(ring, k); err != nil {
 			return nil, undo(err)
 		}
 	}
@@ -219,7 +219,7 @@ func (s *Service) chargeLink(ring *Key, delta int) error {
 	if err := s.adjust(ring.quota, delta); err != nil {
 		return err
 	}
-	ring.quotalen += delta
+	ring.quotalen += int32(delta)
 	return nil
 }
 

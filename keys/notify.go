@@ -142,7 +142,9 @@ func (q *WatchQueue) Close() {
 	q.mu.Unlock()
 	for k, w := range ws {
 		k.mu.Lock()
-		k.watches = removeWatch(k.watches, w)
+		if e := k.ext.Load(); e != nil {
+			e.watches = removeWatch(e.watches, w)
+		}
 		k.mu.Unlock()
 	}
 }
@@ -167,8 +169,12 @@ func (w *watch) removed(serial Serial) {
 
 // notify posts an event to every watch on k.
 func notify(k *Key, kind NotifyKind, aux Serial) {
+	e := k.ext.Load()
+	if e == nil {
+		return // never watched: no lock to take
+	}
 	k.mu.Lock()
-	ws := k.watches
+	ws := e.watches
 	k.mu.Unlock()
 	for _, w := range ws {
 		w.q.post(Notification{Kind: kind, Key: k.serial, Aux: int32(aux), WatchID: w.id})
@@ -187,8 +193,9 @@ func addWatch(k *Key, q *WatchQueue, id uint8) error {
 	}
 	w := &watch{q: q, key: k, id: id}
 	q.watches[k] = w
+	e := k.extra()
 	k.mu.Lock()
-	k.watches = append(k.watches[:len(k.watches):len(k.watches)], w)
+	e.watches = append(e.watches[:len(e.watches):len(e.watches)], w)
 	k.mu.Unlock()
 	return nil
 }
@@ -206,7 +213,9 @@ func dropWatch(k *Key, q *WatchQueue) error {
 		return EBADSLT
 	}
 	k.mu.Lock()
-	k.watches = removeWatch(k.watches, w)
+	if e := k.ext.Load(); e != nil {
+		e.watches = removeWatch(e.watches, w)
+	}
 	k.mu.Unlock()
 	q.post(Notification{Kind: NotifyRemoved, Key: k.serial, WatchID: w.id})
 	return nil

@@ -364,7 +364,10 @@ func TestWatchQueueBounds(t *testing.T) {
 	}
 	sess := e.s.lookup(must(c.GetKeyringID(SessionKeyring, false))(t))
 	sess.mu.Lock()
-	left := len(sess.watches)
+	left := 0
+	if x := sess.ext.Load(); x != nil {
+		left = len(x.watches)
+	}
 	sess.mu.Unlock()
 	if left != 0 {
 		t.Fatalf("key still has %d watches after Close", left)

@@ -69,7 +69,7 @@ func (s *Service) instantiate(k *Key, p *Payload, charge int) error {
 			k.mu.Unlock()
 			return err
 		}
-		k.quotalen += charge
+		k.quotalen += int32(charge)
 	}
 	if p != nil {
 		p.charge = charge
@@ -101,7 +101,7 @@ func (s *Service) update(k *Key, p *Payload, charge int) error {
 			k.mu.Unlock()
 			return err
 		}
-		k.quotalen += delta
+		k.quotalen += int32(delta)
 	}
 	k.payload.Store(p)
 	wasNegative := k.state.Load() != statePositive

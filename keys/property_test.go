@@ -582,7 +582,7 @@ func (m *machine) checkQuota(idx map[Serial]*Key) {
 		}
 		if inQuota {
 			tl.qkeys++
-			tl.qbytes += ql
+			tl.qbytes += int(ql)
 		}
 	}
 	m.s.usersMu.Lock()
@@ -642,7 +642,7 @@ func (m *machine) checkLinks(idx map[Serial]*Key) {
 		// The keyring's charge is its description and its links.
 		if k.has(flagInQuota) {
 			k.mu.Lock()
-			ql := k.quotalen
+			ql := int(k.quotalen)
 			k.mu.Unlock()
 			if want := len(k.desc) + 1 + linkCost*snap.n; ql != want {
 				m.rt.Fatalf("keyring %d charged %d bytes for %d links, want %d", k.serial, ql, snap.n, want)

@@ -49,11 +49,11 @@ func (c *Caller) restrictKeyring(id Serial, typ, spec *string) error {
 	}
 	res = rejectAll
 	ring.mu.Lock()
-	if ring.restrict != nil {
+	if ring.restriction() != nil {
 		ring.mu.Unlock()
 		return EEXIST
 	}
-	ring.restrict = res
+	ring.extra().restrict = res
 	ring.mu.Unlock()
 	notify(ring, NotifySetAttr, 0)
 	return nil

@@ -263,9 +263,9 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 	k.flags.Store(sp.flags)
 	u := s.quotaFor(sp.uid)
 	k.quota = u
-	k.quotalen = len(sp.desc) + 1
+	k.quotalen = int32(len(sp.desc) + 1)
 	if sp.quota || sp.overrun {
-		if err := s.charge(u, k.quotalen, sp.overrun); err != nil {
+		if err := s.charge(u, int(k.quotalen), sp.overrun); err != nil {
 			s.quotaPut(u)
 			return nil, err
 		}
