@@ -5,7 +5,7 @@ import "strings"
 // defaultPerm is the mask the kernel gives keys that callers create.
 func defaultPerm(t *Type) Perm {
 	pos := View | Search | Link | SetAttr
-	if t.Read != nil || t == keyringType { // a keyring reads as its links
+	if t.Read != nil || t.ReadAs != nil || t == keyringType { // a keyring reads as its links
 		pos |= Read
 	}
 	if t == keyringType || t.Updatable {
@@ -39,18 +39,43 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 	ring := r.key
 	var prep *Payload
 	charge := 0
-	if t != keyringType {
-		if prep, charge, err = t.Preparse(payload); err != nil {
+	if t.Prepare != nil {
+		// A payload made from the key it replaces, if there is one: the
+		// kernel updates an existing key with the bytes as they came.
+		if ring.has(flagRevoked | flagInvalidated | flagDead) {
+			return 0, EKEYREVOKED
+		}
+		if t.Updatable {
+			if id, done, err := c.updateExisting(r, t, desc, func(old *Payload) (*Payload, int, error) {
+				return t.Prepare(c, desc, old, payload)
+			}); done {
+				return id, err
+			}
+		}
+		if prep, charge, err = t.Prepare(c, desc, nil, payload); err != nil {
 			return 0, err
 		}
-	}
-	if ring.has(flagRevoked | flagInvalidated | flagDead) {
-		prep.wipe()
-		return 0, EKEYREVOKED
-	}
-	if t.Updatable {
-		if id, done, err := c.updateExisting(r, t, desc, prep, charge); done {
-			return id, err
+	} else {
+		if t != keyringType {
+			if prep, charge, err = t.Preparse(payload); err != nil {
+				return 0, err
+			}
+		}
+		if ring.has(flagRevoked | flagInvalidated | flagDead) {
+			prep.wipe()
+			return 0, EKEYREVOKED
+		}
+		if t.Updatable {
+			taken := false
+			if id, done, err := c.updateExisting(r, t, desc, func(*Payload) (*Payload, int, error) {
+				taken = true
+				return prep, charge, nil
+			}); done {
+				if !taken {
+					prep.wipe() // refused before it was needed
+				}
+				return id, err
+			}
 		}
 	}
 	k, err := c.s.alloc(keySpec{typ: t, desc: desc, uid: c.cr().UID, gid: c.cr().GID, perm: defaultPerm(t), quota: true})
@@ -121,15 +146,16 @@ func (c *Caller) addTarget(typ, desc string, plen int, ringID Serial) (ref, *Typ
 		return fail(ENOTDIR)
 	case t == keyringType && plen != 0:
 		return fail(EINVAL) // a keyring's payload is its links
-	case t != keyringType && (t.Preparse == nil || t.MaxSize > 0 && plen > t.MaxSize):
+	case t != keyringType && (!t.takesPayloads() || t.MaxSize > 0 && plen > t.MaxSize):
 		return fail(EINVAL)
 	}
 	return r, t, nil
 }
 
 // updateExisting is add_key's update path: done reports whether it
-// handled the call.
-func (c *Caller) updateExisting(r ref, t *Type, desc string, prep *Payload, charge int) (Serial, bool, error) {
+// handled the call. prepare makes the new payload from the one it
+// replaces; a payload it made and did not use is wiped.
+func (c *Caller) updateExisting(r ref, t *Type, desc string, prepare func(old *Payload) (*Payload, int, error)) (Serial, bool, error) {
 	sec := c.s.dom.Read()
 	l, ok := r.key.ring.Load().find(t.Name, desc)
 	if !ok || l.key.has(flagRevoked|flagInvalidated) || !l.key.tryGet() {
@@ -140,12 +166,18 @@ func (c *Caller) updateExisting(r ref, t *Type, desc string, prep *Payload, char
 	k := l.key
 	defer k.put()
 	if err := c.waitConstructed(k); err != nil {
-		prep.wipe()
 		return 0, true, err
 	}
 	if !permitted(k, c.cr(), r.possessed, Write) {
-		prep.wipe()
 		return 0, true, EACCES
+	}
+	// The payload replaced is read in a section, as a reader would: an
+	// update that retires it meanwhile wipes it only after the section.
+	sec = c.s.dom.Read()
+	prep, charge, err := prepare(k.payload.Load())
+	sec.End()
+	if err != nil {
+		return 0, true, err
 	}
 	if err := c.s.update(k, prep, charge); err != nil {
 		prep.wipe()

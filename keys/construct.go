@@ -466,10 +466,10 @@ func (c *Caller) instantiate(id Serial, payload []byte, ringID Serial) error {
 	defer dest.put()
 	k := auth.auth.target
 	t := k.typ.Load()
-	if t.Preparse == nil {
+	if !t.takesPayloads() {
 		return EINVAL
 	}
-	p, charge, err := t.Preparse(payload)
+	p, charge, err := t.prepare(c, k.desc, nil, payload)
 	if err != nil {
 		return err
 	}

@@ -156,10 +156,12 @@ func (c *Caller) updateKey(id Serial, payload []byte) error {
 	}
 	defer r.put()
 	t := r.key.typ.Load()
-	if !t.Updatable || t.Preparse == nil {
+	if !t.Updatable || !t.takesPayloads() {
 		return EOPNOTSUPP
 	}
-	p, charge, err := t.Preparse(payload)
+	sec := c.s.dom.Read()
+	p, charge, err := t.prepare(c, r.key.desc, r.key.payload.Load(), payload)
+	sec.End()
 	if err != nil {
 		return err
 	}

@@ -68,7 +68,7 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 		}
 		return append([]byte(nil), k.auth.callout...), nil
 	}
-	if t.Read == nil {
+	if t.Read == nil && t.ReadAs == nil {
 		return nil, EOPNOTSUPP
 	}
 	if err := k.validate(c.s.now()); err != nil {
@@ -80,7 +80,12 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 		sec.End()
 		return nil, EKEYREVOKED
 	}
-	data, err := t.Read(p)
+	var data []byte
+	if t.ReadAs != nil {
+		data, err = t.ReadAs(c, p)
+	} else {
+		data, err = t.Read(p)
+	}
 	var out []byte
 	if err == nil {
 		out = append([]byte(nil), data...) // copied before the section ends

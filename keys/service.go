@@ -172,7 +172,7 @@ func New(opts ...Option) *Service {
 	if s.dom == nil {
 		s.dom = rcu.New(rcu.WithName("keys"))
 	}
-	for _, t := range []*Type{userType, logonType, keyringType, bigKeyType, authType} {
+	for _, t := range []*Type{userType, logonType, keyringType, bigKeyType, encryptedType, authType} {
 		s.types[t.Name] = t
 	}
 	if !s.chunkSet {

@@ -9,8 +9,8 @@ import (
 
 // Type is a key type: how keys of the type validate, store, read and
 // describe their payloads. The built-in types are "user", "logon",
-// "keyring" and "big_key"; programs may register their own with
-// Service.RegisterType.
+// "keyring", "big_key" and "encrypted"; programs may register their own
+// with Service.RegisterType.
 type Type struct {
 	// Name is the type's name, 1 to 31 bytes. Names starting with '.' are
 	// internal: callers cannot create such keys.
@@ -21,6 +21,15 @@ type Type struct {
 	// payload to store, with the bytes to charge to the owner's quota.
 	// Keyrings have none: their payload is their links.
 	Preparse func(data []byte) (p *Payload, charge int, err error)
+	// Prepare, if set, replaces Preparse for a type whose payload depends
+	// on more than the bytes given: the caller (whose keyrings hold a
+	// master key, say), the key's description, and, for an update, the
+	// payload it replaces (nil for a new key).
+	Prepare func(c *Caller, desc string, old *Payload, data []byte) (p *Payload, charge int, err error)
+	// ReadAs, if set, replaces Read for a type whose payload reads
+	// differently for each caller (an encrypted key's blob is sealed
+	// with the master key the reader's keyrings hold).
+	ReadAs func(c *Caller, p *Payload) ([]byte, error)
 	// MaxSize, if not 0, is the longest payload Preparse accepts: it
 	// refuses a longer one with EINVAL whatever its bytes, so that a
 	// caller can be refused before its payload is sent (AddKeyCheck).
@@ -38,6 +47,19 @@ type Type struct {
 	// has been wiped already.
 	Destroy func(p *Payload)
 }
+
+// prepare builds the payload of data for a key of type t with
+// description desc, replacing old (nil: a new key), by whichever hook the
+// type has.
+func (t *Type) prepare(c *Caller, desc string, old *Payload, data []byte) (*Payload, int, error) {
+	if t.Prepare != nil {
+		return t.Prepare(c, desc, old, data)
+	}
+	return t.Preparse(data)
+}
+
+// takesPayloads reports whether keys of type t can be instantiated.
+func (t *Type) takesPayloads() bool { return t.Preparse != nil || t.Prepare != nil }
 
 // Limits from the kernel (see package keyctl).
 const (
