@@ -158,13 +158,15 @@ func runScript(t *testing.T, steps []*script.Step, prog, socket string) []string
 	if err := os.WriteFile(script, []byte(sh.String()), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := exec.Command(prog, "session", "-", "/bin/sh", script)
+	cmd := boundedCommand(t, prog, "session", "-", "/bin/sh", script)
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "LC_ALL=C"}
 	if socket != "" {
 		env = append(env, "UKEYS_SOCKET="+socket, "UKEYS_NO_AUTOSTART=1", "GORACE=atexit_sleep_ms=0")
 	}
 	cmd.Env = env
-	if out, err := cmd.CombinedOutput(); err != nil {
+	if out, err := cmd.CombinedOutput(); cmd.hung() {
+		t.Fatalf("%s session still running after %v: killed\n%s", prog, commandBound, out)
+	} else if err != nil {
 		t.Fatalf("%s session: %v\n%s", prog, err, out)
 	}
 	m := newMasker()

@@ -202,7 +202,7 @@ func runScenario(t *testing.T, setpriv, dir, socket string, sc scenario, wrap []
 	if len(sc.setpriv) > 0 {
 		argv = append(append([]string{setpriv}, sc.setpriv...), argv...)
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := boundedCommand(t, argv[0], argv[1:]...)
 	cmd.Dir = work
 	cmd.Env = []string{"PATH=" + dir + ":/usr/sbin:/usr/bin:/sbin:/bin", "HOME=" + work, "LC_ALL=C"}
 	if socket != "" {
@@ -211,6 +211,9 @@ func runScenario(t *testing.T, setpriv, dir, socket string, sc scenario, wrap []
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	err := cmd.Run()
+	if cmd.hung() {
+		t.Fatalf("%v still running after %v: killed\nstdout:\n%s\nstderr:\n%s", argv, commandBound, stdout.String(), stderr.String())
+	}
 	code := 0
 	if ee, ok := err.(*exec.ExitError); ok {
 		code = ee.ExitCode()
