@@ -45,7 +45,7 @@ type authRecord struct {
 func (s *Service) finishAuth(auth *Key) {
 	s.revoke(auth)
 	auth.mu.Lock()
-	rec := auth.auth
+	rec := auth.authRec()
 	auth.mu.Unlock()
 	if rec != nil {
 		rec.target.put()
@@ -59,7 +59,7 @@ func (s *Service) finishAuth(auth *Key) {
 // up: instantiating then fails with EBUSY.
 func (c *Caller) authFor(id Serial) (*Key, error) {
 	a := c.assumed()
-	if a == nil || a.auth == nil || a.auth.target.serial != id {
+	if a == nil || a.authRec() == nil || a.authRec().target.serial != id {
 		return nil, EPERM
 	}
 	return a, nil

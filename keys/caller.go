@@ -555,16 +555,16 @@ func (c *Caller) resolve(id Serial, flags lookupFlags) (ref, error) {
 		return ref{a, true}, nil
 	case id == RequestorKeyring:
 		a := c.assumed()
-		if a == nil || a.auth == nil || a.auth.dest == nil {
+		if a == nil || a.authRec() == nil || a.authRec().dest == nil {
 			return ref{}, ENOKEY
 		}
 		if a.has(flagRevoked) {
 			return ref{}, EKEYREVOKED
 		}
-		if !a.auth.dest.tryGet() {
+		if !a.authRec().dest.tryGet() {
 			return ref{}, ENOKEY
 		}
-		return ref{a.auth.dest, true}, nil
+		return ref{a.authRec().dest, true}, nil
 	case id <= 0:
 		return ref{}, EINVAL
 	}
@@ -604,11 +604,6 @@ func (c *Caller) checkRef(r ref, flags lookupFlags, need Perm) error {
 	}
 	if need != needDefer && need != 0 && !permitted(k, c.cr(), r.possessed, need) {
 		return EACCES
-	}
-	// Only write when the (coarse) time moved: concurrent readers of one
-	// key would otherwise bounce its cache line on every lookup.
-	if k.lastUsed.Load() != now {
-		k.lastUsed.Store(now)
 	}
 	return nil
 }

@@ -147,8 +147,8 @@ func (c *Caller) constructDest() (*Key, error) {
 	var k *Key
 	switch jit {
 	case ReqKeyDefault, ReqKeyRequestor:
-		if auth != nil && auth.auth != nil && auth.auth.dest != nil && !auth.has(flagRevoked) && auth.auth.dest.tryGet() {
-			return auth.auth.dest, nil // no permission check, as in the kernel
+		if auth != nil && auth.authRec() != nil && auth.authRec().dest != nil && !auth.has(flagRevoked) && auth.authRec().dest.tryGet() {
+			return auth.authRec().dest, nil // no permission check, as in the kernel
 		}
 		fallthrough
 	case ReqKeyThread:
@@ -261,13 +261,13 @@ func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key
 	}
 
 	requestor := c
-	if a := c.assumed(); a != nil && a.auth != nil {
+	if a := c.assumed(); a != nil && a.authRec() != nil {
 		// A helper asking on behalf of its requestor passes the original
 		// requestor on; a revoked authority means that request is over.
 		if a.has(flagRevoked) {
 			return fail(EKEYREVOKED)
 		}
-		requestor = a.auth.requestor
+		requestor = a.authRec().requestor
 	}
 	// The kernel makes sure the user keyrings exist before the upcall.
 	_, userSession, err := s.userKeyrings(c.cr().UID)
@@ -278,7 +278,7 @@ func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key
 	if err != nil {
 		return fail(err)
 	}
-	auth.auth = &authRecord{target: k.get(), dest: destKey.get(), callout: append([]byte(nil), callout...), requestor: requestor, pid: requestor.cr().PID}
+	auth.extra().auth = &authRecord{target: k.get(), dest: destKey.get(), callout: append([]byte(nil), callout...), requestor: requestor, pid: requestor.cr().PID}
 	s.markInstantiated(auth)
 
 	up := &Upcall{
@@ -418,7 +418,7 @@ func (c *Caller) instantiationDest(ringID Serial, auth *Key) (*Key, error) {
 	case ringID < RequestorKeyring:
 		return nil, ENOKEY
 	}
-	d := auth.auth.dest
+	d := auth.authRec().dest
 	if d == nil || !d.tryGet() {
 		return nil, nil
 	}
@@ -464,7 +464,7 @@ func (c *Caller) instantiate(id Serial, payload []byte, ringID Serial) error {
 		return err
 	}
 	defer dest.put()
-	k := auth.auth.target
+	k := auth.authRec().target
 	t := k.typ.Load()
 	if !t.takesPayloads() {
 		return EINVAL
@@ -520,7 +520,7 @@ func (c *Caller) reject(id Serial, timeout uint32, errno Errno, ringID Serial) e
 		return err
 	}
 	defer dest.put()
-	k := auth.auth.target
+	k := auth.authRec().target
 	// As key_reject_and_link: a restricted destination refuses at once; a
 	// link that cannot be made does not stop the negation, but its error
 	// is returned and the authority kept.

@@ -101,7 +101,6 @@ type Key struct {
 	perm     atomic.Uint32
 	flags    atomic.Uint32
 	expiry   atomic.Int64 // unix nanoseconds; 0 means never
-	lastUsed atomic.Int64
 	usage    atomic.Int32
 	quotalen int32 // bytes charged: description + 1 + payload; guarded by mu
 
@@ -118,8 +117,6 @@ type Key struct {
 	parentsMu sync.Mutex
 	parent    *Key
 
-	// auth is the request record of an authorisation key.
-	auth *authRecord
 	// ext holds what few keys have, allocated for the first of them:
 	// every field of a Key is a word each of a million keys pays for, in
 	// memory and in every mark of Go's collector.
@@ -131,6 +128,9 @@ type Key struct {
 // its parentsMu; constructed is set under mu before the key is seen under
 // construction.
 type keyExt struct {
+	// auth is the request record of an authorisation key, set before
+	// the key is published.
+	auth     *authRecord
 	restrict *restriction
 	watches  []*watch
 	parents  []*Key // the keyrings that link the key, after parent
@@ -148,6 +148,15 @@ func (k *Key) extra() *keyExt {
 		return e
 	}
 	return k.ext.Load()
+}
+
+// authRec returns an authorisation key's request record, nil for any
+// other key.
+func (k *Key) authRec() *authRecord {
+	if e := k.ext.Load(); e != nil {
+		return e.auth
+	}
+	return nil
 }
 
 // restriction returns the keyring's link restriction, nil if none. The

@@ -835,7 +835,7 @@ func TestRequestorSearchUsesRequestorCred(t *testing.T) {
 		t.Fatal(err)
 	}
 	e.s.markInstantiated(auth)
-	auth.auth = &authRecord{requestor: req}
+	auth.extra().auth = &authRecord{requestor: req}
 	helper.mu.Lock()
 	helper.auth.Store(auth) // the helper's reference
 	helper.mu.Unlock()

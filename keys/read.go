@@ -63,10 +63,10 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 		if err := k.validate(c.s.now()); err != nil {
 			return nil, err
 		}
-		if k.auth == nil {
+		if k.authRec() == nil {
 			return nil, ENOKEY
 		}
-		return append([]byte(nil), k.auth.callout...), nil
+		return append([]byte(nil), k.authRec().callout...), nil
 	}
 	if t.Read == nil && t.ReadAs == nil {
 		return nil, EOPNOTSUPP
@@ -122,9 +122,6 @@ func (c *Caller) readFast(id Serial, dst []byte, out *[]byte) (n int, ok bool, e
 	}
 	possessed := c.possessesIn(k)
 	now := s.now()
-	if k.lastUsed.Load() != now {
-		k.lastUsed.Store(now)
-	}
 	if err := k.negativeErr(); err != nil {
 		return 0, true, err
 	}

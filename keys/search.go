@@ -182,10 +182,10 @@ func (c *Caller) searchProcess(sc *search) (*Key, error) {
 		return k, nil
 	}
 	ret := error(EACCES)
-	if auth := c.assumed(); auth != nil && sc.typ != authType.Name && auth.validate(sc.clock(c.s)) == nil && auth.auth != nil {
+	if auth := c.assumed(); auth != nil && sc.typ != authType.Name && auth.validate(sc.clock(c.s)) == nil && auth.authRec() != nil {
 		// The requestor's keyrings are searched with the requestor's
 		// credentials, as the kernel switches ctx->cred to rka->cred.
-		req := auth.auth.requestor
+		req := auth.authRec().requestor
 		own := sc.cred
 		sc.cred = req.cr()
 		k, r := req.searchCred(sc)

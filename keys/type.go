@@ -124,10 +124,10 @@ var (
 		Name: ".request_key_auth",
 		Read: nil, // read specially: the callout info (see read.go)
 		Describe: func(k *Key, _ *Payload) string {
-			if k.auth == nil {
+			if k.authRec() == nil {
 				return ""
 			}
-			return fmt.Sprintf(" pid:%d ci:%d", k.auth.pid, len(k.auth.callout))
+			return fmt.Sprintf(" pid:%d ci:%d", k.authRec().pid, len(k.authRec().callout))
 		},
 	}
 	deadType = &Type{Name: ".dead"}
