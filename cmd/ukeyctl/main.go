@@ -15,6 +15,15 @@
 //	ukeyctl request-key <op> <key> <uid> <gid> <thread> <process> <session>
 //	                               the request-key upcall helper (as
 //	                               request-key(8), see requestkey.go)
+//	ukeyctl run [--] <program> [<args>...]
+//	                               run a program whose own key system calls
+//	                               ukeyd serves (seccomp user notification)
+//	ukeyctl seccomp-profile [--listener <path>] [<profile>]
+//	                               a runtime's seccomp profile that hands the
+//	                               key calls to ukeyd's agent
+//	ukeyctl oci-runtime [--listener <path>] [--runtime <runtime>] -- <args>...
+//	                               an OCI runtime wrapper that names the agent
+//	                               for engines that drop listenerPath
 //
 // ukeyctl connects to the daemon's socket (client.DefaultSocket, or
 // $UKEYS_SOCKET). If nothing answers there it starts ukeyd (found next to
