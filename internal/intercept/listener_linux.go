@@ -87,6 +87,12 @@ type notifResp struct {
 	flags uint32
 }
 
+// syncWakeUp asks for SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on every
+// listener. UKEYS_INTERCEPT_SYNC_WAKEUP=0 in the environment leaves it
+// off, to measure what a call costs on a kernel older than 6.6, which
+// lacks it (ukeybench syscall; README's figures).
+var syncWakeUp = os.Getenv("UKEYS_INTERCEPT_SYNC_WAKEUP") != "0"
+
 // A Listener serves the calls a seccomp listener receives.
 type Listener struct {
 	fd    int // the listener
@@ -113,7 +119,9 @@ func NewListener(fd int, h Handler) (*Listener, error) {
 	// back instead of waking it across processors, when the supervisor
 	// waits on a thread of its own (Serve). Older kernels lack it; calls
 	// then cost a cross-processor wake-up each way.
-	_ = unix.IoctlSetInt(fd, unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
+	if syncWakeUp {
+		_ = unix.IoctlSetInt(fd, unix.SECCOMP_IOCTL_NOTIF_SET_FLAGS, unix.SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP)
+	}
 	wake, err := unix.Eventfd(0, unix.EFD_CLOEXEC|unix.EFD_NONBLOCK)
 	if err != nil {
 		unix.Close(fd)
