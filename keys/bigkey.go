@@ -69,7 +69,14 @@ func (b *sealed) Wipe() {
 	clear(b.key[:])
 	if b.f != nil {
 		if st, err := b.f.Stat(); err == nil {
-			_, _ = b.f.WriteAt(make([]byte, st.Size()), 0)
+			// Overwritten a chunk at a time from zeros no one writes:
+			// a megabyte's key costs no megabyte of garbage to wipe.
+			for off := int64(0); off < st.Size(); off += int64(len(zeros)) {
+				n := min(int64(len(zeros)), st.Size()-off)
+				if _, err := b.f.WriteAt(zeros[:n], off); err != nil {
+					break
+				}
+			}
 		}
 		_ = b.f.Close()
 		b.f = nil
@@ -127,9 +134,17 @@ func seal(data []byte) (*sealed, error) {
 	if _, err := rand.Read(nonce); err != nil {
 		return nil, ENOMEM
 	}
-	box := aead.Seal(nonce, nonce, data, nil)
-	if !takeBigKeyFile() {
+	// The sealed box goes to the file and is wiped: its buffer is
+	// reused from one key to the next instead of a megabyte of garbage
+	// a key.
+	bp := boxes.Get().(*[]byte)
+	box := aead.Seal(append((*bp)[:0], nonce...), nonce, data, nil)
+	defer func() {
 		clear(box)
+		*bp = box[:0]
+		boxes.Put(bp)
+	}()
+	if !takeBigKeyFile() {
 		return nil, EMFILE
 	}
 	f, err := os.CreateTemp("", "ukeys-big_key-*")
@@ -143,10 +158,15 @@ func seal(data []byte) (*sealed, error) {
 		bigKeyFiles.open.Add(-1)
 		return nil, ENOMEM
 	}
-	clear(box)
 	b.f = f
 	return b, nil
 }
+
+// zeros is what a sealed file is overwritten with; nothing writes it.
+var zeros [64 << 10]byte
+
+// boxes holds the buffers sealed boxes are made in (wiped when put back).
+var boxes = sync.Pool{New: func() any { return new([]byte) }}
 
 var bigKeyType = &Type{
 	Name: "big_key",
