@@ -37,45 +37,39 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 	}
 	defer r.put()
 	ring := r.key
+	// A type with Prepare makes its payload from the key it replaces, if
+	// there is one (the kernel updates an existing key with the bytes as
+	// they came), so it prepares only once that is known; the others
+	// prepare first, as the kernel's preparse runs first.
 	var prep *Payload
 	charge := 0
-	if t.Prepare != nil {
-		// A payload made from the key it replaces, if there is one: the
-		// kernel updates an existing key with the bytes as they came.
-		if ring.has(flagRevoked | flagInvalidated | flagDead) {
-			return 0, EKEYREVOKED
-		}
-		if t.Updatable {
-			if id, done, err := c.updateExisting(r, t, desc, func(old *Payload) (*Payload, int, error) {
-				return t.Prepare(c, desc, old, payload)
-			}); done {
-				return id, err
-			}
-		}
-		if prep, charge, err = t.Prepare(c, desc, nil, payload); err != nil {
+	if t.Prepare == nil && t != keyringType {
+		if prep, charge, err = t.Preparse(payload); err != nil {
 			return 0, err
 		}
-	} else {
-		if t != keyringType {
-			if prep, charge, err = t.Preparse(payload); err != nil {
-				return 0, err
+	}
+	if ring.has(flagRevoked | flagInvalidated | flagDead) {
+		prep.wipe()
+		return 0, EKEYREVOKED
+	}
+	if t.Updatable {
+		taken := false
+		if id, done, err := c.updateExisting(r, t, desc, func(old *Payload) (*Payload, int, error) {
+			taken = true
+			if t.Prepare != nil {
+				return t.Prepare(c, desc, old, payload)
 			}
-		}
-		if ring.has(flagRevoked | flagInvalidated | flagDead) {
-			prep.wipe()
-			return 0, EKEYREVOKED
-		}
-		if t.Updatable {
-			taken := false
-			if id, done, err := c.updateExisting(r, t, desc, func(*Payload) (*Payload, int, error) {
-				taken = true
-				return prep, charge, nil
-			}); done {
-				if !taken {
-					prep.wipe() // refused before it was needed
-				}
-				return id, err
+			return prep, charge, nil
+		}); done {
+			if !taken {
+				prep.wipe() // refused before it was needed
 			}
+			return id, err
+		}
+	}
+	if t.Prepare != nil {
+		if prep, charge, err = t.Prepare(c, desc, nil, payload); err != nil {
+			return 0, err
 		}
 	}
 	k, err := c.s.alloc(keySpec{typ: t, desc: desc, uid: c.cr().UID, gid: c.cr().GID, perm: defaultPerm(t), quota: true})

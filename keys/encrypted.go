@@ -122,7 +122,8 @@ func encryptedPrepare(c *Caller, desc string, old *Payload, data []byte) (*Paylo
 		if keyword != "update" || m == nil || !validMaster(master, m.master) {
 			return nil, 0, EINVAL
 		}
-		return newEncPayload(old.Data, &encMeta{format: m.format, master: master, datalen: m.datalen, iv: m.iv})
+		p, charge := newEncPayload(old.Data, &encMeta{format: m.format, master: master, datalen: m.datalen, iv: m.iv})
+		return p, charge, nil
 	}
 	datalen, ok := cmd.next()
 	if !ok {
@@ -169,9 +170,9 @@ func encryptedPrepare(c *Caller, desc string, old *Payload, data []byte) (*Paylo
 		clear(secret)
 		return nil, 0, err
 	}
-	p2, charge, err := newEncPayload(secret, m)
+	p2, charge := newEncPayload(secret, m)
 	clear(secret)
-	return p2, charge, err
+	return p2, charge, nil
 }
 
 // validEcryptfsDesc: an ecryptfs key's description is 16 hexadecimal
@@ -187,26 +188,31 @@ func validEcryptfsDesc(desc string) bool {
 // newEncPayload makes the payload holding a copy of secret, charged and
 // described as the kernel reserves it: the secret (the ecryptfs token
 // that holds it, for that format), the blob, the HMAC and a NUL.
-func newEncPayload(secret []byte, m *encMeta) (*Payload, int, error) {
+func newEncPayload(secret []byte, m *encMeta) (*Payload, int) {
 	size := len(secret)
 	if m.format == "ecryptfs" {
 		size = encEcryptfsTok
 	}
-	size += len(encBlob(m, len(secret))) + encHashSize + 1
+	size += encBlobLen(m, len(secret)) + encHashSize + 1
 	p := newPayload(secret)
 	p.Extra, p.Len = m, size
-	return p, size, nil
+	return p, size
 }
 
 // encBlob is the part of the blob the HMAC covers, with room for the
 // encrypted secret (zero): "FORMAT\0MASTER\0LENGTH\0" IV "\0" DATA.
 func encBlob(m *encMeta, n int) []byte {
-	b := make([]byte, 0, len(m.format)+len(m.master)+len(m.datalen)+3+encIVSize+1+encPadded(n))
+	b := make([]byte, 0, encBlobLen(m, n))
 	b = append(append(b, m.format...), 0)
 	b = append(append(b, m.master...), 0)
 	b = append(append(b, m.datalen...), 0)
 	b = append(append(b, m.iv[:]...), 0)
 	return append(b, make([]byte, encPadded(n))...)
+}
+
+// encBlobLen is the length of encBlob(m, n).
+func encBlobLen(m *encMeta, n int) int {
+	return len(m.format) + len(m.master) + len(m.datalen) + 3 + encIVSize + 1 + encPadded(n)
 }
 
 func encPadded(n int) int { return (n + aes.BlockSize - 1) / aes.BlockSize * aes.BlockSize }

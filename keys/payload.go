@@ -159,9 +159,18 @@ func (c *Caller) updateKey(id Serial, payload []byte) error {
 	if !t.Updatable || !t.takesPayloads() {
 		return EOPNOTSUPP
 	}
-	sec := c.s.dom.Read()
-	p, charge, err := t.prepare(c, r.key.desc, r.key.payload.Load(), payload)
-	sec.End()
+	var p *Payload
+	var charge int
+	if t.Prepare != nil {
+		// Made from the payload it replaces, read in a section as a
+		// reader reads it. A plain Preparse (a big_key's sealing and
+		// file write among them) needs none, and holds no grace period.
+		sec := c.s.dom.Read()
+		p, charge, err = t.Prepare(c, r.key.desc, r.key.payload.Load(), payload)
+		sec.End()
+	} else {
+		p, charge, err = t.Preparse(payload)
+	}
 	if err != nil {
 		return err
 	}

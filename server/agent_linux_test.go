@@ -33,18 +33,7 @@ func init() { testChildren["agent"] = agentChild }
 // before it exits.
 func agentChild() {
 	runtime.LockOSThread()
-	fd, err := intercept.Install()
-	if err != nil {
-		fmt.Println("install:", err)
-		os.Exit(1)
-	}
-	if err := intercept.SendListener(3, fd); err != nil {
-		os.Exit(1)
-	}
-	unix.Close(fd)
-	var w [1]byte
-	unix.Read(3, w[:])
-	cstr := func(s string) uintptr { b := append([]byte(s), 0); return uintptr(unsafe.Pointer(&b[0])) }
+	startFiltered(false)
 	desc := os.Getenv("UKEYS_TEST_DESC")
 	var e unix.Errno
 	if os.Getenv("UKEYS_TEST_OP") == "add" {
@@ -58,6 +47,7 @@ func agentChild() {
 	} else {
 		fmt.Println("ok")
 	}
+	var w [1]byte
 	unix.Read(3, w[:])
 }
 

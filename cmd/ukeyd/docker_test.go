@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bufio"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -33,22 +32,11 @@ func TestDockerContainers(t *testing.T) {
 		tools[i] = p
 	}
 	dockerd, docker, gobin := tools[0], tools[1], tools[3]
-	dir := t.TempDir()
-	agent := filepath.Join(dir, "agent.sock")
-	startChild(t, filepath.Join(dir, "run", "ukeyd.sock"), childOpts{args: []string{"-seccomp-agent", agent}})
-
+	dir, agent := agentDaemon(t)
 	rootfs := filepath.Join(dir, "rootfs")
 	ukeyctl := filepath.Join(dir, "ukeyctl")
-	for _, b := range [][]string{
-		{"build", "-o", filepath.Join(rootfs, "keyprog"), "./testdata/keyprog"},
-		{"build", "-o", ukeyctl, "../ukeyctl"},
-	} {
-		build := exec.Command(gobin, b...)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go %v: %v\n%s", b, err, out)
-		}
-	}
+	goBuild(t, gobin, filepath.Join(rootfs, "keyprog"), "./testdata/keyprog")
+	goBuild(t, gobin, ukeyctl, "../ukeyctl")
 	// Docker's profile: podman's default stands in for it where it is
 	// installed (the same rules in the same JSON form); else the
 	// smallest one that allows the rest.
@@ -134,32 +122,5 @@ func TestDockerContainers(t *testing.T) {
 		"ukeys-keyprog:test", "/keyprog", "search", "none").CombinedOutput(); err != nil {
 		t.Skipf("Docker cannot run a container here, even without the profile: %v\n%s", err, out)
 	}
-	// Container a adds a key and, three seconds later, finds it still;
-	// once it has added it, container b looks for it.
-	ca := run("a", "add", "docker-shared", "3")
-	var aerr strings.Builder
-	ca.Stderr = &aerr
-	aout, _ := ca.StdoutPipe()
-	if err := ca.Start(); err != nil {
-		t.Fatal(err)
-	}
-	said := bufio.NewReader(aout)
-	first, _ := said.ReadString('\n')
-	b, err := run("b", "search", "docker-shared").CombinedOutput()
-	if err != nil {
-		t.Errorf("docker run b: %v\n%s", err, b)
-	}
-	rest, _ := io.ReadAll(said)
-	if err := ca.Wait(); err != nil {
-		t.Errorf("docker run a: %v\n%s", err, aerr.String())
-	}
-	if a := first + string(rest); a != "add ok\nsearch ok\n" {
-		t.Errorf("container a: %q", a)
-	}
-	if strings.TrimSpace(string(b)) != "search required key not available" {
-		t.Errorf("container b found container a's key: %q", b)
-	}
-	if pk, err := os.ReadFile("/proc/keys"); err == nil && strings.Contains(string(pk), "docker-shared") {
-		t.Errorf("the kernel holds the containers' key:\n%s", pk)
-	}
+	twoContainers(t, "docker", "docker-shared", run)
 }

@@ -1,13 +1,10 @@
 package main
 
 import (
-	"bufio"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/ukeys/ukeys/internal/ukeystest"
@@ -34,21 +31,10 @@ func TestPodmanContainers(t *testing.T) {
 	if err != nil {
 		t.Skip("needs the go command to build the container's program")
 	}
-	dir := t.TempDir()
-	agent := filepath.Join(dir, "agent.sock")
-	startChild(t, filepath.Join(dir, "run", "ukeyd.sock"), childOpts{args: []string{"-seccomp-agent", agent}})
-
+	dir, agent := agentDaemon(t)
 	rootfs := filepath.Join(dir, "rootfs")
-	for _, b := range [][]string{
-		{"build", "-o", filepath.Join(rootfs, "keyprog"), "./testdata/keyprog"},
-		{"build", "-o", filepath.Join(dir, "ukeyctl"), "../ukeyctl"},
-	} {
-		build := exec.Command(gobin, b...)
-		build.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := build.CombinedOutput(); err != nil {
-			t.Fatalf("go %v: %v\n%s", b, err, out)
-		}
-	}
+	goBuild(t, gobin, filepath.Join(rootfs, "keyprog"), "./testdata/keyprog")
+	goBuild(t, gobin, filepath.Join(dir, "ukeyctl"), "../ukeyctl")
 	profile := filepath.Join(dir, "profile.json")
 	out, err := exec.Command(filepath.Join(dir, "ukeyctl"), "seccomp-profile", "--listener", agent, defaultProfile).Output()
 	if err != nil {
@@ -73,34 +59,5 @@ func TestPodmanContainers(t *testing.T) {
 	if out, err := podmanWith("unconfined", "plain", "search", "none").CombinedOutput(); err != nil {
 		t.Skipf("podman cannot run a container here, even without the profile: %v\n%s", err, out)
 	}
-	// Container a adds a key and, three seconds later, finds it still;
-	// once it has added it, container b looks for it.
-	ca := podmanRun("a", "add", "podman-shared", "3")
-	ca.Stderr = os.Stderr
-	aout, err := ca.StdoutPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := ca.Start(); err != nil {
-		t.Fatal(err)
-	}
-	said := bufio.NewReader(aout)
-	first, _ := said.ReadString('\n')
-	b, err := podmanRun("b", "search", "podman-shared").CombinedOutput()
-	if err != nil {
-		t.Errorf("podman run b: %v\n%s", err, b)
-	}
-	rest, _ := io.ReadAll(said)
-	if err := ca.Wait(); err != nil {
-		t.Errorf("podman run a: %v", err)
-	}
-	if a := first + string(rest); a != "add ok\nsearch ok\n" {
-		t.Errorf("container a: %q", a)
-	}
-	if strings.TrimSpace(string(b)) != "search required key not available" {
-		t.Errorf("container b found container a's key: %q", b)
-	}
-	if pk, err := os.ReadFile("/proc/keys"); err == nil && strings.Contains(string(pk), "podman-shared") {
-		t.Errorf("the kernel holds the containers' key:\n%s", pk)
-	}
+	twoContainers(t, "podman", "podman-shared", podmanRun)
 }

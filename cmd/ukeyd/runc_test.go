@@ -27,9 +27,7 @@ func TestRuncContainers(t *testing.T) {
 	if err != nil {
 		t.Skip("needs the go command to build the container's program")
 	}
-	dir := t.TempDir()
-	agent := filepath.Join(dir, "agent.sock")
-	startChild(t, filepath.Join(dir, "run", "ukeyd.sock"), childOpts{args: []string{"-seccomp-agent", agent}})
+	dir, agent := agentDaemon(t)
 
 	// A bundle whose root holds one static program.
 	bundle := filepath.Join(dir, "bundle")
@@ -37,11 +35,7 @@ func TestRuncContainers(t *testing.T) {
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	build := exec.Command(gobin, "build", "-o", filepath.Join(rootfs, "keyprog"), "./testdata/keyprog")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building the container's program: %v\n%s", err, out)
-	}
+	goBuild(t, gobin, filepath.Join(rootfs, "keyprog"), "./testdata/keyprog")
 	if out, err := exec.Command(runc, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
 		t.Fatalf("runc spec: %v\n%s", err, out)
 	}
