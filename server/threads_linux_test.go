@@ -141,21 +141,10 @@ func startIntercepted(all bool) {
 }
 
 func startFiltered(all bool) {
-	install := intercept.Install
-	if all {
-		install = intercept.InstallAll
-	}
-	fd, err := install()
-	if err != nil {
+	if err := intercept.HandOff(3, all); err != nil {
 		fmt.Println("install:", err)
 		os.Exit(1)
 	}
-	if err := intercept.SendListener(3, fd); err != nil {
-		os.Exit(1)
-	}
-	unix.Close(fd)
-	var w [1]byte
-	unix.Read(3, w[:])
 }
 
 func readAll(r interface{ Read([]byte) (int, error) }) (string, error) {

@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"errors"
+	"fmt"
 
 	"golang.org/x/sys/unix"
 )
@@ -12,6 +13,33 @@ import (
 // supervisor. The descriptor stays the caller's to close.
 func SendListener(conn, fd int) error {
 	return unix.Sendmsg(conn, []byte{1}, unix.UnixRights(fd), nil, 0)
+}
+
+// HandOff is the whole of a supervised program's side: it installs the
+// filter on the calling thread (Install; on every thread of the process
+// with all, InstallAll), sends the listener to the supervisor at the
+// other end of the Unix stream socket conn, closes this process's copy,
+// and waits for the one byte with which the supervisor says it serves.
+// Once it returns, the caller's key calls are the supervisor's.
+func HandOff(conn int, all bool) error {
+	install := Install
+	if all {
+		install = InstallAll
+	}
+	fd, err := install()
+	if err != nil {
+		return err
+	}
+	err = SendListener(conn, fd)
+	unix.Close(fd)
+	if err == nil {
+		var word [1]byte
+		_, err = unix.Read(conn, word[:])
+	}
+	if err != nil {
+		return fmt.Errorf("intercept: hand-off: %w", err)
+	}
+	return nil
 }
 
 // errNoListener reports a message that carried no descriptor.

@@ -29,5 +29,8 @@ func Available() bool { return false }
 // SendListener fails: there are no seccomp listeners here.
 func SendListener(conn, fd int) error { return ErrUnsupported }
 
+// HandOff needs seccomp user notification.
+func HandOff(conn int, all bool) error { return ErrUnsupported }
+
 // ReceiveListener fails: there are no seccomp listeners here.
 func ReceiveListener(conn int) (int, error) { return -1, ErrUnsupported }
