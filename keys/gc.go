@@ -113,6 +113,11 @@ type collector struct {
 	deadType      *Type
 	deadStage     typeReapStage
 	deadDone      chan struct{}
+	// closed is set by close before it cancels the item: from then on
+	// nothing schedules the item or arms the timer again (kick checks it
+	// under mu), so that no item of a collector whose queue outlives it
+	// (a shared queue) runs beside close's final sweep.
+	closed bool
 
 	// The phases' state, owned by the work item, which never runs
 	// concurrently with itself: a pass scans the index (scan), prunes the
@@ -156,7 +161,7 @@ func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
 		g.linksPending = true
 		g.reapRequested = true
 		g.mu.Unlock()
-		g.wq.Schedule(g.work)
+		g.kick()
 	})
 	g.meter.stats.ChunkSize = chunk
 	return g
@@ -166,6 +171,9 @@ func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
 // and keys still in the graveyard are destroyed now, after one last grace
 // period, so that no payload outlives the service unwiped.
 func (g *collector) close() {
+	g.mu.Lock()
+	g.closed = true
+	g.mu.Unlock()
 	g.wq.Cancel(g.timer)
 	if g.ownWQ {
 		g.wq.Close()
@@ -173,6 +181,11 @@ func (g *collector) close() {
 		g.wq.Cancel(g.work)
 	}
 	g.mu.Lock()
+	if g.deadType != nil {
+		// An unregistration waits for stages no item will run now.
+		g.deadType = nil
+		close(g.deadDone)
+	}
 	rest := g.destroy.batch
 	rest.moveFrom(&g.graveyard)
 	g.destroy.batch = graves{}
@@ -226,7 +239,20 @@ func (g *collector) requestPass(links bool) {
 		g.linksPending = true
 	}
 	g.mu.Unlock()
-	g.wq.Schedule(g.work)
+	g.kick()
+}
+
+// kick schedules the work item unless the collector is closed. The check
+// and the scheduling happen under mu, so that close, once it has set
+// closed, knows that its Cancel leaves the item neither pending nor
+// running for good. Items schedule their own continuation directly: while
+// close waits for a running item, the queue refuses to requeue it.
+func (g *collector) kick() {
+	g.mu.Lock()
+	if !g.closed {
+		g.wq.Schedule(g.work)
+	}
+	g.mu.Unlock()
 }
 
 // scheduleAt arms the collector for a pass at unix-nanosecond time at,
@@ -243,14 +269,15 @@ func (g *collector) scheduleAt(at int64) {
 		return
 	}
 	g.nextRun = at
-	g.mu.Unlock()
-	if g.s.clock != nil {
+	if g.s.clock != nil || g.closed {
 		// A clock given by WithClock need not move with real time, so a real
 		// timer would fire at a meaningless moment: whoever drives that
 		// clock requests passes (RequestGC).
+		g.mu.Unlock()
 		return
 	}
 	g.wq.Reschedule(g.timer, time.Duration(at-now))
+	g.mu.Unlock()
 }
 
 // run is one work item: within one budget of g.chunk units, it continues

@@ -69,7 +69,7 @@ func (g *collector) buriedAll(ks []*Key) {
 	}
 	g.reapRequested = true
 	g.mu.Unlock()
-	g.wq.Schedule(g.work)
+	g.kick()
 }
 
 // destroyChunk destroys up to budget keys of the batch once a grace period
@@ -81,7 +81,7 @@ func (g *collector) destroyChunk(t *rcu.Task, budget int) (int, bool) {
 		return 0, false
 	}
 	if !g.s.dom.Done(g.destroy.cookie) {
-		g.s.dom.Call(func() { g.wq.Schedule(g.work) })
+		g.s.dom.Call(g.kick)
 		return 0, true
 	}
 	now := g.s.now()

@@ -7,6 +7,10 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/ukeys/ukeys/internal/tuning"
+	"github.com/ukeys/ukeys/rcu"
+	"github.com/ukeys/ukeys/workqueue"
 )
 
 func (e *env) gcNow() {
@@ -354,6 +358,56 @@ func TestGCItemCPUTime(t *testing.T) {
 		}
 		if got := st.ItemCPU.Count > 0; got != (measured && runtime.GOOS == "linux") {
 			t.Fatalf("ItemCPUTime %v: %d items' CPU time measured", measured, st.ItemCPU.Count)
+		}
+	}
+}
+
+// TestGCCloseWithSharedQueue closes services whose collector runs on a
+// queue they do not own while a pass is under way and keys wait for their
+// grace period: no item of the closed collector may run after Close (a
+// grace-period callback used to schedule one, which then destroyed keys
+// beside Close's own final sweep).
+func TestGCCloseWithSharedQueue(t *testing.T) {
+	dom := rcu.New(rcu.WithName("gc-close-shared"))
+	defer dom.Close()
+	wq := workqueue.New(dom, workqueue.WithName("gc-close-shared"), workqueue.WithWorkers(1))
+	defer wq.Close()
+	for round := range 30 {
+		s := New(WithDomain(dom), WithGCTuning(tuning.GC{ChunkSize: 64, ChunkSizeSet: true, Queue: wq}))
+		c := s.NewCaller(Cred{UID: 0, GID: 0, PID: 1})
+		ring, err := c.AddKey("keyring", "r", nil, ProcessKeyring)
+		if err != nil {
+			t.Fatal(err)
+		}
+		n := 500 + 50*round
+		for i := range n {
+			if _, err := c.AddKey("user", fmt.Sprintf("k%d", i), []byte("x"), ring); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := c.Clear(ring); err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+		s.Close()
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		err = dom.Barrier(ctx)
+		cancel()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := wq.Flush(context.Background()); err != nil {
+			t.Fatal(err)
+		}
+		if got := s.gcol.work.Pending(); got {
+			t.Fatalf("round %d: the closed collector's item is pending", round)
+		}
+		if round == 0 {
+			// Unregistering a type once the collector is closed returns
+			// rather than wait for stages no item will run.
+			if err := s.UnregisterType("user"); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }

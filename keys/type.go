@@ -191,10 +191,15 @@ func (s *Service) UnregisterType(name string) error {
 		<-wait
 		g.mu.Lock()
 	}
+	if g.closed {
+		// No collector item runs any more: nothing is left to reap with.
+		g.mu.Unlock()
+		return nil
+	}
 	g.deadType, g.deadStage, g.deadDone = t, typeReapMark, done
 	g.reapRequested = true
 	g.mu.Unlock()
-	g.wq.Schedule(g.work)
+	g.kick()
 	<-done
 	return nil
 }
