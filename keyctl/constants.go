@@ -40,4 +40,14 @@ const (
 	MaxUserPayload   = 32767     // user and logon keys
 	MaxBigKeyPayload = 1 << 20
 	MaxCalloutInfo   = 4095 // request_key's callout information
+	MaxPkeyInfo      = 4095 // the parameter string of the pkey operations (a page with its NUL)
+)
+
+// Operations a public key supports, as KEYCTL_PKEY_QUERY reports them
+// (KEYCTL_SUPPORTS_*).
+const (
+	PkeySupportsEncrypt = 0x01
+	PkeySupportsDecrypt = 0x02
+	PkeySupportsSign    = 0x04
+	PkeySupportsVerify  = 0x08
 )

@@ -31,6 +31,8 @@ const (
 	EDEADLK      Errno = 35
 	ELOOP        Errno = 40
 	EBADSLT      Errno = 57
+	ENOPKG       Errno = 65
+	EBADMSG      Errno = 74
 	EOVERFLOW    Errno = 75
 	EMSGSIZE     Errno = 90
 	EOPNOTSUPP   Errno = 95
@@ -63,6 +65,8 @@ var errnoText = map[Errno]string{
 	EDEADLK:      "Resource deadlock avoided",
 	ELOOP:        "Too many levels of symbolic links",
 	EBADSLT:      "Invalid slot",
+	ENOPKG:       "Package not installed",
+	EBADMSG:      "Bad message",
 	EOVERFLOW:    "Value too large for defined data type",
 	EMSGSIZE:     "Message too long",
 	EOPNOTSUPP:   "Operation not supported",
@@ -72,9 +76,6 @@ var errnoText = map[Errno]string{
 	EKEYREVOKED:  "Key has been revoked",
 	EKEYREJECTED: "Key was rejected by service",
 }
-
-// Error returns the C library's text for the errno (what strerror says on
-// Linux), so that messages match keyutils' output byte for byte.
 
 // Error returns the C library's text for the errno (what strerror says on
 // Linux), so that messages match keyutils' output byte for byte.

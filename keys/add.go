@@ -48,6 +48,17 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 			return 0, err
 		}
 	}
+	if desc == "" {
+		// The kernel's key_create_or_update takes the description the
+		// type's preparse proposed.
+		if prep != nil {
+			desc = t.ProposeDescription(prep)
+		}
+		if desc == "" {
+			prep.wipe()
+			return 0, EINVAL
+		}
+	}
 	if ring.has(flagRevoked | flagInvalidated | flagDead) {
 		prep.wipe()
 		return 0, EKEYREVOKED
@@ -134,7 +145,7 @@ func (c *Caller) addTarget(typ, desc string, plen int, ringID Serial) (ref, *Typ
 	switch {
 	case t == nil:
 		return fail(ENODEV)
-	case desc == "":
+	case desc == "" && t.ProposeDescription == nil:
 		return fail(EINVAL)
 	case !r.key.isKeyring():
 		return fail(ENOTDIR)

@@ -20,7 +20,7 @@ const (
 // Capabilities reports what the service supports (KEYCTL_CAPABILITIES).
 func (c *Caller) Capabilities() []byte {
 	return []byte{
-		CapCapabilities | CapPersistent | CapDH | CapBigKey | CapInvalidate | CapRestrict | CapMove,
+		CapCapabilities | CapPersistent | CapDH | CapPublicKey | CapBigKey | CapInvalidate | CapRestrict | CapMove,
 		Cap2Notifications,
 	}
 }

@@ -3,6 +3,8 @@ package keys
 import (
 	"errors"
 	"testing"
+
+	"github.com/ukeys/ukeys/internal/certtest"
 )
 
 // Every bit KEYCTL_CAPABILITIES sets names a feature that works, and
@@ -41,7 +43,12 @@ func TestCapabilitiesMatchFeatures(t *testing.T) {
 			return err
 		}},
 		{"public keys", 0, CapPublicKey, func() error {
-			_, err := c.AddKey("asymmetric", "pk", []byte("x"), ring)
+			ca := certtest.New(t, certtest.Options{CN: "caps"}, nil)
+			id, err := c.AddKey("asymmetric", "", ca.DER, ring)
+			if err != nil {
+				return err
+			}
+			_, err = c.PkeyQuery(id, "enc=pkcs1")
 			return err
 		}},
 		{"big_key", 0, CapBigKey, func() error {

@@ -30,6 +30,8 @@ const (
 	EDEADLK      = keyctl.EDEADLK
 	ELOOP        = keyctl.ELOOP
 	EBADSLT      = keyctl.EBADSLT
+	ENOPKG       = keyctl.ENOPKG
+	EBADMSG      = keyctl.EBADMSG
 	EOVERFLOW    = keyctl.EOVERFLOW
 	EMSGSIZE     = keyctl.EMSGSIZE
 	EOPNOTSUPP   = keyctl.EOPNOTSUPP

@@ -182,8 +182,13 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	inQuota := k.has(flagInQuota)
 	instantiated := k.state.Load() != stateUninstantiated
 	var watches []*watch
+	var trusted *Key // what a key_or_keyring restriction referenced
 	if e := k.ext.Load(); e != nil {
 		watches, e.watches = e.watches, nil
+		if e.restrict != nil && e.restrict.key != nil {
+			trusted = e.restrict.key
+			e.restrict = &restriction{check: e.restrict.check}
+		}
 	}
 	k.mu.Unlock()
 	for _, w := range watches {
@@ -196,6 +201,9 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	for i, l := range links {
 		l.key.removeParent(k)
 		keys[i] = l.key
+	}
+	if trusted != nil {
+		keys = append(keys, trusted)
 	}
 	s.putAll(keys)
 }

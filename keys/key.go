@@ -77,6 +77,7 @@ const (
 	flagUserConstruct uint32 = 1 << 3
 	flagInvalidated   uint32 = 1 << 5
 	flagUIDKeyring    uint32 = 1 << 9
+	flagBuiltin       uint32 = 1 << 10 // loaded as a built-in trusted key
 )
 
 // Key is one key or keyring. Its exported methods return snapshots; all

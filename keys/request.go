@@ -54,6 +54,12 @@ func (c *Caller) requestKey(typ, desc string, callout []byte, destID Serial) (Se
 func (c *Caller) searchFor(t *Type, desc string) (*Key, error) {
 	sc := &search{cred: c.cr(), typ: t.Name, desc: desc, stateCheck: true, skipExpired: true,
 		checkPerm: true, recurse: true, now: c.s.now()}
+	if t.MatchPreparse != nil {
+		var err error
+		if sc.match, err = t.MatchPreparse(desc); err != nil {
+			return nil, err
+		}
+	}
 	sec := c.s.dom.Read()
 	defer sec.End()
 	k, err := c.searchProcess(sc)

@@ -6,14 +6,18 @@ package keys
 // registered types may supply a check.
 type restriction struct {
 	check func(ring, k *Key) error
+	// key is the key or keyring the check trusts, referenced for as long
+	// as the restricted keyring lives (key_or_keyring:ID).
+	key *Key
 }
 
 var rejectAll = &restriction{check: func(*Key, *Key) error { return EPERM }}
 
 // RestrictKeyring restricts the keyring id once and for all
 // (KEYCTL_RESTRICT_KEYRING). With typ nil (and restriction nil) every
-// future link is refused with EPERM. The built-in types offer no
-// restriction schemes: naming one fails with ENOENT.
+// future link is refused with EPERM. The "asymmetric" type offers the
+// kernel's schemes (see asymmetricRestriction); the other built-in types
+// none: naming one fails with ENOENT.
 func (c *Caller) RestrictKeyring(id Serial, typ, restrictionSpec *string) error {
 	return wrap("keyctl_restrict_keyring", id, c.restrictKeyring(id, typ, restrictionSpec))
 }
@@ -45,16 +49,53 @@ func (c *Caller) restrictKeyring(id Serial, typ, spec *string) error {
 		if t == nil {
 			return ENOKEY
 		}
-		return ENOENT // no built-in type has restriction schemes
+		if t != asymmetricType {
+			return ENOENT // the type has no restriction schemes
+		}
+		if res, err = c.s.asymmetricRestriction(*spec); err != nil {
+			return err
+		}
+	} else {
+		res = rejectAll
 	}
-	res = rejectAll
 	ring.mu.Lock()
 	if ring.restriction() != nil {
 		ring.mu.Unlock()
+		res.release()
 		return EEXIST
+	}
+	if restrictionCycle(ring, res) {
+		ring.mu.Unlock()
+		res.release()
+		return EDEADLK
 	}
 	ring.extra().restrict = res
 	ring.mu.Unlock()
 	notify(ring, NotifySetAttr, 0)
 	return nil
+}
+
+// release drops the reference a restriction holds.
+func (r *restriction) release() {
+	if r != nil && r.key != nil {
+		r.key.put()
+	}
+}
+
+// restrictionCycle reports whether restricting ring by res would make a
+// loop of keyrings each trusting the next (keyring_detect_restriction_
+// cycle): res trusts a keyring whose chain of restrictions leads back to
+// ring.
+func restrictionCycle(ring *Key, res *restriction) bool {
+	for k := res.key; k != nil && k.isKeyring(); {
+		if k == ring {
+			return true
+		}
+		r := k.restriction()
+		if r == nil {
+			return false
+		}
+		k = r.key
+	}
+	return false
 }

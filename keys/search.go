@@ -20,6 +20,11 @@ type search struct {
 	// now is the time for the state checks; possession tests, which make
 	// none, leave it 0 (see clock).
 	now int64
+	// match, if set, replaces the description match: every key of the
+	// type whose payload it accepts is a candidate (Type.MatchPreparse),
+	// looked for by iterating each keyring as the kernel's
+	// KEYRING_SEARCH_LOOKUP_ITERATE does.
+	match func(p *Payload) bool
 	// result is the last recorded reason for skipping a candidate.
 	result error
 	// hash is indexHash(typ, desc), computed once per search.
@@ -31,6 +36,9 @@ type search struct {
 func (sc *search) find(snap *ringSnap) (link, bool) {
 	if snap == nil || snap.n == 0 {
 		return link{}, false
+	}
+	if sc.match != nil {
+		return link{}, false // candidates come from iterate
 	}
 	if !sc.hashed {
 		sc.hash, sc.hashed = indexHash(sc.typ, sc.desc), true
@@ -94,7 +102,7 @@ func (sc *search) tree(root *Key, possessed bool) (*Key, error) {
 	}
 	sc.result = nil
 	// The root itself may be what is sought.
-	if root.typeName() == sc.typ && root.desc == sc.desc {
+	if sc.match == nil && root.typeName() == sc.typ && root.desc == sc.desc {
 		if sc.candidate(root, possessed) {
 			return root, nil
 		}
@@ -111,6 +119,25 @@ func (sc *search) tree(root *Key, possessed bool) (*Key, error) {
 	return nil, errAgain
 }
 
+// iterate offers each key of the sought type in snap whose payload the
+// search's matcher accepts to candidate, in listing order.
+func (sc *search) iterate(snap *ringSnap, possessed bool) *Key {
+	for _, l := range snap.links() {
+		k := l.key
+		if k.typeName() != sc.typ {
+			continue
+		}
+		p := k.payload.Load()
+		if p == nil || !sc.match(p) {
+			continue
+		}
+		if sc.candidate(k, possessed) {
+			return k
+		}
+	}
+	return nil
+}
+
 func (sc *search) walk(ring *Key, possessed bool, depth int) *Key {
 	if ring.has(flagRevoked | flagInvalidated) {
 		return nil
@@ -119,7 +146,11 @@ func (sc *search) walk(ring *Key, possessed bool, depth int) *Key {
 	if snap == nil {
 		return nil
 	}
-	if l, ok := sc.find(snap); ok && sc.candidate(l.key, possessed) {
+	if sc.match != nil {
+		if k := sc.iterate(snap, possessed); k != nil {
+			return k
+		}
+	} else if l, ok := sc.find(snap); ok && sc.candidate(l.key, possessed) {
 		return l.key
 	}
 	if !sc.recurse || depth >= MaxDepth {
@@ -260,13 +291,19 @@ func (c *Caller) searchKey(ringID Serial, typ, desc string, destID Serial) (Seri
 		}
 		defer dest.put()
 	}
-	if c.s.lookupType(typ) == nil {
+	t := c.s.lookupType(typ)
+	if t == nil {
 		return 0, ENOKEY
 	}
 	if !ring.key.isKeyring() {
 		return 0, ENOTDIR
 	}
 	sc := &search{cred: c.cr(), typ: typ, desc: desc, stateCheck: true, checkPerm: true, recurse: true, now: c.s.now()}
+	if t.MatchPreparse != nil {
+		if sc.match, err = t.MatchPreparse(desc); err != nil {
+			return 0, err
+		}
+	}
 	sec := c.s.dom.Read()
 	k, err := sc.tree(ring.key, ring.possessed)
 	if err == nil && !k.tryGet() {

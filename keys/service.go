@@ -70,6 +70,8 @@ type Service struct {
 
 	index serialIndex
 	count atomic.Int64
+	// trust holds the system keyrings of trusted certificates.
+	trust trustedRings
 	// drawSerial, if set (by tests, before the first key), proposes
 	// serials instead of the global generator, so that a run replays.
 	drawSerial func() Serial
@@ -172,7 +174,7 @@ func New(opts ...Option) *Service {
 	if s.dom == nil {
 		s.dom = rcu.New(rcu.WithName("keys"))
 	}
-	for _, t := range []*Type{userType, logonType, keyringType, bigKeyType, encryptedType, authType} {
+	for _, t := range []*Type{userType, logonType, keyringType, bigKeyType, encryptedType, asymmetricType, authType} {
 		s.types[t.Name] = t
 	}
 	if !s.chunkSet {

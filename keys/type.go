@@ -46,6 +46,16 @@ type Type struct {
 	// Destroy releases what a payload holds outside the heap. The payload
 	// has been wiped already.
 	Destroy func(p *Payload)
+	// ProposeDescription, if set, names a key added with an empty
+	// description after its payload (a certificate's subject and key
+	// identifier); without it, or if it answers "", an empty description
+	// fails with EINVAL.
+	ProposeDescription func(p *Payload) string
+	// MatchPreparse, if set, reads a description a search is given: a
+	// matcher means "every key of the type whose payload it accepts"
+	// (the asymmetric type's "id:" and "ex:" lookups), nil an ordinary
+	// match by description; an error fails the search.
+	MatchPreparse func(desc string) (func(p *Payload) bool, error)
 }
 
 // prepare builds the payload of data for a key of type t with

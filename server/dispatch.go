@@ -139,6 +139,12 @@ func (c *conn) run(a wire.Args) *wire.Response {
 		return result(cl.GetPersistent(a.Int(0), a.Serial(1)))
 	case wire.OpDHCompute:
 		return c.dhCompute(a)
+	case wire.OpPkeyQuery:
+		return c.pkeyQuery(a)
+	case wire.OpPkeyEncrypt, wire.OpPkeyDecrypt, wire.OpPkeySign:
+		return c.pkeyEDS(a)
+	case wire.OpPkeyVerify:
+		return c.pkeyVerify(a)
 	case wire.OpRestrictKeyring:
 		return done(cl.RestrictKeyring(a.Serial(0), a.OptStr(1), a.OptStr(2)))
 	case wire.OpMove:

@@ -31,6 +31,11 @@ const (
 	OpInvalidate       Op = 21
 	OpGetPersistent    Op = 22
 	OpDHCompute        Op = 23
+	OpPkeyQuery        Op = 24
+	OpPkeyEncrypt      Op = 25
+	OpPkeyDecrypt      Op = 26
+	OpPkeySign         Op = 27
+	OpPkeyVerify       Op = 28
 	OpRestrictKeyring  Op = 29
 	OpMove             Op = 30
 	OpCapabilities     Op = 31
@@ -119,6 +124,24 @@ var specs = []Spec{
 	{Op: OpDHCompute, Name: "dh_compute", Sys: SysKeyctl, Indirect: true, Result: Result{Ints: 1, Buf: true, BufReg: 3},
 		Args: []Arg{integer("private", 0), integer("prime", 0), integer("base", 0), integer("buflen", 4),
 			optStr("hash", 0, 0), payload("otherinfo", 0)}}, // hash absent: no KDF
+	// The public-key operations. The query answers the kernel's struct
+	// keyctl_pkey_query (56 bytes), which an interceptor copies to the
+	// address in argument 5. The others take a struct keyctl_pkey_params
+	// (the key, the input's and the output's lengths), the parameter
+	// string ("enc=pkcs1 hash=sha256"), the input at argument 4 and the
+	// output (or, for verify, the signature) at argument 5; encrypt,
+	// decrypt and sign answer the output's length and the output, at
+	// most out_len bytes.
+	{Op: OpPkeyQuery, Name: "pkey_query", Sys: SysKeyctl, Result: Result{Ints: 1, Buf: true, BufReg: 5, Sized: true},
+		Args: []Arg{integer("id", 2), integer("reserved", 3), str("info", 4, keyctl.MaxPkeyInfo)}},
+	{Op: OpPkeyEncrypt, Name: "pkey_encrypt", Sys: SysKeyctl, Indirect: true, Result: Result{Ints: 1, Buf: true, BufReg: 5, Sized: true},
+		Args: []Arg{integer("id", 0), str("info", 3, keyctl.MaxPkeyInfo), payload("in", 0), integer("out_len", 0)}},
+	{Op: OpPkeyDecrypt, Name: "pkey_decrypt", Sys: SysKeyctl, Indirect: true, Result: Result{Ints: 1, Buf: true, BufReg: 5, Sized: true},
+		Args: []Arg{integer("id", 0), str("info", 3, keyctl.MaxPkeyInfo), payload("in", 0), integer("out_len", 0)}},
+	{Op: OpPkeySign, Name: "pkey_sign", Sys: SysKeyctl, Indirect: true, Result: Result{Ints: 1, Buf: true, BufReg: 5, Sized: true},
+		Args: []Arg{integer("id", 0), str("info", 3, keyctl.MaxPkeyInfo), payload("in", 0), integer("out_len", 0)}},
+	{Op: OpPkeyVerify, Name: "pkey_verify", Sys: SysKeyctl, Indirect: true, Result: none,
+		Args: []Arg{integer("id", 0), str("info", 3, keyctl.MaxPkeyInfo), payload("data", 0), payload("sig", 0)}},
 	{Op: OpRestrictKeyring, Name: "restrict_keyring", Sys: SysKeyctl, Result: none,
 		Args: []Arg{integer("id", 2), optStr("type", 3, 0), optStr("restriction", 4, 0)}},
 	{Op: OpMove, Name: "move", Sys: SysKeyctl, Result: none,

@@ -81,6 +81,12 @@ type Result struct {
 	// Partial: the kernel copies as much as fits of a buffer too large
 	// for the caller's (KEYCTL_CAPABILITIES), not nothing.
 	Partial bool
+	// Sized: no argument gives the buffer's size. The answer always fits
+	// (the operation bounds it by a length passed in a structure, as
+	// the pkey operations' out_len, or it has a fixed size, as the
+	// pkey_query structure), and the call returns the first integer
+	// (the output's length, 0 for pkey_query).
+	Sized bool
 }
 
 // Spec is an operation's entry in the table: what it takes and answers,

@@ -4,39 +4,39 @@ import (
 	"os"
 	"strings"
 
+	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/keyctl"
 )
 
-// errNoPkey is the answer to public-key operations: ukeys has no
-// asymmetric key type, so ukeyctl answers as a kernel without one does.
-var errNoPkey = keyctl.EOPNOTSUPP
-
-// pkeyInfo checks the trailing key=value options as pkey_parse_info does.
-func (a *app) pkeyInfo(opts []string) {
-	n := 0
+// pkeyInfo checks the trailing key=value options as pkey_parse_info does
+// and joins them with single spaces into the parameter string.
+func (a *app) pkeyInfo(opts []string) string {
+	var b strings.Builder
 	for _, o := range opts {
 		if !strings.Contains(o, "=") {
 			a.eprintf("Option not in key=val form\n")
 			a.exit(2)
 		}
-		if len(o)+1 > 4096-1-n {
+		if len(o)+1 > 4096-1-b.Len() {
 			a.eprintf("Too many info options\n")
 			a.exit(2)
 		}
-		if n > 0 {
-			n++
+		if b.Len() > 0 {
+			b.WriteByte(' ')
 		}
-		n += len(o)
+		b.WriteString(o)
 	}
+	return b.String()
 }
 
 // pkeyKey resolves the key and refuses a password, as keyctl does.
-func (a *app) pkeyKey(args []string) {
-	a.getKeyID(args[1])
+func (a *app) pkeyKey(args []string) keyctl.Serial {
+	id := a.getKeyID(args[1])
 	if args[2] != "0" {
 		a.eprintf("Password passing is not yet supported\n")
 		a.exit(2)
 	}
+	return id
 }
 
 // readFile reads a data file as keyctl's read_file does.
@@ -52,34 +52,71 @@ func (a *app) cmdPkeyQuery(args []string) {
 	if len(args) < 3 {
 		a.format()
 	}
-	a.pkeyInfo(args[3:])
-	a.pkeyKey(args)
-	a.fail("keyctl_pkey_query", errNoPkey)
+	info := a.pkeyInfo(args[3:])
+	id := a.pkeyKey(args)
+	q, err := a.c().PkeyQuery(id, info)
+	if err != nil {
+		a.fail("keyctl_pkey_query", err)
+	}
+	yn := func(bit uint32) byte {
+		if q.SupportedOps&bit != 0 {
+			return 'y'
+		}
+		return 'n'
+	}
+	a.printf("key_size=%d\nmax_data_size=%d\nmax_sig_size=%d\nmax_enc_size=%d\nmax_dec_size=%d\n",
+		q.KeySize, q.MaxDataSize, q.MaxSigSize, q.MaxEncSize, q.MaxDecSize)
+	a.printf("encrypt=%c\ndecrypt=%c\nsign=%c\nverify=%c\n",
+		yn(keyctl.PkeySupportsEncrypt), yn(keyctl.PkeySupportsDecrypt), yn(keyctl.PkeySupportsSign), yn(keyctl.PkeySupportsVerify))
 }
 
-func (a *app) pkeyData(args []string) {
+// pkeyData is pkey_encrypt, pkey_decrypt and pkey_sign: the data file
+// read, the key queried with the same parameters for the output's size
+// (keyctl sizes encrypt's output by max_dec_size, decrypt's by
+// max_enc_size, sign's by max_sig_size), the operation, and its output
+// written to stdout as it is.
+func (a *app) pkeyData(args []string, name string, size func(client.PkeyQuery) uint16,
+	op func(*client.Client, keyctl.Serial, string, []byte, int) ([]byte, error)) {
 	if len(args) < 4 {
 		a.format()
 	}
-	a.pkeyInfo(args[4:])
-	a.pkeyKey(args)
-	a.readFile(args[3])
-	a.fail("keyctl_pkey_query", errNoPkey)
+	info := a.pkeyInfo(args[4:])
+	id := a.pkeyKey(args)
+	in := a.readFile(args[3])
+	q, err := a.c().PkeyQuery(id, info)
+	if err != nil {
+		a.fail("keyctl_pkey_query", err)
+	}
+	out, err := op(a.c(), id, info, in, int(size(q)))
+	if err != nil {
+		a.fail(name, err)
+	}
+	a.write(out)
 }
 
-func (a *app) cmdPkeyEncrypt(args []string) { a.pkeyData(args) }
-func (a *app) cmdPkeyDecrypt(args []string) { a.pkeyData(args) }
-func (a *app) cmdPkeySign(args []string)    { a.pkeyData(args) }
+func (a *app) cmdPkeyEncrypt(args []string) {
+	a.pkeyData(args, "keyctl_pkey_encrypt", func(q client.PkeyQuery) uint16 { return q.MaxDecSize }, (*client.Client).PkeyEncrypt)
+}
+
+func (a *app) cmdPkeyDecrypt(args []string) {
+	a.pkeyData(args, "keyctl_pkey_decrypt", func(q client.PkeyQuery) uint16 { return q.MaxEncSize }, (*client.Client).PkeyDecrypt)
+}
+
+func (a *app) cmdPkeySign(args []string) {
+	a.pkeyData(args, "keyctl_pkey_sign", func(q client.PkeyQuery) uint16 { return q.MaxSigSize }, (*client.Client).PkeySign)
+}
 
 func (a *app) cmdPkeyVerify(args []string) {
 	if len(args) < 5 {
 		a.format()
 	}
-	a.pkeyInfo(args[5:])
-	a.pkeyKey(args)
-	a.readFile(args[3])
-	a.readFile(args[4])
-	a.fail("keyctl_pkey_verify", errNoPkey)
+	info := a.pkeyInfo(args[5:])
+	id := a.pkeyKey(args)
+	data := a.readFile(args[3])
+	sig := a.readFile(args[4])
+	if err := a.c().PkeyVerify(id, info, data, sig); err != nil {
+		a.fail("keyctl_pkey_verify", err)
+	}
 }
 
 // testCommands are keyctl --test's subcommands.

@@ -70,6 +70,7 @@ func run(args []string) int {
 	helper := fs.String("request-key", envOr("UKEYD_REQUEST_KEY", defaultHelper()), "request-key helper command run to construct keys (env UKEYD_REQUEST_KEY; empty: none)")
 	upcallTimeout := fs.Duration("upcall-timeout", ev.duration("UKEYD_UPCALL_TIMEOUT", keys.DefaultUpcallTimeout), "kill a request-key helper after this long and negate the key (env UKEYD_UPCALL_TIMEOUT)")
 	helperIntercept := fs.Bool("request-key-intercept", envBool("UKEYD_REQUEST_KEY_INTERCEPT", true), "run the request-key helper under ukeyctl run, so that its own key system calls (the stock /sbin/request-key, request-key.conf's keyctl lines) act on ukeys with the upcall's authority, where seccomp user notification is to be had (env UKEYD_REQUEST_KEY_INTERCEPT)")
+	trustedDir := fs.String("trusted-certs", envOr("UKEYD_TRUSTED_CERTS", ""), "directory of X.509 certificates (DER or PEM, *.der, *.crt, *.pem) loaded at start into .builtin_trusted_keys, which the asymmetric restrictions builtin_trusted and builtin_and_secondary_trusted trust (env UKEYD_TRUSTED_CERTS; empty: none)")
 	agentPath := fs.String("seccomp-agent", envOr("UKEYD_SECCOMP_AGENT", ""), "also serve container runtimes as an OCI seccomp agent on this Unix socket (linux.seccomp.listenerPath), each container a key namespace of its own (env UKEYD_SECCOMP_AGENT)")
 	lim := server.DefaultLimits(server.NoFile())
 	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
@@ -123,6 +124,15 @@ func run(args []string) int {
 		fmt.Fprintln(os.Stderr, "ukeyd: a tunable is out of range")
 		svc.Close()
 		return 2
+	}
+	if *trustedDir != "" {
+		n, err := loadTrusted(svc, *trustedDir)
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "ukeyd: trusted certificates: %v\n", err)
+			svc.Close()
+			return 2
+		}
+		log.Info("ukeyd: built-in trusted keys loaded", "dir", *trustedDir, "certificates", n)
 	}
 	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
 	keys.SetBigKeyFileLimit(lim.BigKeyFiles)

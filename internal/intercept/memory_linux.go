@@ -3,6 +3,7 @@ package intercept
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -156,8 +157,11 @@ const (
 // lazy, a payload is only probed (its place in the request left nil),
 // for the caller to read once it knows it is wanted.
 func decode(m *memory, spec *wire.Spec, args *[6]uint64, lazy bool) (*wire.Request, syscall.Errno) {
-	if spec.Op == wire.OpDHCompute {
+	switch spec.Op {
+	case wire.OpDHCompute:
 		return decodeDH(m, args)
+	case wire.OpPkeyEncrypt, wire.OpPkeyDecrypt, wire.OpPkeySign, wire.OpPkeyVerify:
+		return decodePkey(m, spec.Op, args)
 	}
 	req := &wire.Request{Op: spec.Op}
 	for _, a := range spec.Args {
@@ -251,6 +255,44 @@ func decodeDH(m *memory, args *[6]uint64) (*wire.Request, syscall.Errno) {
 	return req, 0
 }
 
+// decodePkey reads the pkey operations' arguments: keyctl(OP, const
+// struct keyctl_pkey_params *params, const char *info, const void *in,
+// void *out_or_in2), the structure holding the key, the input's length
+// and the output's (verify: the signature's), then seven spare words,
+// which the kernel ignores. The lengths are the kernel's 32-bit fields; the
+// sizes a key reports are 16-bit, so a longer input is refused here, as
+// the kernel refuses it, before a byte of it is read.
+func decodePkey(m *memory, op wire.Op, args *[6]uint64) (*wire.Request, syscall.Errno) {
+	params, errno := m.read(args[1], 4+4+4+28)
+	if errno != 0 {
+		return nil, errno
+	}
+	id := int64(int32(binary.NativeEndian.Uint32(params)))
+	inLen, outLen := binary.NativeEndian.Uint32(params[4:]), binary.NativeEndian.Uint32(params[8:])
+	info, errno := m.readString(args[2], keyctl.MaxPkeyInfo)
+	if errno != 0 {
+		return nil, errno
+	}
+	if inLen > math.MaxUint16 || op == wire.OpPkeyVerify && outLen > math.MaxUint16 {
+		return nil, unix.EINVAL
+	}
+	in, errno := m.read(args[3], int(inLen))
+	if errno != 0 {
+		return nil, errno
+	}
+	req := &wire.Request{Op: op, Ints: []int64{id}, Bufs: [][]byte{info, in}}
+	if op == wire.OpPkeyVerify {
+		sig, errno := m.read(args[4], int(outLen))
+		if errno != 0 {
+			return nil, errno
+		}
+		req.Bufs = append(req.Bufs, sig)
+		return req, 0
+	}
+	req.Ints = append(req.Ints, int64(outLen))
+	return req, 0
+}
+
 // decodeIOV reads KEYCTL_INSTANTIATE_IOV's arguments (key, const struct
 // iovec *iov, unsigned ioc, ringid) as KEYCTL_INSTANTIATE's, its payload
 // gathered from the iovec as the kernel's import_iovec gathers it: at
@@ -298,6 +340,13 @@ func decodeIOV(m *memory, args *[6]uint64) (*wire.Request, syscall.Errno) {
 // so), else the first integer (a serial), else 0.
 func encode(m *memory, spec *wire.Spec, args *[6]uint64, resp *wire.Response) (int64, syscall.Errno) {
 	res := spec.Result
+	if res.Sized && len(resp.Bufs) > 0 && len(resp.Ints) > 0 {
+		// The daemon bounded the answer by the size the call gave.
+		if e := m.write(args[res.BufReg-1], resp.Bufs[0]); e != 0 {
+			return 0, e
+		}
+		return resp.Ints[0], 0
+	}
 	if res.BufReg != 0 && len(resp.Bufs) > 0 {
 		data := resp.Bufs[0]
 		n := len(data)

@@ -1,0 +1,85 @@
+package keys
+
+import (
+	"crypto/elliptic"
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/ukeys/ukeys/internal/certtest"
+)
+
+// FuzzAsymmetricPreparse feeds the certificate and PKCS#8 parsers any
+// bytes: they answer a key or the kernel's errors, never panic, and a
+// key they answer has the ids and description its describe line shows.
+func FuzzAsymmetricPreparse(f *testing.F) {
+	ca := certtest.New(f, certtest.Options{CN: "fuzz CA", O: "fuzz", CA: true}, nil)
+	leaf := certtest.New(f, certtest.Options{CN: "leaf", Serial: 3, Curve: elliptic.P256()}, ca)
+	for _, b := range [][]byte{ca.DER, ca.PKCS8, leaf.DER, leaf.PKCS8, ca.DER[:40], []byte("-----BEGIN CERTIFICATE-----\n")} {
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, charge, err := asymmetricPreparse(b)
+		if err != nil {
+			for _, want := range []error{EINVAL, EBADMSG, ENOPKG, EKEYREJECTED} {
+				if errors.Is(err, want) {
+					return
+				}
+			}
+			t.Fatalf("error %v is none of the kernel's", err)
+		}
+		defer p.wipe()
+		a := p.Extra.(*asymKey)
+		if charge != asymCharge || a.algo == "" || a.pub == nil {
+			t.Fatalf("incomplete key: %+v", a)
+		}
+		if a.sig != nil && !strings.Contains(a.desc, ": ") {
+			t.Fatalf("certificate description %q", a.desc)
+		}
+		if !strings.HasPrefix(asymmetricDescribe(nil, p), ": "+a.idType+"."+a.algo) {
+			t.Fatalf("describe %q", asymmetricDescribe(nil, p))
+		}
+	})
+}
+
+// FuzzPkeyParams: the parameter string parser accepts exactly the
+// kernel's forms, and what it accepts it reads back.
+func FuzzPkeyParams(f *testing.F) {
+	for _, s := range []string{"", "enc=pkcs1 hash=sha256", "\tenc=raw ", "enc=", "hash=a hash=b", "enc=x962,hash=sha1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		p, err := parsePkeyParams(s)
+		if err != nil {
+			if !errors.Is(err, EINVAL) {
+				t.Fatalf("%q: %v", s, err)
+			}
+			return
+		}
+		if p.enc == "" || strings.ContainsAny(p.enc+p.hash, " \t") {
+			t.Fatalf("%q parsed as %+v", s, p)
+		}
+		if p.enc != "raw" && !strings.Contains(s, "enc="+p.enc) || p.hash != "" && !strings.Contains(s, "hash="+p.hash) {
+			t.Fatalf("%q parsed as %+v", s, p)
+		}
+	})
+}
+
+// FuzzAsymmetricMatch: id lookups parse as the kernel's, or fail with
+// EINVAL.
+func FuzzAsymmetricMatch(f *testing.F) {
+	for _, s := range []string{"id:0102", "ex:", "dn:ab", "plain description", "id:abc", "ex:ZZ"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := asymmetricMatch(s)
+		switch {
+		case err != nil && !errors.Is(err, EINVAL):
+			t.Fatalf("%q: %v", s, err)
+		case err == nil && m == nil && (strings.HasPrefix(s, "id:") || strings.HasPrefix(s, "ex:") || strings.HasPrefix(s, "dn:")):
+			t.Fatalf("%q: no matcher", s)
+		case m != nil:
+			m(&Payload{}) // a payload that is no key matches nothing
+		}
+	})
+}
