@@ -84,10 +84,26 @@ func TestPkeyAgainstKernel(t *testing.T) {
 		t.Skipf("the kernel here has no asymmetric keys: %v %s", err, out)
 	}
 	dir := pkeyFiles(t)
-	kernel := runPkeyScript(t, real, dir, "")
+	kernel := runPkeyScript(t, real, dir, "", nil)
 	d := startDaemon(t)
-	bin := binDir(t, "keyctl")
-	ukeys := runPkeyScript(t, filepath.Join(bin, "keyctl"), dir, d.path)
+	bin := binDir(t, "keyctl", "ukeyctl")
+	ukeys := runPkeyScript(t, filepath.Join(bin, "keyctl"), dir, d.path, nil)
+	comparePkey(t, "ukeyctl", kernel, ukeys)
+	// The kernel's own keyctl under ukeyctl run: its add_key and keyctl
+	// calls, the pkey structures among them, served by the daemon.
+	wrap := []string{filepath.Join(bin, "ukeyctl"), "run", "--"}
+	probe := boundedCommand(t, wrap[0], "run", "--", "true")
+	probe.Env = []string{"PATH=/usr/bin:/bin", "UKEYS_SOCKET=" + d.path, "UKEYS_NO_AUTOSTART=1"}
+	if out, err := probe.CombinedOutput(); err != nil {
+		t.Logf("no ukeyctl run here (%v: %s): the kernel's keyctl is compared only with ukeyctl", err, out)
+		return
+	}
+	comparePkey(t, "keyctl under ukeyctl run", kernel, runPkeyScript(t, real, dir, d.path, wrap))
+}
+
+// comparePkey reports the lines where two runs of pkeyScript differ.
+func comparePkey(t *testing.T, mode, kernel, ukeys string) {
+	t.Helper()
 	if kernel != ukeys {
 		kl, ul := strings.Split(kernel, "\n"), strings.Split(ukeys, "\n")
 		for i := range max(len(kl), len(ul)) {
@@ -99,11 +115,10 @@ func TestPkeyAgainstKernel(t *testing.T) {
 				b = ul[i]
 			}
 			if a != b {
-				t.Errorf("line %d:\n kernel: %s\n ukeys:  %s", i+1, a, b)
+				t.Errorf("%s, line %d:\n kernel: %s\n ukeys:  %s", mode, i+1, a, b)
 			}
 		}
 	}
-	t.Logf("both printed:\n%s", ukeys)
 }
 
 // pkeyFiles writes the script's files and returns their directory, with
@@ -146,15 +161,17 @@ func pkeyFiles(t *testing.T) string {
 }
 
 // runPkeyScript runs pkeyScript with the keyctl at prog in a session of
-// its own, in dir (against the daemon at socket if not empty).
-func runPkeyScript(t *testing.T, prog, dir, socket string) string {
+// its own, in dir (against the daemon at socket if not empty), the whole
+// under the command wrap if there is one.
+func runPkeyScript(t *testing.T, prog, dir, socket string, wrap []string) string {
 	t.Helper()
 	vars := `KEYCTL=` + shellQuote(prog) + `; TAIL=$(cat TAIL); SKID=$(cat SKID); SUBJECT=$(cat SUBJECT)` + "\n"
 	script := filepath.Join(dir, "pkey.sh")
 	if err := os.WriteFile(script, []byte(vars+pkeyScript), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd := boundedCommand(t, prog, "session", "-", "/bin/sh", script)
+	argv := append(append([]string{}, wrap...), prog, "session", "-", "/bin/sh", script)
+	cmd := boundedCommand(t, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME"), "LC_ALL=C"}
 	if socket != "" {

@@ -125,6 +125,12 @@ func run(args []string) int {
 		svc.Close()
 		return 2
 	}
+	// The system keyrings exist from the start, as the kernel's do.
+	if _, err := svc.SecondaryTrustedKeyring(); err != nil {
+		fmt.Fprintf(os.Stderr, "ukeyd: trusted keyrings: %v\n", err)
+		svc.Close()
+		return 2
+	}
 	if *trustedDir != "" {
 		n, err := loadTrusted(svc, *trustedDir)
 		if err != nil {

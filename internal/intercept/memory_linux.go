@@ -106,7 +106,9 @@ func (m *memory) readString(addr uint64, max int) ([]byte, syscall.Errno) {
 	if addr == 0 {
 		return nil, unix.EFAULT
 	}
-	var out []byte
+	// Never nil: an empty string is present (add_key's "" description, which
+	// the asymmetric type replaces), and a nil buffer on the wire is absent.
+	out := []byte{}
 	for len(out) <= max {
 		chunk := 4096 - int(addr%4096) // to the end of the page
 		chunk = min(chunk, max+1-len(out))
