@@ -90,7 +90,6 @@ func (a *asymKey) Wipe() {
 var asymmetricType = &Type{
 	Name:     "asymmetric",
 	Preparse: asymmetricPreparse,
-	MaxSize:  0,
 	Describe: asymmetricDescribe,
 	ProposeDescription: func(p *Payload) string {
 		if a, ok := p.Extra.(*asymKey); ok {
@@ -402,10 +401,16 @@ func asymmetricMatch(desc string) (func(p *Payload) bool, error) {
 	if err != nil {
 		return nil, err
 	}
+	return idMatcher(want, how), nil
+}
+
+// idMatcher accepts the payloads of asymmetric keys whose ids match want
+// as how says.
+func idMatcher(want []byte, how idMatch) func(p *Payload) bool {
 	return func(p *Payload) bool {
 		a, ok := p.Extra.(*asymKey)
 		return ok && a.matchID(want, how)
-	}, nil
+	}
 }
 
 // idMatch is how an id lookup compares.

@@ -213,7 +213,7 @@ func TestPkeyRSA(t *testing.T) {
 			em[i] = 0xff
 		}
 		copy(em[256-len(t):], t)
-		s, _ := rsaPrivateRaw(rk, em)
+		s, _ := rawRSADecrypt(rk, em) // m^d mod n: a signature of em
 		return s
 	}
 	for _, tc := range []struct {
@@ -227,7 +227,7 @@ func TestPkeyRSA(t *testing.T) {
 		{"other hash", "enc=pkcs1 hash=sha384", digest[:], std, EINVAL},
 		{"raw encoding", "", digest[:], std, ENOENT},
 		{"wrong prefix", "enc=pkcs1 hash=sha1", digest[:20], type1(append(digestInfoPrefix(pkeyHashes["sha256"]), digest[:]...)), EBADMSG},
-		{"block type 2", "enc=pkcs1 hash=sha256", digest[:], func() []byte { b := type1(nil); return b }(), EBADMSG},
+		{"no DigestInfo after the padding", "enc=pkcs1 hash=sha256", digest[:], type1(nil), EBADMSG},
 	} {
 		if err := c.PkeyVerify(pub, tc.info, tc.digest, tc.sig); !errors.Is(err, tc.err) {
 			t.Errorf("verify, %s: %v, want %v", tc.name, err, tc.err)
@@ -247,11 +247,6 @@ func TestPkeyRSA(t *testing.T) {
 	if _, err := c.PkeySign(priv, "enc=pkcs1 hash=sha256", digest[:], 256); !errors.Is(err, EKEYREVOKED) {
 		t.Errorf("sign with a revoked key: %v", err)
 	}
-}
-
-// rsaPrivateRaw is m^d mod n, for making malformed signatures.
-func rsaPrivateRaw(k *rsa.PrivateKey, em []byte) ([]byte, error) {
-	return rawRSADecrypt(k, em)
 }
 
 func TestPkeyECDSA(t *testing.T) {

@@ -110,30 +110,36 @@ func parsePkeyParams(info string) (pkeyParams, error) {
 	return p, nil
 }
 
-// pkeyHash is a hash a signature may name: its digest's length and the
-// DER of its AlgorithmIdentifier, from which the DigestInfo prefix of a
-// PKCS#1 v1.5 signature is made.
+// pkeyHash is a hash a signature may name: its digest's length, its
+// object identifier, and the DigestInfo prefix a PKCS#1 v1.5 signature
+// puts before its digest (made from the two at start).
 type pkeyHash struct {
-	size int
-	oid  asn1.ObjectIdentifier
-	// pkcs1 is false for the hashes only ECDSA takes.
-	pkcs1 bool
+	size   int
+	oid    asn1.ObjectIdentifier
+	prefix []byte
 }
 
 // pkeyHashes are the hashes the kernel's signature schemes know by name:
 // pkcs1(rsa,HASH) templates exist for all of them, ECDSA takes the SHA-1,
 // SHA-2 and SHA-3 ones.
 var pkeyHashes = map[string]pkeyHash{
-	"md5":      {16, asn1.ObjectIdentifier{1, 2, 840, 113549, 2, 5}, true},
-	"sha1":     {20, asn1.ObjectIdentifier{1, 3, 14, 3, 2, 26}, true},
-	"rmd160":   {20, asn1.ObjectIdentifier{1, 3, 36, 3, 2, 1}, true},
-	"sha224":   {28, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 4}, true},
-	"sha256":   {32, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 1}, true},
-	"sha384":   {48, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 2}, true},
-	"sha512":   {64, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 3}, true},
-	"sha3-256": {32, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 8}, true},
-	"sha3-384": {48, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 9}, true},
-	"sha3-512": {64, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 10}, true},
+	"md5":      {16, asn1.ObjectIdentifier{1, 2, 840, 113549, 2, 5}, nil},
+	"sha1":     {20, asn1.ObjectIdentifier{1, 3, 14, 3, 2, 26}, nil},
+	"rmd160":   {20, asn1.ObjectIdentifier{1, 3, 36, 3, 2, 1}, nil},
+	"sha224":   {28, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 4}, nil},
+	"sha256":   {32, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 1}, nil},
+	"sha384":   {48, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 2}, nil},
+	"sha512":   {64, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 3}, nil},
+	"sha3-256": {32, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 8}, nil},
+	"sha3-384": {48, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 9}, nil},
+	"sha3-512": {64, asn1.ObjectIdentifier{2, 16, 840, 1, 101, 3, 4, 2, 10}, nil},
+}
+
+func init() {
+	for name, h := range pkeyHashes {
+		h.prefix = digestInfoPrefix(h)
+		pkeyHashes[name] = h
+	}
 }
 
 // ecdsaHashes are the hashes ECDSA accepts.
@@ -160,9 +166,17 @@ func digestInfoPrefix(h pkeyHash) []byte {
 // pkeyScheme is what an encoding and hash make of a key for an
 // operation: a signature scheme (sig) or a cipher.
 type pkeyScheme struct {
-	sig    bool
-	hash   *pkeyHash // nil: none
-	prefix []byte    // pkcs1: the DigestInfo prefix (none without a hash)
+	sig  bool
+	hash *pkeyHash // nil: none
+}
+
+// prefix is what a PKCS#1 v1.5 signature puts before the digest: the
+// hash's DigestInfo prefix, nothing without a hash.
+func (sc pkeyScheme) prefix() []byte {
+	if sc.hash == nil {
+		return nil
+	}
+	return sc.hash.prefix
 }
 
 // scheme is the kernel's software_key_determine_akcipher: which scheme
@@ -182,7 +196,7 @@ func (a *asymKey) scheme(p pkeyParams, op pkeyOp) (pkeyScheme, error) {
 			if !ok {
 				return pkeyScheme{}, EINVAL // no pkcs1(rsa,HASH) template
 			}
-			return pkeyScheme{sig: true, hash: &h, prefix: digestInfoPrefix(h)}, nil
+			return pkeyScheme{sig: true, hash: &h}, nil
 		case "raw":
 			if p.hash != "" {
 				return pkeyScheme{}, EINVAL // raw RSA cannot tell hashes apart
@@ -434,12 +448,13 @@ func (a *asymKey) eds(sc pkeyScheme, enc string, op pkeyOp, in []byte, outLen in
 		if sc.hash != nil && len(in) != sc.hash.size {
 			return nil, EINVAL
 		}
-		if len(sc.prefix)+len(in) > k.Size()-11 || outLen < k.Size() {
+		prefix := sc.prefix()
+		if len(prefix)+len(in) > k.Size()-11 || outLen < k.Size() {
 			return nil, EOVERFLOW
 		}
 		// With no hash named, SignPKCS1v15 pads the bytes as given: the
 		// DigestInfo prefix and the digest.
-		t := append(append(make([]byte, 0, len(sc.prefix)+len(in)), sc.prefix...), in...)
+		t := append(append(make([]byte, 0, len(prefix)+len(in)), prefix...), in...)
 		out, err := rsa.SignPKCS1v15(nil, k, 0, t)
 		if err != nil {
 			return nil, EOVERFLOW
@@ -504,10 +519,11 @@ func (a *asymKey) verify(sc pkeyScheme, enc string, data, sig []byte) error {
 			return EBADMSG
 		}
 		t := em[i+1:]
-		if len(t) < len(sc.prefix) || string(t[:len(sc.prefix)]) != string(sc.prefix) {
+		prefix := sc.prefix()
+		if len(t) < len(prefix) || string(t[:len(prefix)]) != string(prefix) {
 			return EBADMSG
 		}
-		if string(t[len(sc.prefix):]) != string(data) {
+		if string(t[len(prefix):]) != string(data) {
 			return EKEYREJECTED
 		}
 		return nil

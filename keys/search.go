@@ -37,9 +37,6 @@ func (sc *search) find(snap *ringSnap) (link, bool) {
 	if snap == nil || snap.n == 0 {
 		return link{}, false
 	}
-	if sc.match != nil {
-		return link{}, false // candidates come from iterate
-	}
 	if !sc.hashed {
 		sc.hash, sc.hashed = indexHash(sc.typ, sc.desc), true
 	}

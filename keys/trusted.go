@@ -202,24 +202,21 @@ func (s *Service) restrictBySignature(k *Key, secondary bool) error {
 	if secondary && k == t.builtin {
 		return nil
 	}
-	sec := s.dom.Read()
-	defer sec.End()
-	sig, err := linkedSig(k)
-	if err != nil {
-		return err
-	}
-	ring := t.builtin
-	if secondary {
-		ring = t.secondary
-	}
-	signer, err := s.findAsymmetric(ring, sig.authIDs)
-	if err != nil {
-		return ENOKEY
-	}
-	if !secondary && !signer.has(flagBuiltin) {
-		return ENOKEY
-	}
-	return verifyCertSig(signer, sig)
+	return s.verifySigner(func() (*Key, *certSig, error) {
+		sig, err := linkedSig(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		ring := t.builtin
+		if secondary {
+			ring = t.secondary
+		}
+		signer, err := s.findAsymmetric(ring, sig.authIDs)
+		if err != nil || !secondary && !signer.has(flagBuiltin) {
+			return nil, nil, ENOKEY
+		}
+		return signer, sig, nil
+	})
 }
 
 // restrictByKeyOrKeyring is the kernel's key_or_keyring_common: the
@@ -229,37 +226,65 @@ func (s *Service) restrictByKeyOrKeyring(ring, k, trusted *Key, chain bool) erro
 	if ring.has(flagRevoked) {
 		return EKEYREVOKED
 	}
+	return s.verifySigner(func() (*Key, *certSig, error) {
+		sig, err := linkedSig(k)
+		if err != nil {
+			return nil, nil, err
+		}
+		var signer *Key
+		if trusted != nil {
+			switch trusted.typ.Load() {
+			case keyringType:
+				signer, _ = s.findAsymmetric(trusted, sig.authIDs)
+			case asymmetricType:
+				if p := trusted.payload.Load(); p != nil {
+					if a, ok := p.Extra.(*asymKey); ok && signedBy(a, sig) {
+						signer = trusted
+					}
+				}
+			default:
+				return nil, nil, EOPNOTSUPP
+			}
+		}
+		if signer == nil && chain {
+			signer, _ = s.findAsymmetric(ring, sig.authIDs)
+		}
+		if signer == nil {
+			return nil, nil, ENOKEY
+		}
+		if err := signer.validate(s.now()); err != nil {
+			return nil, nil, err
+		}
+		return signer, sig, nil
+	})
+}
+
+// verifySigner finds a signer and the signature to check with find,
+// inside a read section, and checks the signature after the section: a
+// public-key operation (tens to hundreds of microseconds) would hold
+// every grace period that long. The signer's parsed key is locked
+// against wiping before the section ends.
+func (s *Service) verifySigner(find func() (*Key, *certSig, error)) error {
 	sec := s.dom.Read()
-	defer sec.End()
-	sig, err := linkedSig(k)
+	signer, sig, err := find()
+	var a *asymKey
+	if err == nil {
+		if p := signer.payload.Load(); p != nil {
+			a, _ = p.Extra.(*asymKey)
+		}
+		if a != nil {
+			a.mu.RLock()
+		}
+	}
+	sec.End()
 	if err != nil {
 		return err
 	}
-	var signer *Key
-	if trusted != nil {
-		switch trusted.typ.Load() {
-		case keyringType:
-			signer, _ = s.findAsymmetric(trusted, sig.authIDs)
-		case asymmetricType:
-			if p := trusted.payload.Load(); p != nil {
-				if a, ok := p.Extra.(*asymKey); ok && signedBy(a, sig) {
-					signer = trusted
-				}
-			}
-		default:
-			return EOPNOTSUPP
-		}
+	if a == nil {
+		return EKEYREVOKED
 	}
-	if signer == nil && chain {
-		signer, _ = s.findAsymmetric(ring, sig.authIDs)
-	}
-	if signer == nil {
-		return ENOKEY
-	}
-	if err := signer.validate(s.now()); err != nil {
-		return err
-	}
-	return verifyCertSig(signer, sig)
+	defer a.mu.RUnlock()
+	return a.checkCert(sig)
 }
 
 // signedBy is key_or_keyring_common's test of a trusted key against the
@@ -299,11 +324,7 @@ func (s *Service) findAsymmetric(ring *Key, ids [3][]byte) (*Key, error) {
 	default:
 		want, how = ids[2], idName
 	}
-	sc := &search{typ: asymmetricType.Name, stateCheck: true, recurse: true, now: s.now(),
-		match: func(p *Payload) bool {
-			a, ok := p.Extra.(*asymKey)
-			return ok && a.matchID(want, how)
-		}}
+	sc := &search{typ: asymmetricType.Name, stateCheck: true, recurse: true, now: s.now(), match: idMatcher(want, how)}
 	k, err := sc.tree(ring, true)
 	if err != nil {
 		return nil, ENOKEY
@@ -317,20 +338,10 @@ func (s *Service) findAsymmetric(ring *Key, ids [3][]byte) (*Key, error) {
 	return k, nil
 }
 
-// verifyCertSig checks a certificate's signature with the signer's
-// public key: EKEYREJECTED if it does not verify, ENOPKG if the
-// algorithm is one Go's x509 cannot check.
-func verifyCertSig(signer *Key, sig *certSig) error {
-	p := signer.payload.Load()
-	if p == nil {
-		return EKEYREVOKED
-	}
-	a, ok := p.Extra.(*asymKey)
-	if !ok {
-		return ENOKEY
-	}
-	a.mu.RLock()
-	defer a.mu.RUnlock()
+// checkCert checks a certificate's signature with a's public key:
+// EKEYREJECTED if it does not verify, ENOPKG if the algorithm is one Go's
+// x509 cannot check. The caller holds a.mu.
+func (a *asymKey) checkCert(sig *certSig) error {
 	if a.wiped {
 		return EKEYREVOKED
 	}

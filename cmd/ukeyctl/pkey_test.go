@@ -7,6 +7,7 @@ import (
 	"crypto/rsa"
 	"crypto/sha256"
 	"crypto/x509"
+	"encoding/asn1"
 	"encoding/hex"
 	"os"
 	"path/filepath"
@@ -136,22 +137,16 @@ func pkeyFiles(t *testing.T) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var subject []byte
-	{
-		// The subject's content octets: its DER less the SEQUENCE header.
-		raw := ca.Cert.RawSubject
-		n := int(raw[1])
-		head := 2
-		if n&0x80 != 0 {
-			head += n & 0x7f
-		}
-		subject = raw[head:]
+	// The subject's content octets (its DER less the SEQUENCE header).
+	var subject asn1.RawValue
+	if _, err := asn1.Unmarshal(ca.Cert.RawSubject, &subject); err != nil {
+		t.Fatal(err)
 	}
 	for name, b := range map[string][]byte{
 		"ca.der": ca.DER, "ca.p8": ca.PKCS8, "leaf.der": leaf.DER, "self.der": self.DER,
 		"h256": h[:], "h256bad": bad[:], "sig256": sig, "data": []byte("hello world"),
 		"TAIL": []byte("06070809"), "SKID": []byte("010203040506070809"),
-		"SUBJECT": []byte(hex.EncodeToString(subject)),
+		"SUBJECT": []byte(hex.EncodeToString(subject.Bytes)),
 	} {
 		if err := os.WriteFile(filepath.Join(dir, name), b, 0o600); err != nil {
 			t.Fatal(err)

@@ -9,9 +9,15 @@ import (
 	"crypto/x509"
 	"crypto/x509/pkix"
 	"math/big"
-	"testing"
 	"time"
 )
+
+// TB is what the makers need of a test: testing.TB has it, and so may a
+// program that stops on the first error.
+type TB interface {
+	Helper()
+	Fatal(args ...any)
+}
 
 // Cert is a certificate with its key pair.
 type Cert struct {
@@ -32,7 +38,7 @@ type Options struct {
 }
 
 // NewKey makes a key pair as o says.
-func NewKey(t testing.TB, o Options) crypto.Signer {
+func NewKey(t TB, o Options) crypto.Signer {
 	t.Helper()
 	var k crypto.Signer
 	var err error
@@ -53,13 +59,13 @@ func NewKey(t testing.TB, o Options) crypto.Signer {
 
 // New makes a certificate for a fresh key, signed by parent (nil: by
 // itself).
-func New(t testing.TB, o Options, parent *Cert) *Cert {
+func New(t TB, o Options, parent *Cert) *Cert {
 	t.Helper()
 	return NewFor(t, o, NewKey(t, o), parent)
 }
 
 // NewFor makes a certificate for key, signed by parent (nil: by itself).
-func NewFor(t testing.TB, o Options, key crypto.Signer, parent *Cert) *Cert {
+func NewFor(t TB, o Options, key crypto.Signer, parent *Cert) *Cert {
 	t.Helper()
 	serial := o.Serial
 	if serial == 0 {
