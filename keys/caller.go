@@ -219,6 +219,52 @@ func (c *Caller) SetSession(k *Key) error {
 	return nil
 }
 
+// OwnSession reports whether the caller has a session keyring of its
+// own: one it joined, inherited or was given, not the fallback to its
+// user-session keyring that a process without a session searches.
+func (c *Caller) OwnSession() bool {
+	k := c.session.Load()
+	return k != nil && !k.has(flagUIDKeyring)
+}
+
+// InLogin reports whether the caller's session keyring is one the daemon
+// made for a login (LoginSession) rather than one the process chose.
+func (c *Caller) InLogin() bool {
+	k := c.session.Load()
+	return k != nil && k.has(flagLogin)
+}
+
+// LoginSession makes a session keyring for a login of cred's user, as
+// pam_keyinit does when a user logs in: a new anonymous session keyring
+// (_ses) owned by the user, charged to the user's quota (which, as for a
+// process without a session, it may overrun), with the user keyring
+// linked into it so that a search from the session finds the user's keys.
+// The keyring comes with one reference: the daemon gives the keyring to
+// the processes of the login (SetSession, Inherit) and then puts it.
+func (s *Service) LoginSession(cred Cred) (*Key, error) {
+	user, _, err := s.userKeyrings(cred.UID)
+	if err != nil {
+		return nil, err
+	}
+	k, err := s.newKeyring("_ses", cred.UID, cred.GID, PermSessionAnon, true, true, flagLogin)
+	if err != nil {
+		return nil, err
+	}
+	if !user.tryGet() {
+		k.put()
+		return nil, ENOKEY
+	}
+	if err := s.linkInto(k, user, false); err != nil {
+		user.put()
+		k.put()
+		return nil, err
+	}
+	return k, nil
+}
+
+// Put drops a reference to k that the caller was given (LoginSession).
+func (k *Key) Put() { k.put() }
+
 // newKeyring allocates and instantiates an empty keyring.
 func (s *Service) newKeyring(desc string, uid, gid uint32, perm Perm, quota, overrun bool, flags uint32) (*Key, error) {
 	k, err := s.alloc(keySpec{typ: keyringType, desc: desc, uid: uid, gid: gid, perm: perm, quota: quota, overrun: overrun, flags: flags})

@@ -78,6 +78,9 @@ const (
 	flagInvalidated   uint32 = 1 << 5
 	flagUIDKeyring    uint32 = 1 << 9
 	flagBuiltin       uint32 = 1 << 10 // loaded as a built-in trusted key
+	// flagLogin marks a session keyring made for a login (LoginSession);
+	// not a kernel flag (the kernel's comes from pam_keyinit, a program).
+	flagLogin uint32 = 1 << 16
 )
 
 // Key is one key or keyring. Its exported methods return snapshots; all

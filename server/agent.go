@@ -186,7 +186,9 @@ func (a *Agent) join(id string) *namespace {
 	ns := a.nss[id]
 	if ns == nil {
 		svc := keys.New(a.cfg.Keys...)
-		ns = &namespace{svc: svc, srv: New(svc, a.cfg.Server)}
+		cfg := a.cfg.Server
+		cfg.NoLogins = true
+		ns = &namespace{svc: svc, srv: New(svc, cfg)}
 		a.nss[id] = ns
 	}
 	ns.listeners++

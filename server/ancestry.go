@@ -67,7 +67,21 @@ func (s *Server) inheritedLocked(ancestors []procID) *proc {
 // reports whether a session came with it. s.mu is held.
 func (s *Server) inheritLocked(p *proc, ancestors []procID) bool {
 	a := s.inheritedLocked(ancestors)
-	return a != nil && p.caller.Inherit(a.caller)
+	return a != nil && inherit(p, a.caller)
+}
+
+// inherit gives p what a child inherits of its ancestor a
+// (keys.Caller.Inherit), and reports whether p's session is then one it
+// keeps against a session token. A session the daemon made for a login
+// (login.go) is the exception on two counts: it passes only to processes
+// of the login's uid (one running as another uid joins a login of its
+// own, as su and sudo's pam_keyinit would give it), and a token the
+// process presents replaces it, as it would replace no session at all.
+func inherit(p *proc, a *keys.Caller) bool {
+	if a.InLogin() && a.Cred().UID != p.caller.Cred().UID {
+		return false
+	}
+	return p.caller.Inherit(a) && !p.caller.InLogin()
 }
 
 // knownProc returns the process pid, started at start, as the daemon

@@ -72,6 +72,12 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 // run serves a checked request.
 func (c *conn) run(a wire.Args) *wire.Response {
 	cl := c.caller
+	if c.helper == nil && usesSession(a.Op()) {
+		// A process that presented no token (a client presents it
+		// first, if at all) and inherited no session joins its login's
+		// (login.go).
+		c.s.settleSession(c.proc)
+	}
 	switch a.Op() {
 	case wire.OpGetKeyringID:
 		return result(cl.GetKeyringID(a.Serial(0), a.Int(1) != 0))
@@ -375,6 +381,7 @@ func (s *Server) status() string {
 	st := s.svc.Domain().Stats()
 	var b strings.Builder
 	fmt.Fprintf(&b, "scope: %s\n", endpoint.Scope(os.Geteuid()))
+	fmt.Fprintf(&b, "pid: %d\n", os.Getpid())
 	fmt.Fprintf(&b, "keys: %d\n", s.svc.Keys())
 	fmt.Fprintf(&b, "connections: %d\nprocesses: %d\n", ss.Conns, ss.Procs)
 	fmt.Fprintf(&b, "buffered_bytes: %d\nexpensive_running: %d\nbig_key_files: %d\n", ss.BufferedBytes, ss.ExpensiveRunning, keys.BigKeyFiles())

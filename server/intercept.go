@@ -274,7 +274,7 @@ func (s *Server) interceptedProc(cred keys.Cred) (*proc, error) {
 	}
 	p = &proc{caller: s.svc.NewCaller(cred), handle: h, start: start, tracked: true}
 	if ghost != nil {
-		p.inherited.Store(p.caller.Inherit(ghost.caller))
+		p.inherited.Store(inherit(p, ghost.caller))
 	} else {
 		p.inherited.Store(s.inheritLocked(p, ancestors))
 	}

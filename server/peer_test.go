@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"syscall"
 	"testing"
+
+	"golang.org/x/sys/unix"
 )
 
 // The groups the daemon checks are the ones the kernel recorded when the
@@ -57,7 +59,7 @@ func TestParseStat(t *testing.T) {
 	}
 	for _, comm := range []string{"ukeyctl", "a b", ") S 1 2 3 (", "((", "x) 99 99 99"} {
 		st, ok := parseStat(line(comm))
-		if !ok || st.ppid != 17 || st.start != "987654" {
+		if !ok || st.ppid != 17 || st.sid != 4242 || st.start != "987654" {
 			t.Errorf("comm %q: %+v %v", comm, st, ok)
 		}
 	}
@@ -66,8 +68,9 @@ func TestParseStat(t *testing.T) {
 			t.Errorf("%q parsed as %+v", bad, st)
 		}
 	}
-	if st, ok := readStat(os.Getpid()); !ok || st.ppid != os.Getppid() {
-		t.Errorf("this process's own stat: %+v %v, parent %d", st, ok, os.Getppid())
+	sid, _ := unix.Getsid(0)
+	if st, ok := readStat(os.Getpid()); !ok || st.ppid != os.Getppid() || st.sid != sid {
+		t.Errorf("this process's own stat: %+v %v, parent %d, session %d", st, ok, os.Getppid(), sid)
 	}
 }
 

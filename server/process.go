@@ -45,6 +45,9 @@ type proc struct {
 	// entombed: it has exited, and its caller is kept for fork events
 	// still queued for it (forks.go).
 	entombed atomic.Bool
+	// settled: the daemon has given it its login's session, or found it
+	// needs none (login.go).
+	settled atomic.Bool
 	// calls serves its intercepted system calls (intercept.go).
 	calls    intercepting
 	conns    int
@@ -174,7 +177,7 @@ func (p *proc) end() {
 
 // pruneTokens forgets the session tokens of sessions that no client
 // process holds any more: with every process that joined it gone, the
-// session is over. s.mu is held.
+// session is over; and so are logins (login.go). s.mu is held.
 func (s *Server) pruneTokens() {
 	held := make(map[*keys.Key]bool, len(s.procs))
 	for _, p := range s.procs {
@@ -189,4 +192,5 @@ func (s *Server) pruneTokens() {
 			delete(s.grants, g)
 		}
 	}
+	s.pruneLogins(held)
 }

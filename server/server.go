@@ -43,6 +43,11 @@ type Config struct {
 	// that have closed all their connections still exist (default 1
 	// second); their keyrings are released once they do not.
 	ProcessPoll time.Duration
+	// NoLogins turns off login sessions (login.go): a process without a
+	// session then falls back to its user-session keyring, as the
+	// kernel's does. The seccomp agent's servers, one per container,
+	// have none: a container has no login.
+	NoLogins bool
 }
 
 // Server serves a keys.Service to clients on Unix sockets.
@@ -57,6 +62,10 @@ type Server struct {
 	refusals rateLimiter // of the log lines about refused connections
 	failures rateLimiter // of the log lines about failed accepts
 
+	// loginMu serialises the making of login session keyrings, so that
+	// two processes of one login met at once share one (login.go).
+	loginMu sync.Mutex
+
 	mu        sync.Mutex
 	procs     map[int]*proc // by pid; see process.go
 	usage     map[uint32]*usage
@@ -64,6 +73,7 @@ type Server struct {
 	nprocs    int                     // processes tracked, in procs or not (pid 0)
 	nbuffered int                     // bytes reserved for buffers
 	sessions  map[string]sessionGrant // session tokens
+	logins    map[loginKey]*keys.Key  // login session keyrings, while held (login.go)
 	grants    map[sessionGrant]string // the token of each grant, reused
 	helpers   map[string]*helperGrant // request-key helper tokens (helper.go)
 	conns     map[*conn]struct{}
@@ -111,6 +121,7 @@ func New(svc *keys.Service, cfg Config) *Server {
 		procs:    make(map[int]*proc),
 		usage:    make(map[uint32]*usage),
 		sessions: make(map[string]sessionGrant),
+		logins:   make(map[loginKey]*keys.Key),
 		grants:   make(map[sessionGrant]string),
 		helpers:  make(map[string]*helperGrant),
 		conns:    make(map[*conn]struct{}),
@@ -264,7 +275,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 			p.caller = s.svc.NewCaller(cred)
 			p.start = start
 			if ghost != nil {
-				p.inherited.Store(p.caller.Inherit(ghost.caller))
+				p.inherited.Store(inherit(p, ghost.caller))
 			} else {
 				p.inherited.Store(s.inheritLocked(p, ancestors))
 			}

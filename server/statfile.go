@@ -10,6 +10,7 @@ import (
 // stat is what the daemon reads of a process from /proc/<pid>/stat.
 type stat struct {
 	ppid  int    // field 4
+	sid   int    // field 6: its POSIX session
 	start string // field 22: start time in clock ticks since boot
 }
 
@@ -40,9 +41,10 @@ func parseStat(b []byte) (st stat, ok bool) {
 		return stat{}, false
 	}
 	ppid, err1 := strconv.Atoi(string(f[1]))
-	_, err2 := strconv.ParseUint(string(f[6]), 10, 64) // the flags: a field a stat line has
-	if _, err3 := strconv.ParseUint(string(f[19]), 10, 64); err1 != nil || err2 != nil || err3 != nil || ppid < 0 {
+	sid, err2 := strconv.Atoi(string(f[3]))
+	_, err3 := strconv.ParseUint(string(f[6]), 10, 64) // the flags: a field a stat line has
+	if _, err4 := strconv.ParseUint(string(f[19]), 10, 64); err1 != nil || err2 != nil || err3 != nil || err4 != nil || ppid < 0 {
 		return stat{}, false
 	}
-	return stat{ppid: ppid, start: string(f[19])}, true
+	return stat{ppid: ppid, sid: sid, start: string(f[19])}, true
 }

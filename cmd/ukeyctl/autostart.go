@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -65,17 +67,25 @@ func (a *app) connect() (*client.Client, error) {
 	if ferr != nil {
 		return nil, fmt.Errorf("ukeyd is not running at %s (%v), and %v", path, strerror(err), ferr)
 	}
-	if err := spawnDaemon(bin, path); err != nil {
+	pid, err := spawnDaemon(bin, path)
+	if err != nil {
 		return nil, fmt.Errorf("cannot start %s: %v", bin, err)
 	}
 	deadline := time.Now().Add(autostartWait)
 	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
 		cl, err = client.Dial(path)
 		if err == nil {
-			a.eprintf("ukeyctl: started ukeyd on %s\n", path)
+			if answered, ok := daemonPID(cl); ok && answered != pid {
+				// Another ukeyctl started one at the same moment, and says
+				// so; this one's found the socket taken and has exited.
+				return cl, nil
+			}
+			a.eprintf("ukeyctl: started ukeyd (pid %d) on %s; its log is %s\n", pid, path, daemonLog(path))
 			if os.Geteuid() != 0 {
-				a.eprintf("ukeyctl: it holds only uid %d's keys; a ukeyd run by root (on %s) would serve every user of the host in one store\n",
+				a.eprintf("ukeyctl: it serves uid %d only; a ukeyd run by root (on %s) would serve every user of the host in one store\n",
 					os.Geteuid(), endpoint.System())
+			} else {
+				a.eprintf("ukeyctl: it serves every user of the host\n")
 			}
 			return cl, nil
 		}
@@ -84,6 +94,21 @@ func (a *app) connect() (*client.Client, error) {
 		}
 		time.Sleep(delay)
 	}
+}
+
+// daemonPID asks the daemon cl talks to for its pid (`ukeyctl status`).
+func daemonPID(cl *client.Client) (int, bool) {
+	st, err := cl.Status()
+	if err != nil {
+		return 0, false
+	}
+	for line := range strings.Lines(st) {
+		if v, ok := strings.CutPrefix(line, "pid: "); ok {
+			pid, err := strconv.Atoi(strings.TrimSpace(v))
+			return pid, err == nil
+		}
+	}
+	return 0, false
 }
 
 // daemonAbsent reports a dial failure that means no daemon listens.
@@ -114,16 +139,17 @@ func daemonLog(socket string) string {
 }
 
 // spawnDaemon starts ukeyd on socket in a session of its own, detached
-// from this process's terminal and streams, logging beside the socket.
-func spawnDaemon(bin, socket string) error {
+// from this process's terminal and streams, logging beside the socket,
+// and returns its pid.
+func spawnDaemon(bin, socket string) (int, error) {
 	dir, err := openDaemonDir(filepath.Dir(socket))
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer dir.Close()
 	logf, err := openDaemonLog(dir)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	defer logf.Close()
 	cmd := exec.Command(bin, "-socket", socket)
@@ -132,11 +158,11 @@ func spawnDaemon(bin, socket string) error {
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
-		return err
+		return 0, err
 	}
 	// The daemon outlives this process; reap it if it dies first.
 	go cmd.Wait()
-	return nil
+	return cmd.Process.Pid, nil
 }
 
 // openDaemonDir makes the daemon's directory if it does not exist and

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -8,6 +9,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/ukeys/ukeys/internal/endpoint"
 )
 
 // With no daemon on the socket, ukeyctl starts ukeyd (here the test
@@ -20,12 +23,9 @@ func TestAutostart(t *testing.T) {
 	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
 	t.Setenv("GORACE", "atexit_sleep_ms=0")
 	r := run("keyctl", "", "id", "@u")
-	if r.Code != 0 || r.Stderr != "ukeyctl: started ukeyd on "+sock+"\n" {
-		t.Fatalf("first command: %+v", r)
-	}
 	pidText, err := os.ReadFile(sock + ".pid")
 	if err != nil {
-		t.Fatal(err)
+		t.Fatalf("first command: %+v; no pid file: %v", r, err)
 	}
 	pid, _ := strconv.Atoi(string(pidText))
 	t.Cleanup(func() {
@@ -35,6 +35,15 @@ func TestAutostart(t *testing.T) {
 			time.Sleep(10 * time.Millisecond)
 		}
 	})
+	want := fmt.Sprintf("ukeyctl: started ukeyd (pid %d) on %s; its log is %s\n", pid, sock, filepath.Join(filepath.Dir(sock), "ukeyd.log"))
+	if os.Geteuid() == 0 {
+		want += "ukeyctl: it serves every user of the host\n"
+	} else {
+		want += fmt.Sprintf("ukeyctl: it serves uid %d only; a ukeyd run by root (on %s) would serve every user of the host in one store\n", os.Geteuid(), endpoint.System())
+	}
+	if r.Code != 0 || r.Stderr != want {
+		t.Fatalf("first command: %+v, want on stderr:\n%s", r, want)
+	}
 	r2 := run("keyctl", "", "id", "@u")
 	if r2.Code != 0 || r2.Stderr != "" || r2.Stdout != r.Stdout {
 		t.Fatalf("second command: %+v (first printed %q)", r2, r.Stdout)

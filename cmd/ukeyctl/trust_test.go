@@ -459,10 +459,11 @@ func TestTrustGoodDaemons(t *testing.T) {
 		dir := filepath.Join(w.shared, "ukeys-1000")
 		sock := filepath.Join(dir, "ukeyd.sock")
 		r := w.victim(t, nil, "id", "@u")
-		want := "ukeyctl: started ukeyd on " + sock + "\n" +
-			"ukeyctl: it holds only uid 1000's keys; a ukeyd run by root (on " + noSystemDaemon + ") would serve every user of the host in one store\n"
+		pid, _ := os.ReadFile(sock + ".pid")
+		want := "ukeyctl: started ukeyd (pid " + string(pid) + ") on " + sock + "; its log is " + filepath.Join(dir, "ukeyd.log") + "\n" +
+			"ukeyctl: it serves uid 1000 only; a ukeyd run by root (on " + noSystemDaemon + ") would serve every user of the host in one store\n"
 		if r.Code != 0 || r.Stderr != want {
-			t.Fatalf("first command: %+v", r)
+			t.Fatalf("first command: %+v\nwant on stderr:\n%s", r, want)
 		}
 		r2 := w.victim(t, nil, "id", "@u")
 		if r2.Code != 0 || r2.Stderr != "" || r2.Stdout != r.Stdout {

@@ -72,6 +72,7 @@ func run(args []string) int {
 	helperIntercept := fs.Bool("request-key-intercept", envBool("UKEYD_REQUEST_KEY_INTERCEPT", true), "run the request-key helper under ukeyctl run, so that its own key system calls (the stock /sbin/request-key, request-key.conf's keyctl lines) act on ukeys with the upcall's authority, where seccomp user notification is to be had (env UKEYD_REQUEST_KEY_INTERCEPT)")
 	trustedDir := fs.String("trusted-certs", envOr("UKEYD_TRUSTED_CERTS", ""), "directory of X.509 certificates (DER or PEM, *.der, *.crt, *.pem) loaded at start into .builtin_trusted_keys, which the asymmetric restrictions builtin_trusted and builtin_and_secondary_trusted trust (env UKEYD_TRUSTED_CERTS; empty: none)")
 	agentPath := fs.String("seccomp-agent", envOr("UKEYD_SECCOMP_AGENT", ""), "also serve container runtimes as an OCI seccomp agent on this Unix socket (linux.seccomp.listenerPath), each container a key namespace of its own (env UKEYD_SECCOMP_AGENT)")
+	logins := fs.Bool("login-sessions", envBool("UKEYD_LOGIN_SESSIONS", true), "give a process that has no session keyring of its own its login's (one per uid and audit or POSIX session, made on first use), as pam_keyinit gives each login one; false keeps the kernel's fallback to the user-session keyring (env UKEYD_LOGIN_SESSIONS)")
 	lim := server.DefaultLimits(server.NoFile())
 	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
 	maxProcs := fs.Int("max-procs-per-uid", ev.int("UKEYD_MAX_PROCS_PER_UID", lim.MaxProcsPerUID), "client processes of one uid the daemon keeps keyrings for (env UKEYD_MAX_PROCS_PER_UID)")
@@ -142,7 +143,7 @@ func run(args []string) int {
 	}
 	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
 	keys.SetBigKeyFileLimit(lim.BigKeyFiles)
-	srv := server.New(svc, server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg})
+	srv := server.New(svc, server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg, NoLogins: !*logins})
 	m.RegisterService(reg, svc)
 	m.RegisterServer(reg, srv)
 

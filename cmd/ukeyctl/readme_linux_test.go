@@ -1,0 +1,373 @@
+package main
+
+import (
+	"bytes"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ukeys/ukeys/internal/endpoint"
+	"github.com/ukeys/ukeys/internal/ukeystest"
+)
+
+// README.md's shell blocks are part of the suite, so that README cannot
+// drift from what the code does. Every ```sh block of README carries a
+// marker on the line before it:
+//
+//	<!-- readme: run -->             run by TestREADME, in order
+//	<!-- readme: run needs=keyctl -->  the same, where keyutils' keyctl is installed
+//	<!-- readme: not run: WHY -->    not run here, and why
+//
+// and a block that is run is followed, before the next shell block, by
+// its output in a ```text block marked <!-- readme: output -->.
+
+// readmeBlock is one shell block of README.
+type readmeBlock struct {
+	line   int      // where it starts, for messages
+	marker string   // what follows "readme: "
+	cmds   []string // its lines
+	output string   // what it prints, as README shows it
+	hasOut bool
+}
+
+var readmeMarker = regexp.MustCompile(`^<!-- readme: (.*) -->$`)
+
+// parseReadme returns README's shell blocks, and fails the test for a
+// block without a marker or a run block without its output.
+func parseReadme(t *testing.T, text string) []*readmeBlock {
+	t.Helper()
+	lines := strings.Split(text, "\n")
+	var blocks []*readmeBlock
+	var last *readmeBlock
+	marker := ""
+	for i := 0; i < len(lines); i++ {
+		l := lines[i]
+		if m := readmeMarker.FindStringSubmatch(l); m != nil {
+			marker = m[1]
+			continue
+		}
+		if !strings.HasPrefix(l, "```") {
+			if strings.TrimSpace(l) != "" && !strings.HasPrefix(marker, "output") {
+				marker = ""
+			}
+			continue
+		}
+		info := strings.TrimPrefix(l, "```")
+		start := i
+		var body []string
+		for i++; i < len(lines) && lines[i] != "```"; i++ {
+			body = append(body, lines[i])
+		}
+		switch {
+		case info == "sh":
+			if marker == "" {
+				t.Errorf("README.md:%d: a shell block without a <!-- readme: ... --> marker (run, or not run: why)", start+1)
+			}
+			last = &readmeBlock{line: start + 1, marker: marker, cmds: body}
+			blocks = append(blocks, last)
+		case marker == "output":
+			if last == nil || last.hasOut {
+				t.Errorf("README.md:%d: an output block that follows no shell block", start+1)
+				break
+			}
+			last.output, last.hasOut = strings.Join(body, "\n"), true
+		}
+		marker = ""
+	}
+	for _, b := range blocks {
+		if strings.HasPrefix(b.marker, "run") && !b.hasOut {
+			t.Errorf("README.md:%d: a block that is run has no <!-- readme: output --> block after it", b.line)
+		}
+		if !strings.HasPrefix(b.marker, "run") && !strings.HasPrefix(b.marker, "not run: ") {
+			t.Errorf("README.md:%d: unknown marker %q", b.line, b.marker)
+		}
+	}
+	return blocks
+}
+
+// readmeUID and readmeGID are the user README's outputs show, whom the
+// test plays when it runs as root.
+const readmeUID, readmeGID = 1000, 1000
+
+// TestREADME runs README's shell blocks as a newcomer would type them:
+// in one new shell (a login of its own, with a session keyring of none),
+// from a clean build of the repository as it stands, with no UKEYS_*
+// variable and no daemon running, and compares what each block prints
+// with what README shows under it (serial numbers, pids and the runtime
+// directory masked).
+//
+// As root, the commands run as uid 1000 (README's user), except the Go
+// toolchain's (`go build`), which run as the test's own user so that they
+// use its module and build caches; the build's output is then handed to
+// uid 1000.
+func TestREADME(t *testing.T) {
+	if testing.Short() {
+		t.Skip("builds the commands from scratch")
+	}
+	root, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	text, err := os.ReadFile(filepath.Join(root, "README.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := parseReadme(t, string(text))
+	if t.Failed() {
+		return
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("needs git, to copy the repository's files")
+	}
+	if c, err := net.DialTimeout("unix", endpoint.System(), time.Second); err == nil {
+		c.Close()
+		t.Skipf("a system ukeyd answers at %s: README's first steps are for a host without one", endpoint.System())
+	}
+	asRoot := os.Geteuid() == 0
+	uid, gid := os.Getuid(), os.Getgid()
+	if asRoot {
+		uid, gid = readmeUID, readmeGID
+	}
+
+	// A directory uid may reach, holding a copy of the repository (the
+	// files git knows, as a clone has them), a home and a runtime dir.
+	tmp := t.TempDir()
+	for _, d := range []string{filepath.Dir(tmp), tmp} {
+		if err := os.Chmod(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	repo := filepath.Join(tmp, "ukeys")
+	copyRepo(t, root, repo)
+	home, xdg := filepath.Join(tmp, "home"), filepath.Join(tmp, "xdg")
+	for _, d := range []string{home, xdg} {
+		if err := os.Mkdir(d, 0o700); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// The script the shell runs: each command after a line naming it.
+	var script strings.Builder
+	script.WriteString("exec 2>&1\n")
+	type step struct {
+		block *readmeBlock
+		cmd   string
+	}
+	var steps []step
+	haveKeyctl := false
+	if _, err := os.Stat("/usr/bin/keyctl"); err == nil {
+		haveKeyctl = true
+	}
+	for _, b := range blocks {
+		if !strings.HasPrefix(b.marker, "run") {
+			t.Logf("README.md:%d: not run (%s)", b.line, strings.TrimPrefix(b.marker, "not run: "))
+			continue
+		}
+		if strings.Contains(b.marker, "needs=keyctl") && !haveKeyctl {
+			t.Logf("README.md:%d: not run: keyutils' keyctl is not installed (apt-get install keyutils)", b.line)
+			continue
+		}
+		for _, c := range b.cmds {
+			if strings.TrimSpace(c) == "" {
+				continue
+			}
+			if asRoot && strings.HasPrefix(c, "go ") {
+				// The toolchain, as the test's user (see above).
+				runAs(t, repo, c, nil, nil)
+				steps = append(steps, step{b, ""})
+				continue
+			}
+			fmt.Fprintf(&script, "echo '@@ %d'\n%s\n", len(steps), c)
+			steps = append(steps, step{b, c})
+		}
+	}
+	if asRoot {
+		chownTree(t, tmp, uid, gid)
+	}
+	env := []string{"PATH=/usr/local/bin:/usr/bin:/bin", "HOME=" + home, "XDG_RUNTIME_DIR=" + xdg, "LC_ALL=C", "TMPDIR=" + tmp}
+	var cred *syscall.SysProcAttr
+	if asRoot {
+		cred = ukeystest.As(uint32(uid), uint32(gid))
+	}
+	out := runAs(t, repo, script.String(), env, cred)
+	// Stop the daemon that the first command started.
+	if m := regexp.MustCompile(`started ukeyd \(pid (\d+)\)`).FindStringSubmatch(out); m != nil {
+		pid, _ := strconv.Atoi(m[1])
+		t.Cleanup(func() { stopPid(pid) })
+	}
+
+	// What each block printed.
+	got := map[*readmeBlock]*strings.Builder{}
+	var cur *strings.Builder
+	for _, l := range strings.SplitAfter(out, "\n") {
+		if n, ok := strings.CutPrefix(strings.TrimSuffix(l, "\n"), "@@ "); ok {
+			i, _ := strconv.Atoi(n)
+			b := steps[i].block
+			if got[b] == nil {
+				got[b] = new(strings.Builder)
+			}
+			cur = got[b]
+			continue
+		}
+		if cur != nil {
+			cur.WriteString(l)
+		}
+	}
+	mask := readmeMasker(xdg, uid, gid)
+	for _, b := range blocks {
+		g := got[b]
+		if g == nil {
+			continue
+		}
+		want, have := mask.apply(b.output), mask.apply(g.String())
+		if want != have {
+			t.Errorf("README.md:%d: the block prints\n%s\nbut README shows\n%s\n(masked:\n%s\nagainst\n%s)", b.line, g.String(), b.output, have, want)
+		}
+	}
+}
+
+// runAs runs script with sh in dir, as a new session leader, with env
+// (or the test's environment) and cred, and returns its output; it
+// fails the test if the script fails.
+func runAs(t *testing.T, dir, script string, env []string, cred *syscall.SysProcAttr) string {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Dir = dir
+	cmd.Env = env
+	if cred == nil {
+		cred = &syscall.SysProcAttr{}
+	}
+	cred.Setsid = true
+	cmd.SysProcAttr = cred
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	done := make(chan error, 1)
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("%s: %v\n%s", script, err, out.String())
+		}
+	case <-time.After(5 * time.Minute):
+		cmd.Process.Kill()
+		<-done
+		t.Fatalf("%s: still running after 5 minutes\n%s", script, out.String())
+	}
+	return out.String()
+}
+
+// copyRepo copies the files git knows of in src (tracked, or new and not
+// ignored), as they are in the working tree, to dst.
+func copyRepo(t *testing.T, src, dst string) {
+	t.Helper()
+	cmd := exec.Command("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard")
+	cmd.Dir = src
+	list, err := cmd.Output()
+	if err != nil {
+		t.Skipf("cannot list the repository's files with git: %v", err)
+	}
+	for _, name := range strings.Split(strings.TrimSuffix(string(list), "\x00"), "\x00") {
+		from, to := filepath.Join(src, name), filepath.Join(dst, name)
+		st, err := os.Lstat(from)
+		if err != nil {
+			continue // deleted in the working tree
+		}
+		if err := os.MkdirAll(filepath.Dir(to), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if st.Mode()&os.ModeSymlink != 0 {
+			target, err := os.Readlink(from)
+			if err == nil {
+				err = os.Symlink(target, to)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			continue
+		}
+		b, err := os.ReadFile(from)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(to, b, st.Mode().Perm()); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// chownTree gives everything under dir to uid and gid.
+func chownTree(t *testing.T, dir string, uid, gid int) {
+	t.Helper()
+	err := filepath.WalkDir(dir, func(p string, _ os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		return os.Lchown(p, uid, gid)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// stopPid stops a daemon and waits for it to go.
+func stopPid(pid int) {
+	syscall.Kill(pid, syscall.SIGTERM)
+	for i := 0; i < 500 && syscall.Kill(pid, 0) == nil; i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// readmeMask is how README's outputs and the test's are compared.
+type readmeMask struct {
+	xdg      string
+	uid, gid int
+}
+
+func readmeMasker(xdg string, uid, gid int) readmeMask {
+	return readmeMask{xdg: xdg, uid: uid, gid: gid}
+}
+
+var (
+	readmePid    = regexp.MustCompile(`\(pid \d+\)`)
+	readmeSerial = regexp.MustCompile(`\b\d{6,10}\b`)
+	readmeSpaces = regexp.MustCompile(`[ \t]+`)
+)
+
+// apply masks what differs from run to run: the runtime directory (README
+// shows /run/user/1000), the user (README's is uid 1000, gid 1000), pids,
+// and serial numbers, each of which becomes K1, K2… in order of first
+// appearance (so that a serial shown twice must be the same twice);
+// runs of blanks count as one, since columns widen with the numbers.
+func (m readmeMask) apply(s string) string {
+	s = strings.ReplaceAll(s, m.xdg, "/run/user/1000")
+	s = readmePid.ReplaceAllString(s, "(pid N)")
+	serials := map[string]string{}
+	s = readmeSerial.ReplaceAllStringFunc(s, func(n string) string {
+		if serials[n] == "" {
+			serials[n] = fmt.Sprintf("K%d", len(serials)+1)
+		}
+		return serials[n]
+	})
+	if m.uid != readmeUID {
+		s = regexp.MustCompile(`\b`+strconv.Itoa(m.uid)+`\b`).ReplaceAllString(s, strconv.Itoa(readmeUID))
+	}
+	if m.gid != readmeGID {
+		s = regexp.MustCompile(`\b`+strconv.Itoa(m.gid)+`\b`).ReplaceAllString(s, strconv.Itoa(readmeGID))
+	}
+	var lines []string
+	for _, l := range strings.Split(strings.TrimSpace(s), "\n") {
+		lines = append(lines, strings.TrimSpace(readmeSpaces.ReplaceAllString(l, " ")))
+	}
+	return strings.Join(lines, "\n")
+}

@@ -1,0 +1,167 @@
+package server
+
+import (
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/wire"
+)
+
+// On a host, nobody meets a process without a session keyring: at login,
+// pam_keyinit gives the login a new anonymous session keyring (_ses) with
+// the user keyring linked into it, and the login shell and everything it
+// starts inherit it. A client of the daemon has no such step behind it:
+// each ukeyctl started from a shell would be a process without a session,
+// whose `@s` (with create semantics) is a session keyring of its own that
+// dies with it, so that `ukeyctl add user k v @s` followed by
+// `ukeyctl print %user:k` finds nothing.
+//
+// So the daemon does what pam_keyinit does, once per login, when it meets
+// a process that has no session of its own (none inherited from an
+// ancestor the daemon knows, no session token): at the process's first
+// request, it finds the process's login and gives the process that
+// login's session keyring, made on first use.
+//
+// A login is a uid and a login id: the audit session id
+// (/proc/<pid>/sessionid) where the system sets one (pam_loginuid does, at
+// each login), else the POSIX session id (getsid). Its session keyring is
+// kept by the login's anchor: the topmost of the process's ancestors,
+// unbroken from the process upwards, that run as the same effective uid in
+// the same login (the login shell, or the sshd process that serves the
+// session, or the process itself if it leads its login). The daemon keeps
+// the anchor as it keeps a parent given a session by session_to_parent: by
+// pid and start time, followed by pidfd until it exits, so a reused pid is
+// never taken for it. Every later process of the login descends from the
+// anchor and inherits the keyring through its ancestry (ancestry.go), and
+// the keyring goes when the anchor and every process that holds it have
+// exited, as pam_keyinit's goes with the last process of the login.
+//
+// A process that joins or starts a session (`ukeyctl session`,
+// `keyctl session`, a session token) keeps the kernel's behaviour
+// exactly: the login is only for processes that have none. Where the
+// daemon cannot follow processes by pid (no pidfds, no /proc), a process
+// without a session keeps the kernel's fallback to its user-session
+// keyring.
+
+// loginID names a login: whether id is an audit session id or a POSIX
+// session id, and which.
+type loginID struct {
+	audit bool
+	id    uint64
+}
+
+// loginKey names the login of one user: a login's processes that run as
+// another uid (after su, say) have a login of their own.
+type loginKey struct {
+	uid   uint32
+	login loginID
+}
+
+// usesSession reports whether an operation acts on keys, where the
+// caller's session (its keyring, and what it possesses through it)
+// counts: the first such request settles the caller's session. The
+// others need none; and joining a session, or presenting a token, is the
+// process choosing its own.
+func usesSession(op wire.Op) bool {
+	switch op {
+	case wire.OpJoinSession, wire.OpSessionAttach, wire.OpCapabilities, wire.OpSysctlGet, wire.OpSysctlSet,
+		wire.OpStatus, wire.OpProcKeyUsers, wire.OpWatchNext, wire.OpIntercept:
+		return false
+	}
+	return true
+}
+
+// settleSession gives p the session of its login if it has no session of
+// its own, once, at its first request that uses one (usesSession).
+func (s *Server) settleSession(p *proc) {
+	if s.cfg.NoLogins || !loginSupported || p.private || p.settled.Load() {
+		return
+	}
+	if !p.settled.CompareAndSwap(false, true) || p.caller.OwnSession() {
+		return
+	}
+	s.joinLogin(p)
+}
+
+// joinLogin gives p its login's session keyring, and the login's anchor
+// too if the daemon keeps one; where anything stands in the way (the
+// quota is full, /proc cannot be read), p keeps the kernel's behaviour of
+// a process without a session.
+func (s *Server) joinLogin(p *proc) {
+	pid := p.handle.pid
+	cred := p.caller.Cred()
+	id, ok := loginOf(pid)
+	if !ok || p.start == "" {
+		return
+	}
+	key := loginKey{uid: cred.UID, login: id}
+	var a *proc
+	if anchor := loginAnchor(pid, p.start, id, cred.UID); anchor.pid != pid {
+		// Not when it is p itself: p then leads its login, whose keyring
+		// goes when p and every other process holding it have exited.
+		a, _ = s.knownProc(anchor.pid, anchor.start, cred)
+	}
+	s.loginMu.Lock()
+	defer s.loginMu.Unlock()
+	if p.caller.OwnSession() {
+		return
+	}
+	// The login's keyring: the anchor's, or the one other processes of
+	// the login hold, or else a new one.
+	var k *keys.Key
+	switch {
+	case a != nil && a.caller.InLogin():
+		k = a.caller.Session()
+	default:
+		s.mu.Lock()
+		k = s.logins[key]
+		s.mu.Unlock()
+	}
+	if k == nil || p.caller.SetSession(k) != nil {
+		var err error
+		if k, err = s.svc.LoginSession(cred); err != nil {
+			return
+		}
+		defer k.Put()
+		p.caller.SetSession(k)
+	}
+	if a != nil && !a.caller.OwnSession() {
+		a.caller.SetSession(k)
+	}
+	s.mu.Lock()
+	s.logins[key] = k
+	s.mu.Unlock()
+}
+
+// pruneLogins forgets the logins whose keyring no process the daemon
+// keeps holds any more: held is every kept process's session. s.mu is
+// held.
+func (s *Server) pruneLogins(held map[*keys.Key]bool) {
+	for id, k := range s.logins {
+		if !held[k] {
+			delete(s.logins, id)
+		}
+	}
+}
+
+// loginAnchor returns the anchor of process pid's login: the topmost
+// ancestor of an unbroken line from pid upwards whose processes are in
+// login and run as uid, or pid itself.
+func loginAnchor(pid int, start string, login loginID, uid uint32) procID {
+	_, ancestors := ancestry(pid)
+	anchor := procID{pid: pid, start: start}
+	for _, a := range ancestors {
+		l, ok := loginOf(a.pid)
+		if !ok || l != login {
+			break
+		}
+		if euid, ok := effectiveUID(a.pid); !ok || euid != uid {
+			break
+		}
+		// Read again: what was read is a.pid's only if it is still the
+		// process the ancestry named.
+		if _, again, ok := procStat(a.pid); !ok || again != a.start {
+			break
+		}
+		anchor = a
+	}
+	return anchor
+}

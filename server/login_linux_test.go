@@ -1,0 +1,152 @@
+package server_test
+
+import (
+	"encoding/binary"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/testutil"
+	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
+)
+
+func init() { testChildren["login"] = loginChild }
+
+// loginChild runs in a child process, as one command of a login shell
+// would: it connects with no session token and does UKEYS_TEST_STEP to
+// its session keyring, printing one line.
+func loginChild() {
+	c, err := client.Dial(os.Getenv("UKEYS_SOCKET"))
+	if err != nil {
+		fmt.Println("dial:", err)
+		os.Exit(1)
+	}
+	defer c.Close()
+	switch step := os.Getenv("UKEYS_TEST_STEP"); step {
+	case "add":
+		_, err = c.AddKey("user", "greeting", []byte("hello"), keys.SessionKeyring)
+		fmt.Println("add", errText(err))
+	case "find":
+		id, err := c.Search(keys.SessionKeyring, "user", "greeting", 0)
+		if err != nil {
+			fmt.Println("find", errText(err))
+			return
+		}
+		b, err := c.Read(id)
+		fmt.Println("find", string(b), errText(err))
+	case "describe":
+		// The session keyring, and what is linked in it.
+		d, err := c.Describe(keys.SessionKeyring)
+		if err != nil {
+			fmt.Println("describe", errText(err))
+			return
+		}
+		b, err := c.Read(keys.SessionKeyring) // serials, 4 bytes each
+		var in []string
+		for i := 0; i+4 <= len(b); i += 4 {
+			s, _ := c.Describe(keys.Serial(int32(binary.LittleEndian.Uint32(b[i:]))))
+			in = append(in, s)
+		}
+		fmt.Printf("describe %s holding %s %s\n", d, strings.Join(in, ","), errText(err))
+	default:
+		fmt.Println("unknown step", step)
+	}
+}
+
+func errText(err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return "ok"
+}
+
+// loginRun runs script with sh as the leader of a new POSIX session (a
+// login), with T standing for this test binary playing loginChild, and
+// returns what it printed.
+func loginRun(t *testing.T, bin, sock, script string, env ...string) string {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", "-c", script)
+	cmd.Env = append([]string{"PATH=/usr/bin:/bin", "UKEYS_SOCKET=" + sock, "UKEYS_TEST_CHILD=login", "T=" + bin}, env...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("%s: %v\n%s", script, err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// The processes of one login share a session keyring that the daemon
+// makes as pam_keyinit would (an anonymous _ses keyring with the user
+// keyring linked in), although none of them has a session of its own:
+// what one adds to @s, the next finds. Another login does not see it,
+// and the keyring goes when the login ends.
+func TestLoginSharesSession(t *testing.T) {
+	d := ukeystest.NewDaemon(t, ukeystest.WithConfig(server.Config{ProcessPoll: 10 * time.Millisecond}))
+	bin := os.Args[0]
+	uid, gid := os.Getuid(), os.Getgid()
+	got := loginRun(t, bin, d.Socket, `UKEYS_TEST_STEP=add "$T"; UKEYS_TEST_STEP=find "$T"; UKEYS_TEST_STEP=describe "$T"; :`)
+	lines := strings.Split(got, "\n")
+	ses := fmt.Sprintf("describe keyring;%d;%d;%08x;_ses holding ", uid, gid, uint32(keys.PermSessionAnon))
+	if len(lines) != 3 || lines[0] != "add ok" || lines[1] != "find hello ok" || !strings.HasPrefix(lines[2], ses) ||
+		!strings.Contains(lines[2], fmt.Sprintf(";%08x;_uid.%d,user;", uint32(keys.PermUserKeyring), uid)) || !strings.HasSuffix(lines[2], ";greeting ok") {
+		t.Fatalf("one login, three processes:\n%s\nwant add, find, and %s_uid.%d,…greeting", got, ses, uid)
+	}
+	// Another login: a session of its own, without the greeting.
+	if got := loginRun(t, bin, d.Socket, `UKEYS_TEST_STEP=find "$T"; :`); got != "find error: search: Required key not available" {
+		t.Fatalf("another login: %q", got)
+	}
+	// Both logins have ended: their keyrings go with them.
+	view := d.Dial(t)
+	testutil.Eventually(t, "the logins' keyrings to go", func() bool {
+		pk, err := view.ProcKeys()
+		// What is left is this test's own login's.
+		return err == nil && !strings.Contains(pk, "greeting") && strings.Count(pk, " _ses:") == 1
+	})
+}
+
+// The audit session id, where the system sets one (pam_loginuid does at
+// each login), names the login rather than the POSIX session: two
+// commands of one audit session in different POSIX sessions (setsid)
+// share the keyring; a process of another uid in that login has its own.
+func TestLoginByAuditSession(t *testing.T) {
+	ukeystest.NeedRoot(t, "to start an audit session (writing /proc/self/loginuid) and to run a process as another uid")
+	if out, err := exec.Command("/bin/sh", "-c", "echo 0 >/proc/self/loginuid").CombinedOutput(); err != nil {
+		t.Skipf("cannot start an audit session here (no audit support in the kernel?): %v %s", err, out)
+	}
+	if _, err := exec.LookPath("setsid"); err != nil {
+		t.Skip("needs setsid (util-linux)")
+	}
+	if _, err := exec.LookPath("setpriv"); err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	d := ukeystest.NewDaemon(t, ukeystest.WithDirMode(0o755), ukeystest.WithConfig(server.Config{ProcessPoll: 10 * time.Millisecond}))
+	bin := filepath.Join(d.Dir, "child.test")
+	ukeystest.CopyExecutable(t, os.Args[0], bin)
+	// The leader starts an audit session; each command runs in a POSIX
+	// session of its own.
+	got := loginRun(t, bin, d.Socket, `echo 0 >/proc/self/loginuid &&
+UKEYS_TEST_STEP=add setsid -w "$T" && UKEYS_TEST_STEP=find setsid -w "$T" &&
+UKEYS_TEST_STEP=find setsid -w setpriv --reuid=65534 --regid=65534 --clear-groups "$T"; :`)
+	want := "add ok\nfind hello ok\nfind error: search: Required key not available"
+	if got != want {
+		t.Fatalf("one audit session, three POSIX sessions:\n%s\nwant\n%s", got, want)
+	}
+}
+
+// With logins off, a process without a session has the kernel's: @s with
+// create semantics is a session keyring of its own, gone with it.
+func TestLoginSessionsOff(t *testing.T) {
+	d := ukeystest.NewDaemon(t, ukeystest.WithConfig(server.Config{NoLogins: true}))
+	got := loginRun(t, os.Args[0], d.Socket, `UKEYS_TEST_STEP=add "$T"; UKEYS_TEST_STEP=find "$T"; :`)
+	if got != "add ok\nfind error: search: Required key not available" {
+		t.Fatalf("two processes of one login, logins off:\n%s", got)
+	}
+}
