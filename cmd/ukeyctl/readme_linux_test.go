@@ -24,6 +24,7 @@ import (
 //
 //	<!-- readme: run -->             run by TestREADME, in order
 //	<!-- readme: run needs=keyctl -->  the same, where keyutils' keyctl is installed
+//	<!-- readme: daemon -->          README's Run block: run first, in the background, in one of TestREADME's two runs
 //	<!-- readme: not run: WHY -->    not run here, and why
 //
 // and a block that is run is followed, before the next shell block, by
@@ -86,7 +87,7 @@ func parseReadme(t *testing.T, text string) []*readmeBlock {
 		if strings.HasPrefix(b.marker, "run") && !b.hasOut {
 			t.Errorf("README.md:%d: a block that is run has no <!-- readme: output --> block after it", b.line)
 		}
-		if !strings.HasPrefix(b.marker, "run") && !strings.HasPrefix(b.marker, "not run: ") {
+		if !strings.HasPrefix(b.marker, "run") && b.marker != "daemon" && !strings.HasPrefix(b.marker, "not run: ") {
 			t.Errorf("README.md:%d: unknown marker %q", b.line, b.marker)
 		}
 	}
@@ -98,16 +99,20 @@ func parseReadme(t *testing.T, text string) []*readmeBlock {
 const readmeUID, readmeGID = 1000, 1000
 
 // TestREADME runs README's shell blocks as a newcomer would type them:
-// in one new shell (a login of its own, with a session keyring of none),
-// from a clean build of the repository as it stands, with no UKEYS_*
-// variable and no daemon running, and compares what each block prints
-// with what README shows under it (serial numbers, pids and the runtime
-// directory masked).
+// in one new shell (a login of its own, with no session keyring), from a
+// clean build of the repository as it stands, with no UKEYS_* variable,
+// and compares what each block prints with what README shows under it
+// (serial numbers, pids and the runtime directory masked). It does so
+// twice: with no daemon running, so that the first ukeyctl starts one;
+// and after README's Run block has started one (the daemon block), where
+// ukeyctl says nothing of starting one.
 //
 // As root, the commands run as uid 1000 (README's user), except the Go
-// toolchain's (`go build`), which run as the test's own user so that they
-// use its module and build caches; the build's output is then handed to
-// uid 1000.
+// toolchain's (`go build`, `go run`), which run as the test's own user so
+// that they use its module and build caches (the build's output is then
+// handed to uid 1000); and the daemon that README's Run block starts as
+// root serves on the system socket of a mount namespace of its own, so
+// that the host's /run is left alone.
 func TestREADME(t *testing.T) {
 	if testing.Short() {
 		t.Skip("builds the commands from scratch")
@@ -131,10 +136,36 @@ func TestREADME(t *testing.T) {
 		c.Close()
 		t.Skipf("a system ukeyd answers at %s: README's first steps are for a host without one", endpoint.System())
 	}
+	for _, b := range blocks {
+		if !strings.HasPrefix(b.marker, "run") && b.marker != "daemon" {
+			t.Logf("README.md:%d: not run (%s)", b.line, strings.TrimPrefix(b.marker, "not run: "))
+		}
+	}
+	t.Run("no daemon", func(t *testing.T) { readmeScenario(t, root, blocks, false) })
+	t.Run("after Run", func(t *testing.T) { readmeScenario(t, root, blocks, true) })
+}
+
+// readmeScenario runs README's blocks in a new copy of the repository,
+// after starting the daemon as README's Run block says if withDaemon.
+func readmeScenario(t *testing.T, root string, blocks []*readmeBlock, withDaemon bool) {
 	asRoot := os.Geteuid() == 0
 	uid, gid := os.Getuid(), os.Getgid()
 	if asRoot {
 		uid, gid = readmeUID, readmeGID
+	}
+	var daemon []string
+	for _, b := range blocks {
+		if b.marker == "daemon" {
+			daemon = append(daemon, b.cmds...)
+		}
+	}
+	if withDaemon && len(daemon) != 1 {
+		t.Fatalf("README has %d daemon lines (<!-- readme: daemon -->), want one", len(daemon))
+	}
+	if withDaemon && asRoot {
+		if _, err := exec.LookPath("setpriv"); err != nil {
+			t.Skip("needs setpriv (util-linux) to run README's commands as uid 1000 after starting the daemon as root")
+		}
 	}
 
 	// A directory uid may reach, holding a copy of the repository (the
@@ -168,7 +199,6 @@ func TestREADME(t *testing.T) {
 	}
 	for _, b := range blocks {
 		if !strings.HasPrefix(b.marker, "run") {
-			t.Logf("README.md:%d: not run (%s)", b.line, strings.TrimPrefix(b.marker, "not run: "))
 			continue
 		}
 		if strings.Contains(b.marker, "needs=keyctl") && !haveKeyctl {
@@ -182,7 +212,6 @@ func TestREADME(t *testing.T) {
 			if asRoot && strings.HasPrefix(c, "go ") {
 				// The toolchain, as the test's user (see above).
 				runAs(t, repo, c, nil, nil)
-				steps = append(steps, step{b, ""})
 				continue
 			}
 			fmt.Fprintf(&script, "echo '@@ %d'\n%s\n", len(steps), c)
@@ -197,11 +226,35 @@ func TestREADME(t *testing.T) {
 	if asRoot {
 		cred = ukeystest.As(uint32(uid), uint32(gid))
 	}
-	out := runAs(t, repo, script.String(), env, cred)
-	// Stop the daemon that the first command started.
-	if m := regexp.MustCompile(`started ukeyd \(pid (\d+)\)`).FindStringSubmatch(out); m != nil {
-		pid, _ := strconv.Atoi(m[1])
-		t.Cleanup(func() { stopPid(pid) })
+	var out string
+	daemonLog := filepath.Join(tmp, "daemon.log")
+	if withDaemon {
+		// The daemon as README's Run block starts it, in the background,
+		// and the rest once it answers.
+		sock := filepath.Join(xdg, "ukeys", "ukeyd.sock")
+		if asRoot {
+			sock = endpoint.System()
+		}
+		start := fmt.Sprintf("(%s) >%s 2>&1 &\nfor i in $(seq 600); do [ -S %s ] && break; sleep 0.1; done\n", daemon[0], daemonLog, sock)
+		t.Cleanup(func() { stopDaemonOf(daemonLog) })
+		if asRoot {
+			use := filepath.Join(tmp, "use.sh")
+			if err := os.WriteFile(use, []byte(script.String()), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			wrapper := "mount -t tmpfs -o mode=0755 tmpfs /run || exit 1\n" + start +
+				fmt.Sprintf("exec setpriv --reuid=%d --regid=%d --clear-groups /usr/bin/env -i %s setsid -w /bin/sh %s\n", uid, gid, strings.Join(env, " "), use)
+			out = runAs(t, repo, wrapper, nil, &syscall.SysProcAttr{Unshareflags: syscall.CLONE_NEWNS})
+		} else {
+			out = runAs(t, repo, start+script.String(), env, cred)
+		}
+	} else {
+		out = runAs(t, repo, script.String(), env, cred)
+		// Stop the daemon that the first command started.
+		if m := regexp.MustCompile(`started ukeyd \(pid (\d+)\)`).FindStringSubmatch(out); m != nil {
+			pid, _ := strconv.Atoi(m[1])
+			t.Cleanup(func() { stopPid(pid) })
+		}
 	}
 
 	// What each block printed.
@@ -227,10 +280,34 @@ func TestREADME(t *testing.T) {
 		if g == nil {
 			continue
 		}
-		want, have := mask.apply(b.output), mask.apply(g.String())
-		if want != have {
-			t.Errorf("README.md:%d: the block prints\n%s\nbut README shows\n%s\n(masked:\n%s\nagainst\n%s)", b.line, g.String(), b.output, have, want)
+		want := b.output
+		if withDaemon {
+			// ukeyctl started nothing, and says nothing of it.
+			var kept []string
+			for _, l := range strings.Split(want, "\n") {
+				if !strings.HasPrefix(l, "ukeyctl: ") {
+					kept = append(kept, l)
+				}
+			}
+			want = strings.Join(kept, "\n")
 		}
+		if mask.apply(want) != mask.apply(g.String()) {
+			t.Errorf("README.md:%d: the block prints\n%s\nbut README shows\n%s\n(masked:\n%s\nagainst\n%s)", b.line, g.String(), want, mask.apply(g.String()), mask.apply(want))
+		}
+	}
+	if t.Failed() && withDaemon {
+		log, _ := os.ReadFile(daemonLog)
+		t.Logf("the daemon's log:\n%s", log)
+	}
+}
+
+// stopDaemonOf stops the daemon whose log is at path (it logs its pid
+// when it starts listening).
+func stopDaemonOf(path string) {
+	b, _ := os.ReadFile(path)
+	if m := regexp.MustCompile(`msg="ukeyd: listening".* pid=(\d+)`).FindSubmatch(b); m != nil {
+		pid, _ := strconv.Atoi(string(m[1]))
+		stopPid(pid)
 	}
 }
 
