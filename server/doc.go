@@ -8,8 +8,12 @@
 // credentials. A caller whose pid it cannot see (another pid namespace)
 // is a process of its own per connection. Each client process gets one keys.Caller, shared by all
 // its connections and kept, with its process and session keyrings, until
-// the process exits (process.go). Sessions cross to other processes by
-// token (OpSessionToken, OpSessionAttach); request-key helpers are run by
+// the process exits (process.go). A process inherits its session from
+// the nearest ancestor the server knows (ancestry.go); one with none, and
+// no token, joins its login's session keyring, which the server makes as
+// pam_keyinit would (login.go; Config.NoLogins turns it off). Sessions
+// cross to other processes by token (OpSessionToken, OpSessionAttach);
+// request-key helpers are run by
 // Helper with a token that grants the authority to construct one key,
 // to the helper's process tree only, for as long as that authority lasts
 // (helper.go).
