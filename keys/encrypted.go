@@ -59,6 +59,57 @@ var encryptedType = &Type{
 	ReadAs:    encryptedRead,
 	Updatable: true,
 	Describe:  describeLen,
+	Export:    encryptedExport,
+	Import:    encryptedImport,
+}
+
+// encryptedExport writes the secret in the clear with what the key keeps
+// beside it: a daemon that takes over has no master key to load a blob
+// with (the master may not be in any keyring it could search).
+func encryptedExport(p *Payload, write func([]byte)) error {
+	m, ok := p.Extra.(*encMeta)
+	if !ok {
+		return EINVAL
+	}
+	b := make([]byte, 0, 3+len(m.format)+len(m.master)+len(m.datalen)+encIVSize+len(p.Data))
+	for _, f := range []string{m.format, m.master, m.datalen} {
+		b = append(b, byte(len(f)))
+		b = append(b, f...)
+	}
+	b = append(b, m.iv[:]...)
+	b = append(b, p.Data...)
+	write(b)
+	clear(b)
+	return nil
+}
+
+// encryptedImport makes the payload encryptedExport wrote, checking it as
+// a command would have been checked.
+func encryptedImport(desc string, b []byte) (*Payload, int, error) {
+	var f [3]string
+	for i := range f {
+		if len(b) < 1 || len(b) < 1+int(b[0]) {
+			return nil, 0, EINVAL
+		}
+		f[i], b = string(b[1:1+int(b[0])]), b[1+int(b[0]):]
+	}
+	m := &encMeta{format: f[0], master: f[1], datalen: f[2]}
+	if len(b) < encIVSize {
+		return nil, 0, EINVAL
+	}
+	copy(m.iv[:], b)
+	secret := b[encIVSize:]
+	n, err := strconv.Atoi(m.datalen)
+	switch {
+	case err != nil || n != len(secret) || n < encMinData || n > encMaxData || !validMaster(m.master, ""):
+		return nil, 0, EINVAL
+	case m.format == "enc32" && n != encEnc32Data,
+		m.format == "ecryptfs" && (n != encEcryptfsKey || !validEcryptfsDesc(desc)),
+		m.format != encFormatDef && m.format != "enc32" && m.format != "ecryptfs":
+		return nil, 0, EINVAL
+	}
+	p, charge := newEncPayload(secret, m)
+	return p, charge, nil
 }
 
 // tokens splits a command at each space or tab, as the kernel's strsep

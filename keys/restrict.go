@@ -9,6 +9,9 @@ type restriction struct {
 	// key is the key or keyring the check trusts, referenced for as long
 	// as the restricted keyring lives (key_or_keyring:ID).
 	key *Key
+	// spec is the restriction as the caller wrote it, which a daemon
+	// taking over parses again (Service.Export).
+	spec string
 }
 
 var rejectAll = &restriction{check: func(*Key, *Key) error { return EPERM }}
@@ -55,6 +58,7 @@ func (c *Caller) restrictKeyring(id Serial, typ, spec *string) error {
 		if res, err = c.s.asymmetricRestriction(*spec); err != nil {
 			return err
 		}
+		res.spec = *spec
 	} else {
 		res = rejectAll
 	}

@@ -243,6 +243,9 @@ type keySpec struct {
 	// charge but never refuse (QUOTA_OVERRUN).
 	quota, overrun bool
 	flags          uint32
+	// serial, if not 0, is the key's serial (Import), which must be free;
+	// otherwise one is drawn.
+	serial Serial
 }
 
 // alloc creates an uninstantiated key holding one reference for the
@@ -279,7 +282,13 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 	if sp.typ == keyringType {
 		k.ring.Store(&ringSnap{})
 	}
-	s.allocSerial(k)
+	if sp.serial != 0 {
+		k.serial = sp.serial
+		s.index.insert(k, sp.serial) // free: Import checked
+		s.count.Add(1)
+	} else {
+		s.allocSerial(k)
+	}
 	if sp.typ == keyringType && sp.desc[0] != '.' {
 		s.publishName(k)
 	}

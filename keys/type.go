@@ -56,6 +56,13 @@ type Type struct {
 	// (the asymmetric type's "id:" and "ex:" lookups), nil an ordinary
 	// match by description; an error fails the search.
 	MatchPreparse func(desc string) (func(p *Payload) bool, error)
+	// Export, if set, hands write what Import needs to make the payload
+	// again in the daemon that takes over (Service.Export), and wipes
+	// whatever copy it made; without it, the payload's Data is written.
+	Export func(p *Payload, write func([]byte)) error
+	// Import, if set, makes a payload from what Export wrote, with the
+	// bytes to charge; without it, Preparse does.
+	Import func(desc string, b []byte) (p *Payload, charge int, err error)
 }
 
 // prepare builds the payload of data for a key of type t with

@@ -1,0 +1,450 @@
+package keys
+
+import (
+	"cmp"
+	"io"
+	"math"
+	"slices"
+	"sync/atomic"
+	"time"
+)
+
+// Restore is a Service being made again from a state stream (Import):
+// the daemon that takes over gives its callers their keyrings back
+// (Caller), then ends the restore (Done).
+type Restore struct {
+	s    *Service
+	keys map[Serial]*Key
+	done bool
+}
+
+// Import reads a state stream (Service.Export, of this version or an
+// earlier one) into a new Service made with opts, and returns it to be
+// restored. Every key keeps its serial, owner, permissions, flags, state,
+// expiry and payload (a type with an Import hook makes its payload again;
+// the others go through Preparse), every keyring its links in listing
+// order and its restriction; each owner is charged what its keys cost,
+// worked out again. On error nothing is left: the keys read so far are
+// wiped and the new service is closed.
+func Import(r io.Reader, opts ...Option) (*Restore, error) {
+	s := New(opts...)
+	rs := &Restore{s: s, keys: make(map[Serial]*Key)}
+	d := newStateReader(r)
+	err := rs.read(d)
+	d.wipe()
+	if err != nil {
+		rs.abort()
+		return nil, err
+	}
+	return rs, nil
+}
+
+// Service returns the service being restored.
+func (rs *Restore) Service() *Service { return rs.s }
+
+// Key returns the key the stream had under serial id, or nil.
+func (rs *Restore) Key(id Serial) *Key { return rs.keys[id] }
+
+// Caller makes a caller from what a daemon handed over of one
+// (Caller.State): its credentials, and its thread, process and session
+// keyrings, which must be keyrings of the stream. An assumed request-key
+// authority does not survive a hand-over (its construction has ended),
+// and is dropped.
+func (rs *Restore) Caller(st CallerState) (*Caller, error) {
+	if rs.done {
+		return nil, EINVAL
+	}
+	if st.ReqKeyDefault < ReqKeyDefault || st.ReqKeyDefault > ReqKeyRequestor {
+		return nil, EINVAL
+	}
+	c := rs.s.NewCaller(st.Cred)
+	c.jit = reqKeyDest(st.ReqKeyDefault)
+	for _, f := range []struct {
+		id   Serial
+		slot *atomic.Pointer[Key]
+	}{{st.Thread, &c.thread}, {st.Process, &c.process}, {st.Session, &c.session}} {
+		if f.id == 0 {
+			continue
+		}
+		k := rs.keys[f.id]
+		if k == nil || !k.isKeyring() {
+			c.Release()
+			return nil, ENOKEY
+		}
+		f.slot.Store(k.get())
+	}
+	return c, nil
+}
+
+// Done ends the restore: the keys that nothing refers to (no link, no
+// caller, no special keyring) go to the collector, and the collector
+// arms its timers for the expiry times the stream held.
+func (rs *Restore) Done() {
+	if rs.done {
+		return
+	}
+	rs.done = true
+	var earliest int64 = math.MaxInt64
+	ks := make([]*Key, 0, len(rs.keys))
+	for _, k := range rs.keys {
+		if e := k.expiry.Load(); e != 0 && e < earliest {
+			earliest = e
+		}
+		if k.has(flagInvalidated) {
+			earliest = math.MinInt64
+		}
+		if k.putLast() {
+			ks = append(ks, k)
+		}
+	}
+	rs.keys = nil
+	rs.s.unusedBatch(ks)
+	switch {
+	case earliest == math.MinInt64:
+		rs.s.gcol.requestPass(true)
+	case earliest != math.MaxInt64:
+		rs.s.gcol.scheduleAt(earliest + int64(rs.s.Tunables().GCDelay))
+	}
+}
+
+// abort undoes a restore that failed: every payload read is wiped, and
+// the service is closed.
+func (rs *Restore) abort() {
+	for _, k := range rs.keys {
+		if p := k.payload.Load(); p != nil {
+			p.wipe()
+			if d := k.typ.Load().Destroy; d != nil {
+				d(p)
+			}
+		}
+	}
+	rs.keys = nil
+	rs.s.Close()
+}
+
+func (rs *Restore) read(d *stateReader) error {
+	magic := make([]byte, len(stateMagic))
+	if _, err := io.ReadFull(d.r, magic); err != nil || string(magic) != stateMagic {
+		return corrupt("not a state stream")
+	}
+	v := d.uvarint(math.MaxUint32, "version")
+	if d.err == nil && (v < 1 || v > StateVersion) {
+		return ErrStateVersion
+	}
+	var tv [6]int64
+	for i := range tv {
+		tv[i] = d.varint("tunables")
+	}
+	if d.err != nil {
+		return d.err
+	}
+	t := Tunables{GCDelay: time.Duration(tv[0]), MaxKeys: int(tv[1]), MaxBytes: int(tv[2]),
+		RootMaxKeys: int(tv[3]), RootMaxBytes: int(tv[4]), PersistentExpiry: time.Duration(tv[5])}
+	if err := rs.s.SetTunables(t); err != nil {
+		return corrupt("tunables: %v", err)
+	}
+
+	n := d.uvarint(stateMaxKeys, "the number of keys")
+	for i := uint64(0); i < n && d.err == nil; i++ {
+		if err := rs.readKey(d); err != nil {
+			return err
+		}
+	}
+	if d.err != nil {
+		return d.err
+	}
+
+	nr := d.uvarint(n, "the number of keyrings with links")
+	for i := uint64(0); i < nr && d.err == nil; i++ {
+		if err := rs.readLinks(d); err != nil {
+			return err
+		}
+	}
+	if d.err != nil {
+		return d.err
+	}
+	if err := rs.checkAcyclic(); err != nil {
+		return err
+	}
+
+	nres := d.uvarint(n, "the number of restrictions")
+	for i := uint64(0); i < nres && d.err == nil; i++ {
+		if err := rs.readRestriction(d); err != nil {
+			return err
+		}
+	}
+
+	var specials [4]*Key
+	for i := range specials {
+		id := d.serial("a special keyring")
+		if id == 0 {
+			continue
+		}
+		k := rs.keys[id]
+		if k == nil || !k.isKeyring() {
+			return corrupt("special keyring %d is not a keyring of the stream", id)
+		}
+		specials[i] = k
+	}
+	if end := d.str(8, "the end"); d.err == nil && end != "end" {
+		return corrupt("no end marker")
+	}
+	if d.err != nil {
+		return d.err
+	}
+	s := rs.s
+	s.specialMu.Lock()
+	if specials[0] != nil {
+		s.register = specials[0].get()
+	}
+	if specials[1] != nil {
+		s.persist = specials[1].get()
+	}
+	s.specialMu.Unlock()
+	if specials[2] != nil && specials[3] != nil {
+		s.trust.once.Do(func() {
+			s.trust.builtin, s.trust.secondary = specials[2].get(), specials[3].get()
+		})
+	}
+	return nil
+}
+
+// readKey reads one key's record and makes the key, with the import's
+// reference.
+func (rs *Restore) readKey(d *stateReader) error {
+	s := rs.s
+	id := d.serial("a serial")
+	typ := d.str(stateMaxString, "a type name")
+	desc := d.str(stateMaxString, "a description")
+	uid := d.uvarint(math.MaxUint32, "a uid")
+	gid := d.uvarint(math.MaxUint32, "a gid")
+	perm := d.uvarint(math.MaxUint32, "a permission mask")
+	flags := d.uvarint(math.MaxUint32, "flags")
+	st := d.varint("a state")
+	expiry := d.varint("an expiry time")
+	if d.err != nil {
+		return d.err
+	}
+	if id < 1 {
+		return corrupt("serial %d", id)
+	}
+	if rs.keys[id] != nil || s.index.load(id) != nil {
+		return corrupt("serial %d twice", id)
+	}
+	t := s.lookupType(typ)
+	if t == nil || t == authType {
+		return corrupt("key %d of type %q, which this daemon does not have", id, typ)
+	}
+	if uint32(flags)&^exportedFlags != 0 {
+		return corrupt("key %d: flags %#x", id, flags)
+	}
+	state := keyState(st)
+	if st > int64(statePositive) || st < -int64(math.MaxInt16) || (st == int64(stateUninstantiated)) {
+		return corrupt("key %d: state %d", id, st)
+	}
+	if t == keyringType && state != statePositive {
+		return corrupt("key %d: a keyring that is not instantiated", id)
+	}
+	inQuota := uint32(flags)&flagInQuota != 0
+	k, err := s.alloc(keySpec{typ: t, desc: desc, uid: uint32(uid), gid: uint32(gid), perm: Perm(perm),
+		overrun: inQuota, flags: uint32(flags) &^ flagInQuota, serial: id})
+	if err != nil {
+		return corrupt("key %d: %v", id, err)
+	}
+	rs.keys[id] = k
+	k.expiry.Store(expiry)
+	if state != statePositive {
+		// Negative: instantiated, with the errno it was negated with.
+		k.state.Store(state)
+		k.quota.mu.Lock()
+		k.quota.nikeys++
+		k.quota.mu.Unlock()
+		return nil
+	}
+	if t == keyringType {
+		s.markInstantiated(k)
+		return nil
+	}
+	if d.uvarint(1, "whether a payload follows") == 0 {
+		if d.err == nil && !k.has(flagRevoked) {
+			return corrupt("key %d: positive, not revoked, and without a payload", id)
+		}
+		s.markInstantiated(k)
+		return d.err
+	}
+	b := d.bytes(stateMaxPayload, "a payload")
+	if d.err != nil {
+		return d.err
+	}
+	var p *Payload
+	var charge int
+	switch {
+	case t.Import != nil:
+		p, charge, err = t.Import(desc, b)
+	case t.Preparse != nil:
+		p, charge, err = t.Preparse(b)
+	default:
+		err = EINVAL
+	}
+	clear(b)
+	if err != nil {
+		return corrupt("key %d (%s %q): its payload: %v", id, typ, desc, err)
+	}
+	p.charge = charge
+	if inQuota {
+		s.chargeAnyway(k, charge)
+	}
+	k.payload.Store(p)
+	s.markInstantiated(k)
+	return nil
+}
+
+// chargeAnyway adds n bytes to what k costs its owner, over the quota if
+// need be: what the daemon held, the daemon taking over holds.
+func (s *Service) chargeAnyway(k *Key, n int) {
+	k.quota.mu.Lock()
+	k.quota.qnbyte += n
+	k.quota.mu.Unlock()
+	k.quotalen += int32(n)
+}
+
+// readLinks reads one keyring's links and builds its contents, slot for
+// slot.
+func (rs *Restore) readLinks(d *stateReader) error {
+	ringID := d.serial("a keyring")
+	next := d.uvarint(math.MaxInt64, "a keyring's next slot")
+	n := d.uvarint(stateMaxKeys, "the number of links")
+	if d.err != nil {
+		return d.err
+	}
+	ring := rs.keys[ringID]
+	if ring == nil || !ring.isKeyring() {
+		return corrupt("links of %d, which is not a keyring of the stream", ringID)
+	}
+	if ring.ring.Load().n != 0 {
+		return corrupt("keyring %d's links twice", ringID)
+	}
+	snap := &ringSnap{next: next}
+	for i := uint64(0); i < n; i++ {
+		id := d.serial("a linked key")
+		slot := d.uvarint(math.MaxInt64, "a slot")
+		if d.err != nil {
+			return d.err
+		}
+		k := rs.keys[id]
+		if k == nil {
+			return corrupt("keyring %d links %d, which is not a key of the stream", ringID, id)
+		}
+		if k == ring {
+			return corrupt("keyring %d links itself", ringID)
+		}
+		if slot < 16 {
+			if snap.used&(1<<slot) != 0 {
+				return corrupt("keyring %d: slot %d twice", ringID, slot)
+			}
+			snap.used |= 1 << slot
+		} else if slot >= snap.next {
+			snap.next = slot + 1
+		}
+		l := &link{key: k, slot: slot}
+		root, _, replacing := hsetp(snap.root, keyHash(k), l, 0, keyHash)
+		if replacing {
+			return corrupt("keyring %d links two keys of one type and description", ringID)
+		}
+		snap.root = root
+		snap.n++
+		if k.isKeyring() {
+			snap.nested = append(snap.nested, *l)
+		}
+	}
+	slices.SortFunc(snap.nested, func(a, b link) int { return cmp.Compare(a.slot, b.slot) })
+	if ring.has(flagInQuota) {
+		rs.s.chargeAnyway(ring, linkCost*int(snap.n))
+	}
+	ring.ring.Store(snap)
+	hwalk(snap.root, func(l link) bool {
+		l.key.get()
+		l.key.addParent(ring)
+		return true
+	})
+	return nil
+}
+
+// checkAcyclic refuses keyrings that link each other in a loop, which
+// every search would walk forever: the kernel never lets one be made.
+func (rs *Restore) checkAcyclic() error {
+	const (
+		unseen = iota
+		onPath
+		finished
+	)
+	color := make(map[*Key]uint8)
+	type frame struct {
+		k *Key
+		i int
+	}
+	for _, root := range rs.keys {
+		if !root.isKeyring() || color[root] != unseen {
+			continue
+		}
+		stack := []frame{{k: root}}
+		color[root] = onPath
+		for len(stack) > 0 {
+			top := &stack[len(stack)-1]
+			nested := top.k.ring.Load().nested
+			if top.i == len(nested) {
+				color[top.k] = finished
+				stack = stack[:len(stack)-1]
+				continue
+			}
+			next := nested[top.i].key
+			top.i++
+			switch color[next] {
+			case onPath:
+				return corrupt("keyrings %d and %d link each other in a loop", top.k.serial, next.serial)
+			case unseen:
+				color[next] = onPath
+				stack = append(stack, frame{k: next})
+			}
+		}
+	}
+	return nil
+}
+
+// readRestriction reads one keyring's restriction and parses it again.
+func (rs *Restore) readRestriction(d *stateReader) error {
+	id := d.serial("a restricted keyring")
+	kind := d.uvarint(1, "a restriction's kind")
+	var typ, spec string
+	if kind == 1 {
+		typ = d.str(stateMaxString, "a restriction's type")
+		spec = d.str(MaxCalloutInfo, "a restriction")
+	}
+	if d.err != nil {
+		return d.err
+	}
+	ring := rs.keys[id]
+	if ring == nil || !ring.isKeyring() {
+		return corrupt("a restriction of %d, which is not a keyring of the stream", id)
+	}
+	if ring.restriction() != nil {
+		return corrupt("keyring %d restricted twice", id)
+	}
+	res := rejectAll
+	if kind == 1 {
+		if typ != asymmetricType.Name {
+			return corrupt("keyring %d: a restriction of type %q", id, typ)
+		}
+		var err error
+		if res, err = rs.s.asymmetricRestriction(spec); err != nil {
+			return corrupt("keyring %d: restriction %q: %v", id, spec, err)
+		}
+		res.spec = spec
+	}
+	if restrictionCycle(ring, res) {
+		res.release()
+		return corrupt("keyring %d: restrictions in a loop", id)
+	}
+	ring.extra().restrict = res
+	return nil
+}
