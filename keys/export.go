@@ -15,10 +15,10 @@ const exportedFlags = flagRevoked | flagInvalidated | flagUIDKeyring | flagBuilt
 // destination, and its assumed authority (which does not survive a
 // hand-over: see Restore.Caller).
 type CallerState struct {
-	Cred                      Cred
-	Thread, Process, Session  Serial
-	Authority                 Serial
-	ReqKeyDefault             int
+	Cred                     Cred
+	Thread, Process, Session Serial
+	Authority                Serial
+	ReqKeyDefault            int
 }
 
 // State returns what a daemon hands over of c (Restore.Caller).

@@ -2,8 +2,8 @@ package keys
 
 import (
 	"bytes"
-	"crypto/sha256"
 	"crypto/elliptic"
+	"crypto/sha256"
 	"errors"
 	"flag"
 	"fmt"
