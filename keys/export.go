@@ -53,12 +53,8 @@ func (c *Caller) State() CallerState {
 // caller's to wipe.
 func (s *Service) Export(w io.Writer) error {
 	e := newStateWriter(w)
-	pinned, err := s.exportKeys()
-	defer func() {
-		for _, k := range pinned {
-			k.put()
-		}
-	}()
+	x, err := s.exportOrder()
+	defer x.release()
 	if err != nil {
 		return err
 	}
@@ -69,9 +65,9 @@ func (s *Service) Export(w io.Writer) error {
 		e.varint(v)
 	}
 
-	e.uvarint(uint64(len(pinned)))
+	e.uvarint(uint64(len(x.keys)))
 	sec := s.dom.Read()
-	for i, k := range pinned {
+	for i, k := range x.keys {
 		if i%1024 == 1023 {
 			// Grace periods go on between batches of keys.
 			sec.End()
@@ -81,44 +77,53 @@ func (s *Service) Export(w io.Writer) error {
 	}
 	sec.End()
 
-	var rings []*Key
-	var restricted []*Key
-	for _, k := range pinned {
-		if !k.isKeyring() {
-			continue
+	// Links, by position in the stream: a reader finds each key in a
+	// slice, and the keys a keyring holds sit together in it.
+	var restricted []int
+	withLinks := 0
+	for i, ring := range x.keys[:x.rings] {
+		if snap := ring.ring.Load(); snap != nil && snap.n > 0 {
+			withLinks++
 		}
-		if snap := k.ring.Load(); snap != nil && snap.n > 0 {
-			rings = append(rings, k)
-		}
-		if k.restriction() != nil {
-			restricted = append(restricted, k)
+		if ring.restriction() != nil {
+			restricted = append(restricted, i)
 		}
 	}
-	e.uvarint(uint64(len(rings)))
-	for _, ring := range rings {
+	e.uvarint(uint64(withLinks))
+	var entries []uint64
+	for i, ring := range x.keys[:x.rings] {
 		snap := ring.ring.Load()
-		ls := snap.links()
-		n := 0
-		for _, l := range ls {
-			if exportable(l.key) {
-				n++
+		if snap == nil || snap.n == 0 {
+			continue
+		}
+		entries = entries[:0]
+		group, next := x.groups[i], 0
+		for _, l := range snap.links() {
+			k := l.key
+			pos, ok := 0, false
+			switch {
+			case next < len(group.keys) && group.keys[next] == k:
+				pos, ok = group.start+next, true
+				next++
+			default:
+				pos, ok = x.pos[k]
+			}
+			if ok {
+				entries = append(entries, uint64(pos), l.slot)
 			}
 		}
-		e.uvarint(uint64(ring.serial))
+		e.uvarint(uint64(i))
 		e.uvarint(snap.next)
-		e.uvarint(uint64(n))
-		for _, l := range ls {
-			if exportable(l.key) {
-				e.uvarint(uint64(l.key.serial))
-				e.uvarint(l.slot)
-			}
+		e.uvarint(uint64(len(entries) / 2))
+		for _, v := range entries {
+			e.uvarint(v)
 		}
 	}
 
 	e.uvarint(uint64(len(restricted)))
-	for _, ring := range restricted {
-		r := ring.restriction()
-		e.uvarint(uint64(ring.serial))
+	for _, i := range restricted {
+		r := x.keys[i].restriction()
+		e.uvarint(uint64(i))
 		if r == rejectAll {
 			e.uvarint(0)
 			continue
@@ -132,10 +137,11 @@ func (s *Service) Export(w io.Writer) error {
 	specials := []*Key{s.register, s.persist, s.trust.builtin, s.trust.secondary}
 	s.specialMu.Unlock()
 	for _, k := range specials {
-		if k == nil {
+		pos, ok := x.pos[k]
+		if k == nil || !ok {
 			e.uvarint(0)
 		} else {
-			e.uvarint(uint64(k.serial))
+			e.uvarint(uint64(pos) + 1)
 		}
 	}
 	e.str("end")
@@ -150,44 +156,120 @@ func exportable(k *Key) bool {
 	return t != authType && t != deadType && !k.has(flagDead)
 }
 
-// exportKeys returns, each with a reference taken, the keys Export
-// writes: the named keyrings first, in the order of the service's list
-// of keyrings by name (oldest first: that order decides which a join by
-// name finds), then every other key. A key on its way to destruction is
-// left out; nothing can refer to it any more.
-func (s *Service) exportKeys() ([]*Key, error) {
-	var out []*Key
-	named := make(map[*Key]bool)
+// exportSet is the keys Export writes, in the order it writes them, each
+// with a reference taken.
+type exportSet struct {
+	keys  []*Key
+	rings int // keys[:rings] are the keyrings
+	// groups[i] is the keys whose first parent is keyring keys[i], in its
+	// listing order, written from keys[start] on.
+	groups []exportGroup
+	// pos holds the position of each keyring and of each key that more
+	// than one keyring links (or none, or whose first parent is not
+	// written): the others are found through their group.
+	pos map[*Key]int
+}
+
+type exportGroup struct {
+	start int
+	keys  []*Key
+}
+
+func (x *exportSet) release() {
+	for _, k := range x.keys {
+		k.put()
+	}
+}
+
+// exportOrder returns the keys Export writes: first the keyrings, the
+// named ones in the order of the service's list of keyrings by name
+// (oldest first: that order decides which one a join by name finds);
+// then every other key, grouped by the first keyring that links it, in
+// that keyring's listing order (so that a reader builds each keyring from
+// keys it has just made, which its cache still holds); then the keys no
+// keyring written links. A key on its way to destruction is left out:
+// nothing can refer to it any more.
+func (s *Service) exportOrder() (*exportSet, error) {
+	x := &exportSet{pos: make(map[*Key]int)}
+	add := func(k *Key) bool {
+		if !exportable(k) || !k.tryGet() {
+			return false
+		}
+		x.keys = append(x.keys, k)
+		return true
+	}
 	s.namesMu.Lock()
 	for _, l := range s.names {
 		for _, k := range l {
-			if exportable(k) && k.tryGet() {
-				out = append(out, k)
-				named[k] = true
+			if add(k) {
+				x.pos[k] = len(x.keys) - 1
 			}
 		}
 	}
 	s.namesMu.Unlock()
 	var c indexCursor
-	var batch []*Key
+	var batch, others []*Key
 	for done := false; !done; {
 		batch, done = s.index.scan(&c, 4096, batch[:0])
 		for _, k := range batch {
-			if named[k] || !exportable(k) {
+			if !k.isKeyring() {
+				others = append(others, k)
 				continue
 			}
-			if k.tryGet() {
-				out = append(out, k)
+			if _, seen := x.pos[k]; !seen && add(k) {
+				x.pos[k] = len(x.keys) - 1
 			}
 		}
 	}
 	clear(batch)
-	for _, k := range out {
-		if k.underConstruction() && k.state.Load() == stateUninstantiated {
-			return out, EBUSY
+	x.rings = len(x.keys)
+	x.groups = make([]exportGroup, x.rings)
+	for i, ring := range x.keys[:x.rings] {
+		g := &x.groups[i]
+		g.start = len(x.keys)
+		for _, l := range ring.ring.Load().links() {
+			k := l.key
+			if k.isKeyring() || k.firstParent() != ring || !add(k) {
+				continue
+			}
+			g.keys = append(g.keys, k)
+			if k.linkedTwice() {
+				x.pos[k] = len(x.keys) - 1
+			}
 		}
 	}
-	return out, nil
+	for _, k := range others {
+		if p := k.firstParent(); p != nil {
+			if _, written := x.pos[p]; written && p.isKeyring() {
+				continue // in p's group
+			}
+		}
+		if add(k) {
+			x.pos[k] = len(x.keys) - 1
+		}
+	}
+	clear(others)
+	for _, k := range x.keys {
+		if k.underConstruction() && k.state.Load() == stateUninstantiated {
+			return x, EBUSY
+		}
+	}
+	return x, nil
+}
+
+// firstParent returns the first keyring that links k, or nil.
+func (k *Key) firstParent() *Key {
+	k.parentsMu.Lock()
+	defer k.parentsMu.Unlock()
+	return k.parent
+}
+
+// linkedTwice reports whether more than one keyring links k.
+func (k *Key) linkedTwice() bool {
+	k.parentsMu.Lock()
+	defer k.parentsMu.Unlock()
+	e := k.ext.Load()
+	return e != nil && len(e.parents) > 0
 }
 
 // exportKey writes one key's record. The caller is in a read section.

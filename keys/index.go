@@ -157,6 +157,25 @@ func (sh *indexShard) insertLocked(k *Key, id Serial) bool {
 	return true
 }
 
+// reserve sizes every shard's table for n more keys spread evenly, so
+// that a restore (Import) inserting n keys rebuilds no table on the way.
+func (x *serialIndex) reserve(n int) {
+	per := n/indexShards + 1
+	for i := range x.shards {
+		sh := &x.shards[i]
+		sh.mu.Lock()
+		t := sh.tab.Load()
+		live := 0
+		if t != nil {
+			live = t.live
+		}
+		if want := 2 * (live + per + per/8); t == nil || 4*(t.used+per+per/8) > 3*len(t.slots) {
+			sh.rebuild(t, want)
+		}
+		sh.mu.Unlock()
+	}
+}
+
 // remove takes k out of the index if it is there, and reports whether it
 // was.
 func (x *serialIndex) remove(k *Key) bool {

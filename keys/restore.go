@@ -13,9 +13,12 @@ import (
 // the daemon that takes over gives its callers their keyrings back
 // (Caller), then ends the restore (Done).
 type Restore struct {
-	s    *Service
-	keys map[Serial]*Key
-	done bool
+	s *Service
+	// byPos is the keys read, in the stream's order: the stream refers
+	// to keys by position. They are the new service's only keys: the
+	// serial index finds them by serial (key).
+	byPos []*Key
+	done  bool
 }
 
 // Import reads a state stream (Service.Export, of this version or an
@@ -28,7 +31,7 @@ type Restore struct {
 // wiped and the new service is closed.
 func Import(r io.Reader, opts ...Option) (*Restore, error) {
 	s := New(opts...)
-	rs := &Restore{s: s, keys: make(map[Serial]*Key)}
+	rs := &Restore{s: s}
 	d := newStateReader(r)
 	err := rs.read(d)
 	d.wipe()
@@ -43,7 +46,20 @@ func Import(r io.Reader, opts ...Option) (*Restore, error) {
 func (rs *Restore) Service() *Service { return rs.s }
 
 // Key returns the key the stream had under serial id, or nil.
-func (rs *Restore) Key(id Serial) *Key { return rs.keys[id] }
+func (rs *Restore) Key(id Serial) *Key {
+	if rs.done {
+		return nil
+	}
+	return rs.key(id)
+}
+
+// key returns the key read under serial id, or nil.
+func (rs *Restore) key(id Serial) *Key {
+	if id <= 0 {
+		return nil
+	}
+	return rs.s.index.load(id)
+}
 
 // Caller makes a caller from what a daemon handed over of one
 // (Caller.State): its credentials, and its thread, process and session
@@ -66,7 +82,7 @@ func (rs *Restore) Caller(st CallerState) (*Caller, error) {
 		if f.id == 0 {
 			continue
 		}
-		k := rs.keys[f.id]
+		k := rs.key(f.id)
 		if k == nil || !k.isKeyring() {
 			c.Release()
 			return nil, ENOKEY
@@ -85,8 +101,8 @@ func (rs *Restore) Done() {
 	}
 	rs.done = true
 	var earliest int64 = math.MaxInt64
-	ks := make([]*Key, 0, len(rs.keys))
-	for _, k := range rs.keys {
+	var ks []*Key
+	for _, k := range rs.byPos {
 		if e := k.expiry.Load(); e != 0 && e < earliest {
 			earliest = e
 		}
@@ -97,7 +113,7 @@ func (rs *Restore) Done() {
 			ks = append(ks, k)
 		}
 	}
-	rs.keys = nil
+	rs.byPos = nil
 	rs.s.unusedBatch(ks)
 	switch {
 	case earliest == math.MinInt64:
@@ -110,7 +126,7 @@ func (rs *Restore) Done() {
 // abort undoes a restore that failed: every payload read is wiped, and
 // the service is closed.
 func (rs *Restore) abort() {
-	for _, k := range rs.keys {
+	for _, k := range rs.byPos {
 		if p := k.payload.Load(); p != nil {
 			p.wipe()
 			if d := k.typ.Load().Destroy; d != nil {
@@ -118,7 +134,6 @@ func (rs *Restore) abort() {
 			}
 		}
 	}
-	rs.keys = nil
 	rs.s.Close()
 }
 
@@ -145,7 +160,15 @@ func (rs *Restore) read(d *stateReader) error {
 	}
 
 	n := d.uvarint(stateMaxKeys, "the number of keys")
+	reserved := uint64(0)
 	for i := uint64(0); i < n && d.err == nil; i++ {
+		if i == reserved {
+			// Size the index ahead, sixteenfold at a time: a stream that
+			// claims more keys than it holds costs no more than it holds.
+			more := min(n-i, max(1024, 15*i))
+			rs.s.index.reserve(int(more))
+			reserved = i + more
+		}
 		if err := rs.readKey(d); err != nil {
 			return err
 		}
@@ -176,13 +199,13 @@ func (rs *Restore) read(d *stateReader) error {
 
 	var specials [4]*Key
 	for i := range specials {
-		id := d.serial("a special keyring")
-		if id == 0 {
+		pos := d.uvarint(uint64(len(rs.byPos)), "a special keyring")
+		if pos == 0 {
 			continue
 		}
-		k := rs.keys[id]
-		if k == nil || !k.isKeyring() {
-			return corrupt("special keyring %d is not a keyring of the stream", id)
+		k := rs.byPos[pos-1]
+		if !k.isKeyring() {
+			return corrupt("special keyring %d is not a keyring", k.serial)
 		}
 		specials[i] = k
 	}
@@ -228,7 +251,7 @@ func (rs *Restore) readKey(d *stateReader) error {
 	if id < 1 {
 		return corrupt("serial %d", id)
 	}
-	if rs.keys[id] != nil || s.index.load(id) != nil {
+	if s.index.load(id) != nil {
 		return corrupt("serial %d twice", id)
 	}
 	t := s.lookupType(typ)
@@ -251,7 +274,7 @@ func (rs *Restore) readKey(d *stateReader) error {
 	if err != nil {
 		return corrupt("key %d: %v", id, err)
 	}
-	rs.keys[id] = k
+	rs.byPos = append(rs.byPos, k)
 	k.expiry.Store(expiry)
 	if state != statePositive {
 		// Negative: instantiated, with the errno it was negated with.
@@ -311,29 +334,26 @@ func (s *Service) chargeAnyway(k *Key, n int) {
 // readLinks reads one keyring's links and builds its contents, slot for
 // slot.
 func (rs *Restore) readLinks(d *stateReader) error {
-	ringID := d.serial("a keyring")
+	last := uint64(len(rs.byPos) - 1)
+	ring := rs.keyAt(d, "a keyring")
 	next := d.uvarint(math.MaxInt64, "a keyring's next slot")
-	n := d.uvarint(stateMaxKeys, "the number of links")
+	n := d.uvarint(last+1, "the number of links")
 	if d.err != nil {
 		return d.err
 	}
-	ring := rs.keys[ringID]
-	if ring == nil || !ring.isKeyring() {
-		return corrupt("links of %d, which is not a keyring of the stream", ringID)
+	ringID := ring.serial
+	if !ring.isKeyring() {
+		return corrupt("links of %d, which is not a keyring", ringID)
 	}
 	if ring.ring.Load().n != 0 {
 		return corrupt("keyring %d's links twice", ringID)
 	}
 	snap := &ringSnap{next: next}
 	for i := uint64(0); i < n; i++ {
-		id := d.serial("a linked key")
+		k := rs.keyAt(d, "a linked key")
 		slot := d.uvarint(math.MaxInt64, "a slot")
 		if d.err != nil {
 			return d.err
-		}
-		k := rs.keys[id]
-		if k == nil {
-			return corrupt("keyring %d links %d, which is not a key of the stream", ringID, id)
 		}
 		if k == ring {
 			return corrupt("keyring %d links itself", ringID)
@@ -347,7 +367,7 @@ func (rs *Restore) readLinks(d *stateReader) error {
 			snap.next = slot + 1
 		}
 		l := &link{key: k, slot: slot}
-		root, _, replacing := hsetp(snap.root, keyHash(k), l, 0, keyHash)
+		root, _, replacing := hsetp(snap.root, k.hash, l, 0, ownHash)
 		if replacing {
 			return corrupt("keyring %d links two keys of one type and description", ringID)
 		}
@@ -370,6 +390,25 @@ func (rs *Restore) readLinks(d *stateReader) error {
 	return nil
 }
 
+// keyAt reads a position in the stream's keys and returns the key
+// there; on error, the reader holds it and the key returned is a
+// placeholder nobody must keep.
+func (rs *Restore) keyAt(d *stateReader, what string) *Key {
+	if len(rs.byPos) == 0 {
+		d.fail(corrupt("%s, but the stream has no keys", what))
+		return &Key{}
+	}
+	pos := d.uvarint(uint64(len(rs.byPos)-1), what)
+	if d.err != nil {
+		return &Key{}
+	}
+	return rs.byPos[pos]
+}
+
+// ownHash is a key's index hash as it was worked out when the key was
+// made: the keys of a restore are all of live types.
+func ownHash(k *Key) uint64 { return k.hash }
+
 // checkAcyclic refuses keyrings that link each other in a loop, which
 // every search would walk forever: the kernel never lets one be made.
 func (rs *Restore) checkAcyclic() error {
@@ -383,7 +422,7 @@ func (rs *Restore) checkAcyclic() error {
 		k *Key
 		i int
 	}
-	for _, root := range rs.keys {
+	for _, root := range rs.byPos {
 		if !root.isKeyring() || color[root] != unseen {
 			continue
 		}
@@ -413,7 +452,7 @@ func (rs *Restore) checkAcyclic() error {
 
 // readRestriction reads one keyring's restriction and parses it again.
 func (rs *Restore) readRestriction(d *stateReader) error {
-	id := d.serial("a restricted keyring")
+	ring := rs.keyAt(d, "a restricted keyring")
 	kind := d.uvarint(1, "a restriction's kind")
 	var typ, spec string
 	if kind == 1 {
@@ -423,9 +462,9 @@ func (rs *Restore) readRestriction(d *stateReader) error {
 	if d.err != nil {
 		return d.err
 	}
-	ring := rs.keys[id]
-	if ring == nil || !ring.isKeyring() {
-		return corrupt("a restriction of %d, which is not a keyring of the stream", id)
+	id := ring.serial
+	if !ring.isKeyring() {
+		return corrupt("a restriction of %d, which is not a keyring", id)
 	}
 	if ring.restriction() != nil {
 		return corrupt("keyring %d restricted twice", id)

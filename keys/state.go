@@ -211,7 +211,7 @@ func (d *stateReader) varint(what string) int64 {
 // reader's scratch buffer: the result is valid until the next call, and
 // the caller wipes it (wipe) once it has what it needs.
 func (d *stateReader) bytes(max int, what string) []byte {
-	n := int(d.uvarint(uint64(max), what+"'s length"))
+	n := int(d.uvarint(uint64(max), what))
 	if d.err != nil {
 		return nil
 	}
