@@ -14,67 +14,71 @@ type Errno uint16
 
 // The errno values that the key retention service returns.
 const (
-	EPERM        Errno = 1
-	ENOENT       Errno = 2
-	EINTR        Errno = 4
-	EIO          Errno = 5
-	ENOMEM       Errno = 12
-	EACCES       Errno = 13
-	EFAULT       Errno = 14
-	EBUSY        Errno = 16
-	EEXIST       Errno = 17
-	ENODEV       Errno = 19
-	ENOTDIR      Errno = 20
-	EINVAL       Errno = 22
-	ENFILE       Errno = 23
-	EMFILE       Errno = 24
-	EDEADLK      Errno = 35
-	ELOOP        Errno = 40
-	EBADSLT      Errno = 57
-	ENOPKG       Errno = 65
-	EBADMSG      Errno = 74
-	EOVERFLOW    Errno = 75
-	EMSGSIZE     Errno = 90
-	EOPNOTSUPP   Errno = 95
-	EDQUOT       Errno = 122
-	ENOKEY       Errno = 126
-	EKEYEXPIRED  Errno = 127
-	EKEYREVOKED  Errno = 128
-	EKEYREJECTED Errno = 129
-	EAGAIN       Errno = 11
-	ENOSYS       Errno = 38
+	EPERM     Errno = 1
+	ENOENT    Errno = 2
+	EINTR     Errno = 4
+	EIO       Errno = 5
+	ENOMEM    Errno = 12
+	EACCES    Errno = 13
+	EFAULT    Errno = 14
+	EBUSY     Errno = 16
+	EEXIST    Errno = 17
+	ENODEV    Errno = 19
+	ENOTDIR   Errno = 20
+	EINVAL    Errno = 22
+	ENFILE    Errno = 23
+	EMFILE    Errno = 24
+	EDEADLK   Errno = 35
+	ELOOP     Errno = 40
+	EBADSLT   Errno = 57
+	ENOPKG    Errno = 65
+	EBADMSG   Errno = 74
+	EOVERFLOW Errno = 75
+	EMSGSIZE  Errno = 90
+	// EPROTONOSUPPORT: a daemon that cannot read the state of the one it
+	// would take over from (a later version's).
+	EPROTONOSUPPORT Errno = 93
+	EOPNOTSUPP      Errno = 95
+	EDQUOT          Errno = 122
+	ENOKEY          Errno = 126
+	EKEYEXPIRED     Errno = 127
+	EKEYREVOKED     Errno = 128
+	EKEYREJECTED    Errno = 129
+	EAGAIN          Errno = 11
+	ENOSYS          Errno = 38
 )
 
 var errnoText = map[Errno]string{
-	EPERM:        "Operation not permitted",
-	ENOENT:       "No such file or directory",
-	EINTR:        "Interrupted system call",
-	EIO:          "Input/output error",
-	EAGAIN:       "Resource temporarily unavailable",
-	ENOSYS:       "Function not implemented",
-	ENOMEM:       "Cannot allocate memory",
-	EACCES:       "Permission denied",
-	EFAULT:       "Bad address",
-	EBUSY:        "Device or resource busy",
-	EEXIST:       "File exists",
-	ENODEV:       "No such device",
-	ENOTDIR:      "Not a directory",
-	EINVAL:       "Invalid argument",
-	ENFILE:       "Too many open files in system",
-	EMFILE:       "Too many open files",
-	EDEADLK:      "Resource deadlock avoided",
-	ELOOP:        "Too many levels of symbolic links",
-	EBADSLT:      "Invalid slot",
-	ENOPKG:       "Package not installed",
-	EBADMSG:      "Bad message",
-	EOVERFLOW:    "Value too large for defined data type",
-	EMSGSIZE:     "Message too long",
-	EOPNOTSUPP:   "Operation not supported",
-	EDQUOT:       "Disk quota exceeded",
-	ENOKEY:       "Required key not available",
-	EKEYEXPIRED:  "Key has expired",
-	EKEYREVOKED:  "Key has been revoked",
-	EKEYREJECTED: "Key was rejected by service",
+	EPERM:           "Operation not permitted",
+	ENOENT:          "No such file or directory",
+	EINTR:           "Interrupted system call",
+	EIO:             "Input/output error",
+	EAGAIN:          "Resource temporarily unavailable",
+	ENOSYS:          "Function not implemented",
+	ENOMEM:          "Cannot allocate memory",
+	EACCES:          "Permission denied",
+	EFAULT:          "Bad address",
+	EBUSY:           "Device or resource busy",
+	EEXIST:          "File exists",
+	ENODEV:          "No such device",
+	ENOTDIR:         "Not a directory",
+	EINVAL:          "Invalid argument",
+	ENFILE:          "Too many open files in system",
+	EMFILE:          "Too many open files",
+	EDEADLK:         "Resource deadlock avoided",
+	ELOOP:           "Too many levels of symbolic links",
+	EBADSLT:         "Invalid slot",
+	ENOPKG:          "Package not installed",
+	EBADMSG:         "Bad message",
+	EPROTONOSUPPORT: "Protocol not supported",
+	EOVERFLOW:       "Value too large for defined data type",
+	EMSGSIZE:        "Message too long",
+	EOPNOTSUPP:      "Operation not supported",
+	EDQUOT:          "Disk quota exceeded",
+	ENOKEY:          "Required key not available",
+	EKEYEXPIRED:     "Key has expired",
+	EKEYREVOKED:     "Key has been revoked",
+	EKEYREJECTED:    "Key was rejected by service",
 }
 
 // Error returns the C library's text for the errno (what strerror says on

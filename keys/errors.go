@@ -13,35 +13,36 @@ type Errno = keyctl.Errno
 
 // The errno values that the key retention service returns.
 const (
-	EPERM        = keyctl.EPERM
-	ENOENT       = keyctl.ENOENT
-	EINTR        = keyctl.EINTR
-	EIO          = keyctl.EIO
-	ENOMEM       = keyctl.ENOMEM
-	EACCES       = keyctl.EACCES
-	EFAULT       = keyctl.EFAULT
-	EBUSY        = keyctl.EBUSY
-	EEXIST       = keyctl.EEXIST
-	ENODEV       = keyctl.ENODEV
-	ENOTDIR      = keyctl.ENOTDIR
-	EINVAL       = keyctl.EINVAL
-	ENFILE       = keyctl.ENFILE
-	EMFILE       = keyctl.EMFILE
-	EDEADLK      = keyctl.EDEADLK
-	ELOOP        = keyctl.ELOOP
-	EBADSLT      = keyctl.EBADSLT
-	ENOPKG       = keyctl.ENOPKG
-	EBADMSG      = keyctl.EBADMSG
-	EOVERFLOW    = keyctl.EOVERFLOW
-	EMSGSIZE     = keyctl.EMSGSIZE
-	EOPNOTSUPP   = keyctl.EOPNOTSUPP
-	EDQUOT       = keyctl.EDQUOT
-	ENOKEY       = keyctl.ENOKEY
-	EKEYEXPIRED  = keyctl.EKEYEXPIRED
-	EKEYREVOKED  = keyctl.EKEYREVOKED
-	EKEYREJECTED = keyctl.EKEYREJECTED
-	EAGAIN       = keyctl.EAGAIN
-	ENOSYS       = keyctl.ENOSYS
+	EPERM           = keyctl.EPERM
+	ENOENT          = keyctl.ENOENT
+	EINTR           = keyctl.EINTR
+	EIO             = keyctl.EIO
+	ENOMEM          = keyctl.ENOMEM
+	EACCES          = keyctl.EACCES
+	EFAULT          = keyctl.EFAULT
+	EBUSY           = keyctl.EBUSY
+	EEXIST          = keyctl.EEXIST
+	ENODEV          = keyctl.ENODEV
+	ENOTDIR         = keyctl.ENOTDIR
+	EINVAL          = keyctl.EINVAL
+	ENFILE          = keyctl.ENFILE
+	EMFILE          = keyctl.EMFILE
+	EDEADLK         = keyctl.EDEADLK
+	ELOOP           = keyctl.ELOOP
+	EBADSLT         = keyctl.EBADSLT
+	ENOPKG          = keyctl.ENOPKG
+	EBADMSG         = keyctl.EBADMSG
+	EPROTONOSUPPORT = keyctl.EPROTONOSUPPORT
+	EOVERFLOW       = keyctl.EOVERFLOW
+	EMSGSIZE        = keyctl.EMSGSIZE
+	EOPNOTSUPP      = keyctl.EOPNOTSUPP
+	EDQUOT          = keyctl.EDQUOT
+	ENOKEY          = keyctl.ENOKEY
+	EKEYEXPIRED     = keyctl.EKEYEXPIRED
+	EKEYREVOKED     = keyctl.EKEYREVOKED
+	EKEYREJECTED    = keyctl.EKEYREJECTED
+	EAGAIN          = keyctl.EAGAIN
+	ENOSYS          = keyctl.ENOSYS
 )
 
 // opError wraps an errno with the operation and, where useful, the key

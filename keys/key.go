@@ -185,6 +185,9 @@ func (k *Key) typeName() string { return k.typ.Load().Name }
 
 func (k *Key) isKeyring() bool { return k.typ.Load() == keyringType }
 
+// IsKeyring reports whether k is a keyring.
+func (k *Key) IsKeyring() bool { return k.isKeyring() }
+
 func (k *Key) has(f uint32) bool { return k.flags.Load()&f != 0 }
 
 func (k *Key) setFlag(f uint32) (was bool) {

@@ -61,7 +61,7 @@ func (s *Service) trusted() (*trustedRings, error) {
 		}
 		sec.extra().restrict = &restriction{check: func(ring, k *Key) error {
 			return s.restrictBySignature(k, true)
-		}}
+		}, spec: "builtin_and_secondary_trusted"}
 		if err := s.linkInto(sec, b.get(), false); err != nil {
 			b.put()
 		}

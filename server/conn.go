@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ukeys/ukeys/internal/sock"
@@ -25,6 +26,12 @@ type conn struct {
 	mu   sync.Mutex
 	busy bool // a request is being served
 	quit bool // close once the current request is answered
+	// pausing: a hand-over is under way, and the connection is to stop
+	// at the next request's boundary (handover.go); gone: it has been
+	// handed over, and nothing of it is this daemon's any more. gone is
+	// the serving goroutine's own.
+	pausing atomic.Bool
+	gone    bool
 
 	watch *keys.WatchQueue
 
@@ -52,14 +59,29 @@ func (c *conn) closeIdle() {
 	}
 }
 
-func (c *conn) serve() {
-	defer c.s.release(c)
+func (c *conn) serve() { c.run2(0, nil) }
+
+// run2 serves the connection: from the handshake (version 0), or, for a
+// connection handed over by the daemon before this one (takeover.go),
+// from where that daemon left it: the version agreed and the bytes it
+// had read and not yet served.
+func (c *conn) run2(version uint16, unread []byte) {
+	// A connection handed over to the daemon that takes over (park) is
+	// not this daemon's any more: nothing of it is released or closed.
+	defer func() {
+		if c.gone {
+			return
+		}
+		c.s.release(c)
+	}()
+	// Closing this daemon's descriptor of a connection handed over
+	// leaves the socket to the daemon that took it: close is no shutdown.
 	defer c.uc.Close()
 	defer func() {
 		c.mu.Lock()
 		q := c.watch
 		c.mu.Unlock()
-		if q != nil {
+		if q != nil && !c.gone {
 			q.Close()
 		}
 	}()
@@ -82,34 +104,68 @@ func (c *conn) serve() {
 		sc.CloseFDs()
 		c.mu.Unlock()
 	}()
-	defer c.unreserveAll()
+	defer func() {
+		if !c.gone {
+			c.unreserveAll()
+		}
+	}()
+	sc.In.Preload(unread)
+	clear(unread)
 	read := sock.Deadline{Timeout: c.s.cfg.ReadTimeout}
 	c.renew(&read)
-	// Nothing longer than a Hello is read before the handshake.
-	sc.In.SetLimit(wire.MaxHello)
-	hello, err := sc.In.Next()
-	if err != nil {
-		return
-	}
-	v, err := wire.DecodeHello(hello)
-	if err != nil || v < 1 {
-		c.s.log.Debug("ukeyd: bad handshake", "uid", c.cred.UID, "pid", c.cred.PID)
-		return
+	for version == 0 {
+		// Nothing longer than a Hello is read before the handshake.
+		sc.In.SetLimit(wire.MaxHello)
+		hello, err := sc.In.Next()
+		if err != nil {
+			if c.pausedBy(err) {
+				if c.park(sc, 0) {
+					return
+				}
+				read = sock.Deadline{Timeout: c.s.cfg.ReadTimeout}
+				c.renew(&read)
+				continue
+			}
+			return
+		}
+		v, err := wire.DecodeHello(hello)
+		if err != nil || v < 1 {
+			c.s.log.Debug("ukeyd: bad handshake", "uid", c.cred.UID, "pid", c.cred.PID)
+			return
+		}
+		version = min(v, wire.Version)
+		sc.Out.Body(wire.EncodeHello(version))
+		if _, err := sc.Flush(); err != nil {
+			return
+		}
 	}
 	sc.In.SetLimit(wire.MaxFrame)
-	v = min(v, wire.Version)
-	sc.Out.Body(wire.EncodeHello(v))
-	if _, err := sc.Flush(); err != nil {
-		return
-	}
 	// Only a client that sends one request at a time may be waited for
 	// without reading (FlushAndWait): another may already have sent the
 	// next.
-	sequential := wire.Sequential(v)
+	sequential := wire.Sequential(version)
 	// The request is reused from one to the next: serving a request
 	// allocates only what the keys package returns.
 	var req wire.Request
+	// pause parks the connection for a hand-over (handover.go) once err
+	// (or nothing) says its read was cut short for one; it reports
+	// whether to go on serving.
+	pause := func(err error) (goOn bool) {
+		if !c.pausedBy(err) {
+			return false
+		}
+		if c.park(sc, version) {
+			return false
+		}
+		read = sock.Deadline{Timeout: c.s.cfg.ReadTimeout}
+		return true
+	}
 	for {
+		if c.pausing.Load() && pause(nil) {
+			continue
+		} else if c.gone {
+			return
+		}
 		c.renew(&read)
 		// Answers to requests that arrived together go out together: while
 		// a whole next request is buffered already, its answer is appended
@@ -119,11 +175,17 @@ func (c *conn) serve() {
 		// batch of requests instead of two per request.
 		if sc.Out.Len() > 0 && (sc.Out.Len() >= coalesceMax || !sc.In.WholeFrameBuffered()) {
 			if quit, err := c.answer(!sequential || sc.In.Buffered() > 0); err != nil || quit {
+				if pause(err) {
+					continue
+				}
 				return
 			}
 		}
 		n, err := sc.In.NextLen()
 		if err != nil {
+			if pause(err) {
+				continue
+			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				c.s.log.Debug("ukeyd: connection ended", "uid", c.cred.UID, "err", err)
 			}
@@ -136,11 +198,16 @@ func (c *conn) serve() {
 		var refused keys.Errno
 		if n > smallFrame-4 && n+4 > c.reservedIn {
 			if refused = c.reserveIn(n + 4); refused != 0 {
+				// A skip cut short has consumed part of the frame: the
+				// connection cannot be handed over mid-skip, and ends.
 				body, err = sc.In.Skip(8)
 			}
 		}
 		if refused == 0 {
 			body, err = sc.In.Next()
+			if err != nil && pause(err) {
+				continue
+			}
 		}
 		if err != nil {
 			return
@@ -155,6 +222,12 @@ func (c *conn) serve() {
 			c.s.cfg.Metrics.Observe(req.Op, resp.Errno, 0)
 		} else if err := req.Decode(body); err != nil {
 			c.s.log.Debug("ukeyd: malformed request; closing", "uid", c.cred.UID)
+			return
+		}
+		if req.Op == wire.OpTakeover && resp == nil {
+			// Another daemon takes over from this one: the connection
+			// carries the hand-over, and then ends (handover.go).
+			c.s.handOver(c, sc, &req, version)
 			return
 		}
 		if sc.Out.Len() > 0 && mayWait(req.Op) {
@@ -202,7 +275,13 @@ func (c *conn) serve() {
 // (sock.Deadline).
 func (c *conn) renew(read *sock.Deadline) {
 	if at, due := read.Renew(time.Now()); due {
-		c.uc.SetReadDeadline(at)
+		// Under mu, as pauseIdle sets its deadline: a renewal must not
+		// move the deadline of a read that a hand-over has cut short.
+		c.mu.Lock()
+		if !c.pausing.Load() {
+			c.uc.SetReadDeadline(at)
+		}
+		c.mu.Unlock()
 		c.armWrite()
 	}
 }

@@ -206,6 +206,10 @@ func (c *conn) run(a wire.Args) *wire.Response {
 		return result(c.attach(a.Str(0)))
 	case wire.OpIntercept:
 		return done(c.intercept())
+	case wire.OpTakeover:
+		// Only on a daemon's socket, where the connection's loop serves it
+		// (handover.go): not in process, not from an intercepted call.
+		return fail(keys.EOPNOTSUPP)
 	case wire.OpSessionToken:
 		k := cl.Session()
 		if k == nil {

@@ -62,6 +62,11 @@ type Server struct {
 	refusals rateLimiter // of the log lines about refused connections
 	failures rateLimiter // of the log lines about failed accepts
 
+	// ho is the hand-over under way, if any (handover.go), under mu;
+	// handedOver closes once one has succeeded.
+	ho         *handover
+	handedOver chan struct{}
+
 	// loginMu serialises the making of login session keyrings, so that
 	// two processes of one login met at once share one (login.go).
 	loginMu sync.Mutex
@@ -122,11 +127,13 @@ func New(svc *keys.Service, cfg Config) *Server {
 		usage:    make(map[uint32]*usage),
 		sessions: make(map[string]sessionGrant),
 		logins:   make(map[loginKey]*keys.Key),
-		grants:   make(map[sessionGrant]string),
-		helpers:  make(map[string]*helperGrant),
-		conns:    make(map[*conn]struct{}),
-		stop:     make(chan struct{}),
-		abort:    make(chan struct{}),
+
+		handedOver: make(chan struct{}),
+		grants:     make(map[sessionGrant]string),
+		helpers:    make(map[string]*helperGrant),
+		conns:      make(map[*conn]struct{}),
+		stop:       make(chan struct{}),
+		abort:      make(chan struct{}),
 	}
 	if cfg.Helper != nil {
 		cfg.Helper.server = s
@@ -156,6 +163,15 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 	for {
 		c, err := ln.AcceptUnix()
 		if err != nil {
+			if ho := s.acceptParked(); ho != nil {
+				// A hand-over (handover.go): the listener goes with it,
+				// or accepting resumes.
+				<-ho.done
+				if ho.ok {
+					return ErrHandedOver
+				}
+				continue
+			}
 			s.mu.Lock()
 			closing := s.closing
 			s.mu.Unlock()
@@ -303,6 +319,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 
 // release undoes accept's bookkeeping when a connection ends.
 func (s *Server) release(c *conn) {
+	defer s.connEnded(c)
 	s.mu.Lock()
 	delete(s.conns, c)
 	s.dropConn(c.cred.UID)

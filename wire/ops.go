@@ -52,6 +52,7 @@ const (
 	OpWatchNext        Op = 1202
 	OpIntercept        Op = 1203
 	OpAddKeyCheck      Op = 1204
+	OpTakeover         Op = 1205
 )
 
 // Shorthands for the table.
@@ -180,4 +181,10 @@ var specs = []Spec{
 	// daemon would refuse is never sent.
 	{Op: OpAddKeyCheck, Name: "add_key_check", Result: none,
 		Args: []Arg{str("type", 0, keyctl.MaxTypeName), str("description", 0, keyctl.MaxDescription), integer("length", 0), integer("ring", 0)}},
+	// Another daemon takes over from this one (ukeyd -takeover): the
+	// versions of the hand-over and of the keys' state stream it reads at
+	// most. Once answered, the connection carries the hand-over
+	// (server/handover.go), not frames.
+	{Op: OpTakeover, Name: "takeover", Result: none,
+		Args: []Arg{integer("handover_version", 0), integer("state_version", 0)}},
 }

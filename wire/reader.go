@@ -137,6 +137,28 @@ func (r *Reader) Fill() error {
 	return r.readMore()
 }
 
+// Unread returns a copy of the bytes read from the stream and not yet
+// handed out (a frame begun, or frames pipelined behind the last): what
+// a daemon handing a connection over gives the next one (Preload). The
+// caller wipes the copy once done with it.
+func (r *Reader) Unread() []byte {
+	return append([]byte(nil), r.buf[r.rd:r.wr]...)
+}
+
+// Preload puts b in the buffer as if it had been read from the stream,
+// ahead of anything read later. It is for a fresh Reader: a connection
+// taken over, whose previous daemon had read b.
+func (r *Reader) Preload(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	r.makeRoom(len(b) + r.Buffered())
+	if r.wr+len(b) > len(r.buf) {
+		r.makeRoom(r.Buffered() + len(b))
+	}
+	r.wr += copy(r.buf[r.wr:], b)
+}
+
 // Release wipes every byte the Reader holds, handed out or not, and
 // drops a buffer grown beyond its base size. The Reader remains usable
 // (bytes not yet handed out are lost: call it between frames, or when

@@ -72,6 +72,7 @@ func run(args []string) int {
 	helperIntercept := fs.Bool("request-key-intercept", envBool("UKEYD_REQUEST_KEY_INTERCEPT", true), "run the request-key helper under ukeyctl run, so that its own key system calls (the stock /sbin/request-key, request-key.conf's keyctl lines) act on ukeys with the upcall's authority, where seccomp user notification is to be had (env UKEYD_REQUEST_KEY_INTERCEPT)")
 	trustedDir := fs.String("trusted-certs", envOr("UKEYD_TRUSTED_CERTS", ""), "directory of X.509 certificates (DER or PEM, *.der, *.crt, *.pem) loaded at start into .builtin_trusted_keys, which the asymmetric restrictions builtin_trusted and builtin_and_secondary_trusted trust (env UKEYD_TRUSTED_CERTS; empty: none)")
 	agentPath := fs.String("seccomp-agent", envOr("UKEYD_SECCOMP_AGENT", ""), "also serve container runtimes as an OCI seccomp agent on this Unix socket (linux.seccomp.listenerPath), each container a key namespace of its own (env UKEYD_SECCOMP_AGENT)")
+	takeover := fs.Bool("takeover", envBool("UKEYD_TAKEOVER", false), "take over from the ukeyd serving -socket (an upgrade): its listening socket, its clients' connections, every key, session and process record, with no client refused; it exits once this one serves, and serves on if this one fails (env UKEYD_TAKEOVER)")
 	logins := fs.Bool("login-sessions", envBool("UKEYD_LOGIN_SESSIONS", true), "give a process that has no session keyring of its own its login's (one per uid and audit or POSIX session, made on first use), as pam_keyinit gives each login one; false keeps the kernel's fallback to the user-session keyring (env UKEYD_LOGIN_SESSIONS)")
 	lim := server.DefaultLimits(server.NoFile())
 	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
@@ -120,11 +121,34 @@ func run(args []string) int {
 		}
 		upcaller = helperProg
 	}
-	svc := keys.New(keys.WithUpcall(upcaller), keys.WithUpcallTimeout(*upcallTimeout))
-	if err := svc.SetTunables(tun); err != nil {
-		fmt.Fprintln(os.Stderr, "ukeyd: a tunable is out of range")
-		svc.Close()
-		return 2
+	keyOpts := []keys.Option{keys.WithUpcall(upcaller), keys.WithUpcallTimeout(*upcallTimeout)}
+	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
+	cfg := server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg, NoLogins: !*logins}
+	var svc *keys.Service
+	var srv *server.Server
+	var lns []*net.UnixListener
+	if *takeover {
+		// Everything comes from the daemon serving the socket now: its
+		// keys (with the tunables in force there, sysctl's changes
+		// included), its processes and sessions, its listener and its
+		// clients' connections.
+		keys.SetBigKeyFileLimit(lim.BigKeyFiles)
+		start := time.Now()
+		res, err := server.TakeOver(*socket, keyOpts, cfg)
+		if err != nil {
+			log.Error("ukeyd: cannot take over; the running daemon serves on", "socket", *socket, "err", err)
+			return 1
+		}
+		svc, srv, lns = res.Service, res.Server, res.Listeners
+		log.Info("ukeyd: took over", "socket", *socket, "keys", res.Keys, "processes", res.Procs,
+			"connections", res.Conns, "took", time.Since(start).String())
+	} else {
+		svc = keys.New(keyOpts...)
+		if err := svc.SetTunables(tun); err != nil {
+			fmt.Fprintln(os.Stderr, "ukeyd: a tunable is out of range")
+			svc.Close()
+			return 2
+		}
 	}
 	// The system keyrings exist from the start, as the kernel's do.
 	if _, err := svc.SecondaryTrustedKeyring(); err != nil {
@@ -132,7 +156,7 @@ func run(args []string) int {
 		svc.Close()
 		return 2
 	}
-	if *trustedDir != "" {
+	if *trustedDir != "" && !*takeover {
 		n, err := loadTrusted(svc, *trustedDir)
 		if err != nil {
 			fmt.Fprintf(os.Stderr, "ukeyd: trusted certificates: %v\n", err)
@@ -140,18 +164,22 @@ func run(args []string) int {
 			return 2
 		}
 		log.Info("ukeyd: built-in trusted keys loaded", "dir", *trustedDir, "certificates", n)
+	} else if *trustedDir != "" {
+		log.Info("ukeyd: the built-in trusted keys were handed over; -trusted-certs is read at a fresh start only")
 	}
-	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
 	keys.SetBigKeyFileLimit(lim.BigKeyFiles)
-	srv := server.New(svc, server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg, NoLogins: !*logins})
+	if srv == nil {
+		srv = server.New(svc, cfg)
+		ln, err := server.Listen(*socket)
+		if err != nil {
+			log.Error("ukeyd: cannot listen", "socket", *socket, "err", err)
+			return 1
+		}
+		lns = append(lns, ln)
+	}
 	m.RegisterService(reg, svc)
 	m.RegisterServer(reg, srv)
-
-	ln, err := server.Listen(*socket)
-	if err != nil {
-		log.Error("ukeyd: cannot listen", "socket", *socket, "err", err)
-		return 1
-	}
+	ln := lns[0]
 	var hs *http.Server
 	if *metricsAddr != "" {
 		mln, err := net.Listen("tcp", *metricsAddr)
@@ -182,6 +210,11 @@ func run(args []string) int {
 	agentDone := make(chan error, 1)
 	if *agentPath != "" {
 		aln, err := server.Listen(*agentPath)
+		for wait := time.Now().Add(5 * time.Second); *takeover && errors.Is(err, server.ErrInUse) && time.Now().Before(wait); {
+			// The daemon taken over from lets go of it as it exits.
+			time.Sleep(20 * time.Millisecond)
+			aln, err = server.Listen(*agentPath)
+		}
 		if err != nil {
 			log.Error("ukeyd: cannot listen for container runtimes", "socket", *agentPath, "err", err)
 			ln.Close()
@@ -197,10 +230,29 @@ func run(args []string) int {
 
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
+	served := make(chan error, len(lns))
+	for _, l := range lns {
+		go func() { served <- srv.Serve(l) }()
+	}
+	handedOver := func() int {
+		// Another daemon serves the socket and every connection now:
+		// nothing is shut down, and the process exits.
+		if agent != nil {
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			agent.Shutdown(ctx)
+			cancel()
+			<-agentDone
+		}
+		if hs != nil {
+			hs.Close()
+		}
+		log.Info("ukeyd: handed over to a new daemon; exiting")
+		return 0
+	}
 	for {
 		select {
+		case <-srv.HandedOver():
+			return handedOver()
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				log.Info("ukeyd: SIGHUP: nothing to reload; the request-key helper reads its configuration at every upcall")
@@ -227,6 +279,9 @@ func run(args []string) int {
 			log.Info("ukeyd: stopped")
 			return 0
 		case err := <-served:
+			if errors.Is(err, server.ErrHandedOver) {
+				return handedOver()
+			}
 			if !errors.Is(err, server.ErrClosed) {
 				log.Error("ukeyd: serve", "err", err)
 				return 1

@@ -144,6 +144,9 @@ func (s source) Read(p []byte) (int, error) {
 		if err == nil {
 			err = rerr
 		}
+		if n < 0 {
+			n = 0 // recvmsg's -1 on a failure, the last one before a deadline cut the wait short
+		}
 		if err == nil && n == 0 && len(p) > 0 {
 			err = io.EOF
 		}

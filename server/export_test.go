@@ -1,0 +1,20 @@
+package server
+
+import "github.com/ukeys/ukeys/keys"
+
+// TakeoverFault makes a hand-over fail on purpose (takeoverFault):
+// OlderState claims to read the keys' state of the version before this
+// one only; HangUpAfterFDs hangs up once the descriptors are received.
+type TakeoverFault struct {
+	OlderState     bool
+	HangUpAfterFDs bool
+}
+
+// TakeOverForTest is TakeOver with a fault.
+func TakeOverForTest(path string, f TakeoverFault) (*TakeoverResult, error) {
+	fault := takeoverFault{hangUpAfterFDs: f.HangUpAfterFDs}
+	if f.OlderState {
+		fault.stateVersion, fault.setState = keys.StateVersion-1, true
+	}
+	return takeOver(path, nil, Config{}, fault)
+}

@@ -1,0 +1,630 @@
+package server
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"sync"
+	"syscall"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/internal/sock"
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/wire"
+)
+
+// A hand-over moves everything a daemon holds to the daemon that takes
+// over from it (ukeyd -takeover), so that an upgrade loses nothing and
+// refuses no client. The new daemon connects to the old one's socket and
+// asks (OpTakeover, with the versions it reads); the old one, if the
+// asker runs as its own user and reads its versions:
+//
+//  1. stops accepting (its listeners stay open) and parks every
+//     connection at a request's boundary: requests in flight finish and
+//     are answered, and what a client sends meanwhile waits in its
+//     socket;
+//  2. sends, on the hand-over connection, its listening sockets and every
+//     client's connection (SCM_RIGHTS), then the keys' state stream
+//     (keys.Service.Export) and its own records: processes, sessions,
+//     logins, and for each connection the bytes read from it and not yet
+//     served (a frame begun, or frames pipelined behind the last);
+//  3. waits for the new daemon to say it serves, and then exits, leaving
+//     the sockets to it: a client sees its next answer come from the new
+//     daemon, a moment late.
+//
+// If the new daemon refuses, fails or dies before saying it serves, the
+// old one takes back its listeners and connections and goes on serving as
+// if nothing had happened. Nothing is written to disk: the streams cross
+// the hand-over socket, in the kernel's buffers, and every buffer of the
+// old daemon that held them is wiped. The streams are versioned: a daemon
+// reads every earlier version (keys.StateVersion, HandoverVersion), and
+// one that would have to read a later version refuses to take over.
+//
+// Not handed over, and refused while any exists: a seccomp listener
+// (ukeyctl run, the seccomp agent's containers) and a request-key upcall
+// in progress (the hand-over waits for those to end, up to its timeout).
+// Key watches end with the hand-over: a watching connection is handed
+// over without them.
+
+// HandoverVersion is the version of the records a hand-over carries
+// beside the keys' state stream.
+const HandoverVersion = 1
+
+// HandoverTimeout bounds how long a hand-over waits for connections to
+// reach a request's boundary and for request-key upcalls to end.
+var HandoverTimeout = 10 * time.Second
+
+// ErrHandedOver is returned by Serve once the daemon has handed over to
+// another: the process is to exit without shutting anything down.
+var ErrHandedOver = errors.New("server: handed over to another daemon")
+
+// handover is a hand-over under way, on the old daemon's side.
+type handover struct {
+	from *conn // the hand-over connection: not parked, not handed over
+	mu   sync.Mutex
+	cond sync.Cond
+	// waiting holds the connections not parked yet; parked, what each
+	// parked one left to hand over.
+	waiting map[*conn]bool
+	parked  map[*conn]parkedConn
+	accepts int // Serve loops still accepting
+	done    chan struct{}
+	ok      bool // decided: handed over (else resumed)
+}
+
+// parkedConn is what a parked connection hands over.
+type parkedConn struct {
+	version uint16
+	unread  []byte
+	err     error // the answers it owed could not be written: not handed over
+}
+
+// HandedOver is closed once the daemon has handed everything over to
+// another daemon, which now serves its clients: the process exits then,
+// without Shutdown (which would close the clients' connections).
+func (s *Server) HandedOver() <-chan struct{} { return s.handedOver }
+
+// pausedBy reports whether a read that ended with err (nil: no read) was
+// cut short by a hand-over, and the connection is to park.
+func (c *conn) pausedBy(err error) bool {
+	return c.pausing.Load() && (err == nil || errors.Is(err, os.ErrDeadlineExceeded))
+}
+
+// pauseIdle asks the connection to park: at once if it is waiting for a
+// request (its read is cut short), or after the request it serves.
+func (c *conn) pauseIdle() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.pausing.Store(true)
+	c.uc.SetReadDeadline(time.Unix(1, 0))
+}
+
+// park hands the connection's state to the hand-over under way and waits
+// for its outcome. It reports whether the connection has been handed
+// over (the serving goroutine then ends, leaving it alone); if not, the
+// connection serves on.
+func (c *conn) park(sc *sock.Conn, version uint16) (gone bool) {
+	s := c.s
+	s.mu.Lock()
+	ho := s.ho
+	s.mu.Unlock()
+	if ho == nil {
+		c.pausing.Store(false)
+		return false
+	}
+	pc := parkedConn{version: version}
+	// The answers it owes go out first: the new daemon answers only
+	// what it reads.
+	if sc.Out.Len() > 0 {
+		c.uc.SetWriteDeadline(time.Now().Add(c.s.cfg.WriteTimeout))
+		pc.err = c.flush()
+	}
+	pc.unread = sc.In.Unread()
+	ho.mu.Lock()
+	delete(ho.waiting, c)
+	ho.parked[c] = pc
+	ho.cond.Broadcast()
+	ho.mu.Unlock()
+	<-ho.done
+	clear(pc.unread)
+	if ho.ok && pc.err == nil {
+		c.gone = true
+		sc.In.Release()
+		return true
+	}
+	c.mu.Lock()
+	c.pausing.Store(false)
+	c.uc.SetReadDeadline(time.Time{})
+	c.mu.Unlock()
+	return false
+}
+
+// handOver serves OpTakeover on the hand-over connection c: it checks
+// the asker and the versions, parks everything, sends it all, and exits
+// the daemon's serving if the new daemon says it serves (see above).
+func (s *Server) handOver(c *conn, sc *sock.Conn, req *wire.Request, version uint16) {
+	answer := func(resp *wire.Response) error {
+		resp.Tag = req.Tag
+		sc.Out.Response(resp)
+		_, err := sc.Flush()
+		return err
+	}
+	a, err := wire.SpecOf(wire.OpTakeover).Check(req)
+	if err != nil {
+		answer(fail(err))
+		return
+	}
+	// Only the daemon's own user (root for the system daemon) may take
+	// its keys: any process of that user could read them from its
+	// memory anyway.
+	if c.cred.UID != uint32(os.Geteuid()) {
+		s.log.Warn("ukeyd: refusing a hand-over to another user", "uid", c.cred.UID, "pid", c.cred.PID)
+		answer(fail(keys.EPERM))
+		return
+	}
+	if a.Int(0) < HandoverVersion || a.Int(1) < keys.StateVersion {
+		s.log.Warn("ukeyd: refusing a hand-over to a daemon that cannot read this one's state",
+			"pid", c.cred.PID, "its_handover_version", a.Int(0), "its_state_version", a.Int(1),
+			"handover_version", HandoverVersion, "state_version", keys.StateVersion)
+		answer(fail(keys.EPROTONOSUPPORT))
+		return
+	}
+	ho, errno := s.beginHandover(c)
+	if errno != 0 {
+		answer(fail(errno))
+		return
+	}
+	s.log.Info("ukeyd: handing over to another daemon", "pid", c.cred.PID)
+	ok := false
+	defer func() { s.endHandover(ho, ok) }()
+	if err := s.parkAll(ho); err != nil {
+		s.log.Warn("ukeyd: hand-over abandoned; serving on", "err", err)
+		answer(fail(keys.EBUSY))
+		return
+	}
+	if err := answer(&wire.Response{}); err != nil {
+		return
+	}
+	if err := s.sendHandover(c, ho); err != nil {
+		s.log.Warn("ukeyd: hand-over failed; serving on", "err", err)
+		return
+	}
+	// The new daemon serves once it says so: one byte, 'K'.
+	var b [1]byte
+	c.uc.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	if _, err := io.ReadFull(c.uc, b[:]); err != nil || b[0] != 'K' {
+		s.log.Warn("ukeyd: the new daemon did not take over; serving on", "err", err)
+		return
+	}
+	ok = true
+	s.log.Info("ukeyd: handed over; exiting", "pid", c.cred.PID)
+}
+
+// beginHandover starts a hand-over from connection from, or says why it
+// cannot start.
+func (s *Server) beginHandover(from *conn) (*handover, keys.Errno) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	switch {
+	case s.closing || s.ho != nil:
+		return nil, keys.EBUSY
+	case len(s.listeners) > 0:
+		s.log.Warn("ukeyd: refusing a hand-over: seccomp listeners (ukeyctl run, containers) cannot be handed over", "listeners", len(s.listeners))
+		return nil, keys.EOPNOTSUPP
+	}
+	for c := range s.conns {
+		c.mu.Lock()
+		watching := c.watch != nil
+		c.mu.Unlock()
+		if watching {
+			s.log.Warn("ukeyd: refusing a hand-over: key watches cannot be handed over", "uid", c.cred.UID, "pid", c.cred.PID)
+			return nil, keys.EOPNOTSUPP
+		}
+	}
+	ho := &handover{from: from, waiting: make(map[*conn]bool), parked: make(map[*conn]parkedConn),
+		accepts: len(s.lns), done: make(chan struct{})}
+	ho.cond.L = &ho.mu
+	s.ho = ho
+	for _, ln := range s.lns {
+		if u, ok := ln.(*net.UnixListener); ok {
+			u.SetDeadline(time.Unix(1, 0)) // Serve's accept returns, and waits
+		}
+	}
+	for c := range s.conns {
+		if c != from {
+			ho.waiting[c] = true
+			c.pauseIdle()
+		}
+	}
+	return ho, 0
+}
+
+// parkAll waits until every Serve loop has stopped accepting and every
+// connection has parked or ended, and until no request-key upcall is in
+// progress, for at most HandoverTimeout.
+func (s *Server) parkAll(ho *handover) error {
+	deadline := time.Now().Add(HandoverTimeout)
+	t := time.AfterFunc(HandoverTimeout, func() {
+		ho.mu.Lock()
+		ho.cond.Broadcast()
+		ho.mu.Unlock()
+	})
+	defer t.Stop()
+	ho.mu.Lock()
+	for (len(ho.waiting) > 0 || ho.accepts > 0) && time.Now().Before(deadline) {
+		ho.cond.Wait()
+	}
+	waiting, accepts := len(ho.waiting), ho.accepts
+	ho.mu.Unlock()
+	if waiting > 0 || accepts > 0 {
+		return fmt.Errorf("%d connections still busy after %v", waiting, HandoverTimeout)
+	}
+	for {
+		s.mu.Lock()
+		helpers := len(s.helpers)
+		s.mu.Unlock()
+		if helpers == 0 {
+			return nil
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%d request-key upcalls still in progress after %v", helpers, HandoverTimeout)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// connEnded tells a hand-over under way that c ended before parking.
+func (s *Server) connEnded(c *conn) {
+	s.mu.Lock()
+	ho := s.ho
+	s.mu.Unlock()
+	if ho == nil {
+		return
+	}
+	ho.mu.Lock()
+	delete(ho.waiting, c)
+	ho.cond.Broadcast()
+	ho.mu.Unlock()
+}
+
+// acceptParked tells a hand-over under way that a Serve loop stopped
+// accepting; it returns the hand-over, or nil if there is none.
+func (s *Server) acceptParked() *handover {
+	s.mu.Lock()
+	ho := s.ho
+	s.mu.Unlock()
+	if ho == nil {
+		return nil
+	}
+	ho.mu.Lock()
+	ho.accepts--
+	ho.cond.Broadcast()
+	ho.mu.Unlock()
+	return ho
+}
+
+// endHandover decides the hand-over: handed over, everything parked
+// leaves with it and HandedOver closes; otherwise everything serves on.
+func (s *Server) endHandover(ho *handover, ok bool) {
+	s.mu.Lock()
+	var released []*proc
+	for _, ln := range s.lns {
+		u, isUnix := ln.(*net.UnixListener)
+		switch {
+		case !isUnix:
+		case ok:
+			// The socket is the new daemon's now: closing this daemon's
+			// copy must not remove its name.
+			u.SetUnlinkOnClose(false)
+			u.Close()
+		default:
+			u.SetDeadline(time.Time{})
+		}
+	}
+	if ok {
+		// Nothing of this daemon's serving goes on: its background work
+		// (the collector of exited processes, the fork follower, the
+		// waits for exits) ends, without releasing anything, which is
+		// the new daemon's now.
+		if !s.closing {
+			close(s.stop)
+		}
+		s.closing = true
+		if s.forks != nil {
+			s.forks.Close()
+			s.forks = nil
+		}
+		for _, p := range s.procs {
+			p.handle.close() // ends its awaitExit
+			released = append(released, p)
+		}
+	}
+	s.ho = nil
+	s.mu.Unlock()
+	// This daemon's keys are the new one's now: here they are released,
+	// so that the collector wipes their payloads (and closes big keys'
+	// files) while the process exits.
+	for _, p := range released {
+		p.caller.Release()
+	}
+	ho.mu.Lock()
+	ho.ok = ok
+	ho.mu.Unlock()
+	close(ho.done)
+	if ok {
+		close(s.handedOver)
+	}
+}
+
+// handoverRecords is what a hand-over carries beside the keys: the
+// server's own state, as JSON (it is small beside the keys, and a reader
+// of a later version ignores fields it does not know).
+type handoverRecords struct {
+	Version   int             `json:"version"`
+	Listeners int             `json:"listeners"`
+	Procs     []procRecord    `json:"procs"`
+	Sessions  []sessionRecord `json:"sessions"`
+	Logins    []loginRecord   `json:"logins"`
+	Conns     []connRecord    `json:"conns"`
+}
+
+type procRecord struct {
+	PID       int              `json:"pid"`
+	Start     string           `json:"start"`
+	Ghost     bool             `json:"ghost,omitempty"`
+	Inherited bool             `json:"inherited,omitempty"`
+	Settled   bool             `json:"settled,omitempty"`
+	Caller    keys.CallerState `json:"caller"`
+}
+
+type sessionRecord struct {
+	Token  string      `json:"token"`
+	Serial keys.Serial `json:"serial"`
+	UID    uint32      `json:"uid"`
+}
+
+type loginRecord struct {
+	UID    uint32      `json:"uid"`
+	Audit  bool        `json:"audit,omitempty"`
+	ID     uint64      `json:"id"`
+	Serial keys.Serial `json:"serial"`
+}
+
+// connRecord is one connection, whose descriptor is the FDth sent (after
+// the listeners'). A connection of a process the daemon keeps by pid
+// names it; one whose process it cannot see carries its caller (Private).
+type connRecord struct {
+	FD      int         `json:"fd"`
+	PID     int         `json:"pid"`
+	Private *procRecord `json:"private,omitempty"`
+	Version uint16      `json:"version"`
+	Unread  []byte      `json:"unread,omitempty"`
+}
+
+// records gathers the server's records of a parked daemon, and the
+// descriptors to send: the listeners', then the connections'.
+func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
+	rec := handoverRecords{Version: HandoverVersion}
+	var fds []int
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, ln := range s.lns {
+		u, ok := ln.(*net.UnixListener)
+		if !ok {
+			return rec, nil, fmt.Errorf("server: a listener of type %T cannot be handed over", ln)
+		}
+		fd, err := rawFD(u)
+		if err != nil {
+			return rec, nil, err
+		}
+		fds = append(fds, fd)
+	}
+	rec.Listeners = len(fds)
+	procRec := func(p *proc) procRecord {
+		return procRecord{PID: p.handle.pid, Start: p.start, Ghost: p.ghost, Inherited: p.inherited.Load(),
+			Settled: p.settled.Load(), Caller: p.caller.State()}
+	}
+	for _, p := range s.procs {
+		if p.private || p.entombed.Load() || p == ho.from.proc && p.conns <= 1 {
+			continue // the new daemon itself is no client of its own
+		}
+		rec.Procs = append(rec.Procs, procRec(p))
+	}
+	for tok, g := range s.sessions {
+		rec.Sessions = append(rec.Sessions, sessionRecord{Token: tok, Serial: g.key.Serial(), UID: g.uid})
+	}
+	for id, k := range s.logins {
+		rec.Logins = append(rec.Logins, loginRecord{UID: id.uid, Audit: id.login.audit, ID: id.login.id, Serial: k.Serial()})
+	}
+	for c, pc := range ho.parked {
+		if pc.err != nil || c.helper != nil {
+			// Its answers are lost, or it acted for an upcall that has
+			// ended: it ends with this daemon.
+			continue
+		}
+		fd, err := rawFD(c.uc)
+		if err != nil {
+			return rec, nil, err
+		}
+		cr := connRecord{FD: len(fds) - rec.Listeners, PID: c.proc.handle.pid, Version: pc.version, Unread: pc.unread}
+		if c.proc.private {
+			pr := procRec(c.proc)
+			cr.Private, cr.PID = &pr, 0
+		}
+		fds = append(fds, fd)
+		rec.Conns = append(rec.Conns, cr)
+	}
+	return rec, fds, nil
+}
+
+// rawFD returns the descriptor under a socket, which stays the socket's.
+func rawFD(x syscall.Conn) (int, error) {
+	raw, err := x.SyscallConn()
+	if err != nil {
+		return -1, err
+	}
+	fd := -1
+	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
+		return -1, err
+	}
+	return fd, nil
+}
+
+// maxFDsPerMessage is how many descriptors one message carries, under
+// the kernel's SCM_MAX_FD (253).
+const maxFDsPerMessage = 200
+
+// sendHandover sends everything on the hand-over connection: the
+// descriptors, in batches (a 4-byte count each, the last one 0), then
+// the keys' state stream and the records, each in chunks (chunkWriter).
+func (s *Server) sendHandover(c *conn, ho *handover) error {
+	rec, fds, err := s.records(ho)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		for i := range rec.Conns {
+			clear(rec.Conns[i].Unread)
+		}
+	}()
+	c.uc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+	raw, err := c.uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	for i := 0; ; i += maxFDsPerMessage {
+		batch := fds[min(i, len(fds)):min(i+maxFDsPerMessage, len(fds))]
+		var head [4]byte
+		binary.BigEndian.PutUint32(head[:], uint32(len(batch)))
+		var oob []byte
+		if len(batch) > 0 {
+			oob = unix.UnixRights(batch...)
+		}
+		var serr error
+		if err := raw.Write(func(fd uintptr) bool {
+			serr = unix.Sendmsg(int(fd), head[:], oob, nil, 0)
+			return !errors.Is(serr, unix.EAGAIN)
+		}); err != nil {
+			return err
+		}
+		if serr != nil {
+			return serr
+		}
+		if len(batch) == 0 {
+			break
+		}
+	}
+	cw := newChunkWriter(c.uc)
+	if err := s.svc.Export(cw); err != nil {
+		return err
+	}
+	if err := cw.Close(); err != nil {
+		return err
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	defer clear(b)
+	cw = newChunkWriter(c.uc)
+	if _, err := cw.Write(b); err != nil {
+		return err
+	}
+	return cw.Close()
+}
+
+// chunkWriter frames a stream in chunks of at most chunkMax bytes, each
+// after its 4-byte length, ended by an empty chunk (Close), so that the
+// reader knows where one stream ends and what follows begins. Its buffer
+// is wiped after each chunk: the stream carries payloads.
+type chunkWriter struct {
+	w   io.Writer
+	buf []byte
+}
+
+const chunkMax = 256 << 10
+
+func newChunkWriter(w io.Writer) *chunkWriter {
+	return &chunkWriter{w: w, buf: make([]byte, 4, 4+chunkMax)}
+}
+
+func (cw *chunkWriter) Write(p []byte) (int, error) {
+	n := 0
+	for len(p) > 0 {
+		k := min(len(p), 4+chunkMax-len(cw.buf))
+		cw.buf = append(cw.buf, p[:k]...)
+		p, n = p[k:], n+k
+		if len(cw.buf) == 4+chunkMax {
+			if err := cw.flush(); err != nil {
+				return n, err
+			}
+		}
+	}
+	return n, nil
+}
+
+func (cw *chunkWriter) flush() error {
+	binary.BigEndian.PutUint32(cw.buf, uint32(len(cw.buf)-4))
+	_, err := cw.w.Write(cw.buf)
+	clear(cw.buf)
+	cw.buf = cw.buf[:4]
+	return err
+}
+
+// Close writes what is buffered and the empty chunk that ends the stream.
+func (cw *chunkWriter) Close() error {
+	if len(cw.buf) > 4 {
+		if err := cw.flush(); err != nil {
+			return err
+		}
+	}
+	return cw.flush()
+}
+
+// chunkReader reads a stream chunkWriter wrote, up to its end, with at
+// most max bytes in all.
+type chunkReader struct {
+	r    io.Reader
+	left int // of the chunk being read
+	max  int
+	done bool
+}
+
+func (cr *chunkReader) Read(p []byte) (int, error) {
+	for cr.left == 0 {
+		if cr.done {
+			return 0, io.EOF
+		}
+		var head [4]byte
+		if _, err := io.ReadFull(cr.r, head[:]); err != nil {
+			return 0, io.ErrUnexpectedEOF
+		}
+		n := int(binary.BigEndian.Uint32(head[:]))
+		if n == 0 {
+			cr.done = true
+			return 0, io.EOF
+		}
+		if n > chunkMax || n > cr.max {
+			return 0, fmt.Errorf("server: a hand-over chunk of %d bytes", n)
+		}
+		cr.left, cr.max = n, cr.max-n
+	}
+	k, err := cr.r.Read(p[:min(len(p), cr.left)])
+	cr.left -= k
+	if err == io.EOF {
+		err = io.ErrUnexpectedEOF
+	}
+	return k, err
+}
+
+// drain reads the stream to its end, so that what follows can be read.
+func (cr *chunkReader) drain() error {
+	_, err := io.Copy(io.Discard, cr)
+	return err
+}

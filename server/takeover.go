@@ -1,0 +1,506 @@
+package server
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/internal/sock"
+	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/wire"
+)
+
+// TakeoverResult is what a daemon took over (TakeOver): its service, its
+// server, serving the connections it was handed already, and the
+// listening sockets, for the caller to Serve.
+type TakeoverResult struct {
+	Service   *keys.Service
+	Server    *Server
+	Listeners []*net.UnixListener
+	// Keys, Procs, Conns count what was handed over.
+	Keys, Procs, Conns int
+}
+
+// ErrNothingToTakeOver is returned by TakeOver when no daemon answers at
+// the socket.
+var ErrNothingToTakeOver = errors.New("server: no daemon to take over from")
+
+// takeoverIOTimeout bounds each read and write of a hand-over.
+const takeoverIOTimeout = 2 * time.Minute
+
+// maxRecords bounds the server's records in a hand-over.
+const maxRecords = 256 << 20
+
+// TakeOver takes over from the daemon serving the socket at path
+// (handover.go): it receives its listeners, its clients' connections,
+// every key (into a service made with keyOpts) and its records, and
+// serves the connections with a Server configured by cfg. The caller
+// serves the listeners (Serve). The old daemon exits once TakeOver
+// returns; if TakeOver fails, the old daemon serves on, untouched.
+func TakeOver(path string, keyOpts []keys.Option, cfg Config) (*TakeoverResult, error) {
+	return takeOver(path, keyOpts, cfg, takeoverFault{})
+}
+
+// ErrVersions is returned by TakeOver when the old daemon's state is of a
+// later version than this daemon reads.
+var ErrVersions = errors.New("server: the old daemon's state is of a later version than this daemon reads (versions too far apart): not taking over")
+
+// takeoverFault makes a hand-over fail on purpose, for the tests: a taker
+// that claims to read an earlier version only, or one that dies once it
+// has the descriptors.
+type takeoverFault struct {
+	stateVersion   int
+	setState       bool
+	hangUpAfterFDs bool
+}
+
+func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFault) (*TakeoverResult, error) {
+	fd, err := handoverSocket()
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	if err := unix.Connect(fd, &unix.SockaddrUnix{Name: path}); err != nil {
+		if errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ECONNREFUSED) {
+			return nil, fmt.Errorf("%w at %s", ErrNothingToTakeOver, path)
+		}
+		return nil, fmt.Errorf("server: taking over at %s: %w", path, err)
+	}
+	tv := unix.NsecToTimeval(takeoverIOTimeout.Nanoseconds())
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
+	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+	// Keys come only from a daemon of this user (or root).
+	peer, err := peerCredFD(fd)
+	if err != nil {
+		return nil, err
+	}
+	if peer.UID != uint32(os.Geteuid()) && peer.UID != 0 {
+		return nil, fmt.Errorf("server: the daemon at %s runs as uid %d, not as this one's %d: not taking over", path, peer.UID, os.Geteuid())
+	}
+	t := &takeover{fd: fd}
+	sv := keys.StateVersion
+	if fault.setState {
+		sv = fault.stateVersion
+	}
+	if err := t.ask(sv); err != nil {
+		return nil, err
+	}
+	fds, err := t.receiveFDs()
+	defer func() {
+		for _, f := range fds {
+			if f >= 0 {
+				unix.Close(f)
+			}
+		}
+	}()
+	if err != nil {
+		return nil, err
+	}
+	if fault.hangUpAfterFDs {
+		return nil, errors.New("server: hanging up on purpose")
+	}
+	kr := &chunkReader{r: t, max: 1<<62 - 1}
+	rs, err := keys.Import(kr, keyOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("server: the keys handed over: %w", err)
+	}
+	if err := kr.drain(); err != nil {
+		rs.Done()
+		rs.Service().Close()
+		return nil, fmt.Errorf("server: the keys handed over: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			rs.Done()
+			rs.Service().Close()
+		}
+	}()
+	var rec handoverRecords
+	cr := &chunkReader{r: t, max: maxRecords}
+	if err := json.NewDecoder(cr).Decode(&rec); err != nil {
+		return nil, fmt.Errorf("server: the records handed over: %w", err)
+	}
+	if err := cr.drain(); err != nil {
+		return nil, fmt.Errorf("server: the records handed over: %w", err)
+	}
+	if rec.Version < 1 || rec.Version > HandoverVersion {
+		return nil, fmt.Errorf("server: records of hand-over version %d", rec.Version)
+	}
+	if rec.Listeners < 0 || rec.Listeners > len(fds) {
+		return nil, fmt.Errorf("server: %d listeners handed over, with %d descriptors", rec.Listeners, len(fds))
+	}
+	res := &TakeoverResult{Service: rs.Service()}
+	s := New(rs.Service(), cfg)
+	res.Server = s
+	for i := 0; i < rec.Listeners; i++ {
+		ln, err := listenerFrom(fds[i])
+		fds[i] = -1
+		if err != nil {
+			for _, l := range res.Listeners {
+				l.SetUnlinkOnClose(false)
+				l.Close()
+			}
+			return nil, err
+		}
+		res.Listeners = append(res.Listeners, ln)
+	}
+	start, err := s.restore(rs, &rec, fds[rec.Listeners:], res)
+	if err != nil {
+		for _, l := range res.Listeners {
+			l.SetUnlinkOnClose(false)
+			l.Close()
+		}
+		return nil, err
+	}
+	res.Keys = rs.Service().Keys()
+	rs.Done()
+	// The old daemon lets go once it reads this: from then on the
+	// sockets are this daemon's alone.
+	if _, err := unix.Write(fd, []byte{'K'}); err != nil {
+		s.abandonRestored()
+		for _, l := range res.Listeners {
+			l.SetUnlinkOnClose(false)
+			l.Close()
+		}
+		rs.Service().Close()
+		ok = true // closed here
+		return nil, fmt.Errorf("server: telling the old daemon: %w", err)
+	}
+	ok = true
+	start()
+	return res, nil
+}
+
+// takeover is the new daemon's end of a hand-over connection: a blocking
+// socket, read exactly, so that descriptors are received with the bytes
+// they come with.
+type takeover struct {
+	fd int
+}
+
+func (t *takeover) Read(p []byte) (int, error) {
+	for {
+		n, err := unix.Read(t.fd, p)
+		switch {
+		case errors.Is(err, unix.EINTR):
+			continue
+		case err != nil:
+			return 0, err
+		case n == 0 && len(p) > 0:
+			return 0, io.EOF
+		}
+		return n, nil
+	}
+}
+
+func (t *takeover) writeAll(b []byte) error {
+	for len(b) > 0 {
+		n, err := unix.Write(t.fd, b)
+		if errors.Is(err, unix.EINTR) {
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		b = b[n:]
+	}
+	return nil
+}
+
+// frame reads one frame of the wire protocol.
+func (t *takeover) frame(max int) ([]byte, error) {
+	var head [4]byte
+	if _, err := io.ReadFull(t, head[:]); err != nil {
+		return nil, err
+	}
+	n := int(binary.BigEndian.Uint32(head[:]))
+	if n > max {
+		return nil, fmt.Errorf("server: a frame of %d bytes from the old daemon", n)
+	}
+	b := make([]byte, n)
+	_, err := io.ReadFull(t, b)
+	return b, err
+}
+
+// ask says hello and asks to take over, and reads the answer.
+func (t *takeover) ask(stateVersion int) error {
+	var out sock.Frames
+	out.Body(wire.EncodeHello(wire.Version))
+	var req wire.Request
+	if err := req.Set(wire.OpTakeover, wire.Int(HandoverVersion), wire.Int(int64(stateVersion))); err != nil {
+		return err
+	}
+	req.Tag = 1
+	if err := out.Request(&req); err != nil {
+		return err
+	}
+	if err := t.writeAll(out.Bytes()); err != nil {
+		return fmt.Errorf("server: asking to take over: %w", err)
+	}
+	hello, err := t.frame(wire.MaxHello)
+	if err != nil {
+		return fmt.Errorf("server: the old daemon's hello: %w", err)
+	}
+	if _, err := wire.DecodeHello(hello); err != nil {
+		return fmt.Errorf("server: the old daemon's hello: %w", err)
+	}
+	b, err := t.frame(4096)
+	if err != nil {
+		return fmt.Errorf("server: the old daemon's answer: %w", err)
+	}
+	resp, err := wire.DecodeResponse(b)
+	if err != nil {
+		return fmt.Errorf("server: the old daemon's answer: %w", err)
+	}
+	switch e := keys.Errno(resp.Errno); e {
+	case 0:
+		return nil
+	case keys.EPERM:
+		return fmt.Errorf("server: the old daemon refuses a hand-over to another user")
+	case keys.EPROTONOSUPPORT:
+		return ErrVersions
+	case keys.EOPNOTSUPP:
+		return fmt.Errorf("server: the old daemon holds what cannot be handed over (seccomp listeners, key watches; see its log)")
+	case keys.EBUSY:
+		return fmt.Errorf("server: the old daemon is busy (connections or request-key upcalls did not finish in time, or another hand-over is under way); try again")
+	default:
+		return fmt.Errorf("server: the old daemon refused: %v", e)
+	}
+}
+
+// receiveFDs receives the descriptors, in batches of a 4-byte count each
+// (sendHandover), the last one empty.
+func (t *takeover) receiveFDs() ([]int, error) {
+	var fds []int
+	oob := make([]byte, unix.CmsgSpace(4*maxFDsPerMessage))
+	for {
+		var head [4]byte
+		got := 0
+		var batch []int
+		for got < len(head) {
+			n, oobn, _, _, err := unix.Recvmsg(t.fd, head[got:], oob, handoverRecvFlags)
+			if errors.Is(err, unix.EINTR) {
+				continue
+			}
+			if err != nil {
+				return fds, fmt.Errorf("server: receiving descriptors: %w", err)
+			}
+			if n == 0 {
+				return fds, fmt.Errorf("server: the old daemon hung up while sending descriptors")
+			}
+			got += n
+			if oobn > 0 {
+				msgs, err := unix.ParseSocketControlMessage(oob[:oobn])
+				if err == nil {
+					for i := range msgs {
+						if r, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+							for _, f := range r {
+								unix.CloseOnExec(f)
+							}
+							batch = append(batch, r...)
+						}
+					}
+				}
+			}
+		}
+		fds = append(fds, batch...)
+		want := int(binary.BigEndian.Uint32(head[:]))
+		if want != len(batch) {
+			return fds, fmt.Errorf("server: %d descriptors announced, %d received", want, len(batch))
+		}
+		if want == 0 {
+			return fds, nil
+		}
+	}
+}
+
+// listenerFrom makes a listener of a descriptor handed over.
+func listenerFrom(fd int) (*net.UnixListener, error) {
+	f := os.NewFile(uintptr(fd), "listener")
+	defer f.Close()
+	ln, err := net.FileListener(f)
+	if err != nil {
+		return nil, err
+	}
+	u, ok := ln.(*net.UnixListener)
+	if !ok {
+		ln.Close()
+		return nil, fmt.Errorf("server: a listener of type %T handed over", ln)
+	}
+	// It removes the socket's name when it closes, as one made by Listen
+	// does.
+	u.SetUnlinkOnClose(true)
+	return u, nil
+}
+
+// restore makes the server's processes, sessions, logins and connections
+// again from what was handed over, conns being the connections'
+// descriptors (taken). It returns the function that starts serving the
+// connections, once the old daemon has let go of them.
+func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, res *TakeoverResult) (func(), error) {
+	type resumed struct {
+		c       *conn
+		version uint16
+		unread  []byte
+	}
+	var toStart []resumed
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	// The connections first: a process that has one is identified by it
+	// (SO_PEERPIDFD), which no reused pid can fool.
+	ucs := make(map[int]*net.UnixConn)
+	for i, cr := range rec.Conns {
+		if cr.FD < 0 || cr.FD >= len(conns) || conns[cr.FD] < 0 {
+			return nil, fmt.Errorf("server: connection record %d names descriptor %d of %d", i, cr.FD, len(conns))
+		}
+		f := os.NewFile(uintptr(conns[cr.FD]), "conn")
+		conns[cr.FD] = -1
+		nc, err := net.FileConn(f)
+		f.Close()
+		if err != nil {
+			return nil, err
+		}
+		uc, ok := nc.(*net.UnixConn)
+		if !ok {
+			nc.Close()
+			return nil, fmt.Errorf("server: a connection of type %T handed over", nc)
+		}
+		ucs[i] = uc
+	}
+	byPID := make(map[int]*net.UnixConn)
+	for i, cr := range rec.Conns {
+		if cr.PID > 0 {
+			byPID[cr.PID] = ucs[i]
+		}
+	}
+	makeProc := func(pr *procRecord) (*proc, error) {
+		caller, err := rs.Caller(pr.Caller)
+		if err != nil {
+			return nil, fmt.Errorf("server: process %d's keyrings: %w", pr.PID, err)
+		}
+		p := &proc{caller: caller, start: pr.Start, ghost: pr.Ghost, tracked: true}
+		p.inherited.Store(pr.Inherited)
+		p.settled.Store(pr.Settled)
+		return p, nil
+	}
+	for i := range rec.Procs {
+		pr := &rec.Procs[i]
+		if pr.PID <= 0 || s.procs[pr.PID] != nil {
+			return nil, fmt.Errorf("server: process record %d for pid %d", i, pr.PID)
+		}
+		var h procHandle
+		if uc := byPID[pr.PID]; uc != nil {
+			h = openProc(uc, pr.PID)
+		} else {
+			var ok bool
+			if h, ok = openPid(pr.PID, pr.Start); !ok {
+				continue // it exited meanwhile: its keyrings go
+			}
+		}
+		p, err := makeProc(pr)
+		if err != nil {
+			h.close()
+			return nil, err
+		}
+		p.handle = h
+		s.procs[pr.PID] = p
+		u := s.usageOf(p.caller.Cred().UID)
+		u.procs++
+		s.nprocs++
+		res.Procs++
+	}
+	for _, sr := range rec.Sessions {
+		k := rs.Key(sr.Serial)
+		if k == nil || !k.IsKeyring() {
+			continue
+		}
+		g := sessionGrant{key: k, uid: sr.UID}
+		s.sessions[sr.Token] = g
+		s.grants[g] = sr.Token
+	}
+	for _, lr := range rec.Logins {
+		if k := rs.Key(lr.Serial); k != nil && k.IsKeyring() {
+			s.logins[loginKey{uid: lr.UID, login: loginID{audit: lr.Audit, id: lr.ID}}] = k
+		}
+	}
+	for i, cr := range rec.Conns {
+		uc := ucs[i]
+		cred, err := peerCred(uc)
+		if err != nil {
+			uc.Close()
+			continue
+		}
+		var p *proc
+		switch {
+		case cr.Private != nil:
+			p, err = makeProc(cr.Private)
+			if err != nil {
+				return nil, err
+			}
+			p.handle, p.private, p.tracked = procHandle{fd: -1}, true, true
+			u := s.usageOf(cred.UID)
+			u.procs++
+			s.nprocs++
+		default:
+			p = s.procs[cred.PID]
+			if p == nil || cr.PID != cred.PID {
+				// Its process is gone (or the record lies): the
+				// connection ends.
+				uc.Close()
+				continue
+			}
+		}
+		if len(cr.Unread) > wire.MaxFrame+4 {
+			uc.Close()
+			continue
+		}
+		p.conns++
+		cred.Caps, cred.CapsKnown = p.caller.Cred().Caps, p.caller.Cred().CapsKnown
+		c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller}
+		s.conns[c] = struct{}{}
+		u := s.usageOf(cred.UID)
+		u.conns++
+		s.nconns++
+		s.wg.Add(1)
+		toStart = append(toStart, resumed{c: c, version: cr.Version, unread: cr.Unread})
+		res.Conns++
+	}
+	for _, p := range s.procs {
+		if p.conns == 0 {
+			s.linger(p)
+		}
+	}
+	return func() {
+		for _, r := range toStart {
+			s.cfg.Metrics.ConnOpened()
+			go r.c.run2(r.version, r.unread)
+		}
+	}, nil
+}
+
+// abandonRestored lets go of what restore made, when the old daemon did
+// not hear that this one took over: it serves on, and this daemon must
+// not touch the connections.
+func (s *Server) abandonRestored() {
+	s.mu.Lock()
+	conns := make([]*conn, 0, len(s.conns))
+	for c := range s.conns {
+		conns = append(conns, c)
+	}
+	s.conns = make(map[*conn]struct{})
+	s.mu.Unlock()
+	for _, c := range conns {
+		c.uc.Close()
+		s.wg.Done()
+	}
+	s.Shutdown(context.Background())
+}
