@@ -246,6 +246,13 @@ func run(args []string) int {
 		if hs != nil {
 			hs.Close()
 		}
+		// The keys are the new daemon's: this one's copies were released
+		// at the hand-over, and the collector wipes them (and closes big
+		// keys' files) before the process goes.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		svc.WaitGC(ctx)
+		cancel()
+		svc.Close()
 		log.Info("ukeyd: handed over to a new daemon; exiting")
 		return 0
 	}
