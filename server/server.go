@@ -48,6 +48,11 @@ type Config struct {
 	// kernel's does. The seccomp agent's servers, one per container,
 	// have none: a container has no login.
 	NoLogins bool
+	// BeforeTakeover, if set, runs when TakeOver has everything the old
+	// daemon handed over and is about to tell it to let go: ukeyd tells
+	// systemd there that it is the service's main process now, before
+	// the old one exits.
+	BeforeTakeover func()
 }
 
 // Server serves a keys.Service to clients on Unix sockets.

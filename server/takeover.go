@@ -163,6 +163,9 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	}
 	res.Keys = rs.Service().Keys()
 	rs.Done()
+	if cfg.BeforeTakeover != nil {
+		cfg.BeforeTakeover()
+	}
 	// The old daemon lets go once it reads this: from then on the
 	// sockets are this daemon's alone.
 	if _, err := unix.Write(fd, []byte{'K'}); err != nil {

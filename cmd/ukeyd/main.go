@@ -73,6 +73,7 @@ func run(args []string) int {
 	trustedDir := fs.String("trusted-certs", envOr("UKEYD_TRUSTED_CERTS", ""), "directory of X.509 certificates (DER or PEM, *.der, *.crt, *.pem) loaded at start into .builtin_trusted_keys, which the asymmetric restrictions builtin_trusted and builtin_and_secondary_trusted trust (env UKEYD_TRUSTED_CERTS; empty: none)")
 	agentPath := fs.String("seccomp-agent", envOr("UKEYD_SECCOMP_AGENT", ""), "also serve container runtimes as an OCI seccomp agent on this Unix socket (linux.seccomp.listenerPath), each container a key namespace of its own (env UKEYD_SECCOMP_AGENT)")
 	takeover := fs.Bool("takeover", envBool("UKEYD_TAKEOVER", false), "take over from the ukeyd serving -socket (an upgrade): its listening socket, its clients' connections, every key, session and process record, with no client refused; it exits once this one serves, and serves on if this one fails (env UKEYD_TAKEOVER)")
+	detach := fs.Bool("detach", false, "with -takeover: start the new daemon in the background and exit once it has taken over (0) or failed (1), as systemd's ExecReload needs")
 	logins := fs.Bool("login-sessions", envBool("UKEYD_LOGIN_SESSIONS", true), "give a process that has no session keyring of its own its login's (one per uid and audit or POSIX session, made on first use), as pam_keyinit gives each login one; false keeps the kernel's fallback to the user-session keyring (env UKEYD_LOGIN_SESSIONS)")
 	lim := server.DefaultLimits(server.NoFile())
 	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
@@ -80,6 +81,13 @@ func run(args []string) int {
 	maxBuf := fs.Int("max-buffer-per-uid", ev.int("UKEYD_MAX_BUFFER_PER_UID", lim.MaxBufferedPerUID), "bytes of large requests and answers one uid may have in flight (env UKEYD_MAX_BUFFER_PER_UID)")
 	if err := fs.Parse(args); err != nil {
 		return 2
+	}
+	if *detach {
+		if !*takeover {
+			fmt.Fprintln(os.Stderr, "ukeyd: -detach goes with -takeover")
+			return 2
+		}
+		return detached()
 	}
 	for name, v := range map[string]int{"-max-conns-per-uid": *maxConns, "-max-procs-per-uid": *maxProcs, "-max-buffer-per-uid": *maxBuf} {
 		if v < 1 {
@@ -123,7 +131,8 @@ func run(args []string) int {
 	}
 	keyOpts := []keys.Option{keys.WithUpcall(upcaller), keys.WithUpcallTimeout(*upcallTimeout)}
 	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
-	cfg := server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg, NoLogins: !*logins}
+	cfg := server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg, NoLogins: !*logins,
+		BeforeTakeover: func() { notify(fmt.Sprintf("MAINPID=%d", os.Getpid())) }}
 	var svc *keys.Service
 	var srv *server.Server
 	var lns []*net.UnixListener
@@ -168,14 +177,25 @@ func run(args []string) int {
 		log.Info("ukeyd: the built-in trusted keys were handed over; -trusted-certs is read at a fresh start only")
 	}
 	keys.SetBigKeyFileLimit(lim.BigKeyFiles)
+	activated := false
 	if srv == nil {
 		srv = server.New(svc, cfg)
-		ln, err := server.Listen(*socket)
+		sl, err := systemdListeners()
 		if err != nil {
-			log.Error("ukeyd: cannot listen", "socket", *socket, "err", err)
+			log.Error("ukeyd: the sockets systemd passed", "err", err)
 			return 1
 		}
-		lns = append(lns, ln)
+		if len(sl) > 0 {
+			lns, activated = sl, true
+			log.Info("ukeyd: serving the sockets systemd passed", "sockets", len(sl))
+		} else {
+			ln, err := server.Listen(*socket)
+			if err != nil {
+				log.Error("ukeyd: cannot listen", "socket", *socket, "err", err)
+				return 1
+			}
+			lns = append(lns, ln)
+		}
 	}
 	m.RegisterService(reg, svc)
 	m.RegisterServer(reg, srv)
@@ -234,6 +254,13 @@ func run(args []string) int {
 	for _, l := range lns {
 		go func() { served <- srv.Serve(l) }()
 	}
+	if !activated && !*takeover {
+		if err := storeListener(ln); err != nil {
+			log.Warn("ukeyd: cannot keep the socket in systemd's file-descriptor store", "err", err)
+		}
+	}
+	notify("READY=1")
+	readyFD()
 	handedOver := func() int {
 		// Another daemon serves the socket and every connection now:
 		// nothing is shut down, and the process exits.

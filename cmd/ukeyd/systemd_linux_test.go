@@ -1,0 +1,212 @@
+package main
+
+import (
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/keys"
+)
+
+// The unit files in deploy/systemd are ones systemd accepts, with the
+// binary where they name it.
+func TestSystemdUnitsVerify(t *testing.T) {
+	analyze, err := exec.LookPath("systemd-analyze")
+	if err != nil {
+		t.Skip("needs systemd-analyze (Debian package systemd)")
+	}
+	dir := t.TempDir()
+	for _, name := range []string{"ukeyd.service", "ukeyd.socket"} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "deploy", "systemd", name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The units name /usr/local/bin/ukeyd: here, this test binary
+		// stands in for it, so that verify finds an executable.
+		text := strings.ReplaceAll(string(b), "/usr/local/bin/ukeyd", os.Args[0])
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cmd := exec.Command(analyze, "verify", "--man=no", filepath.Join(dir, "ukeyd.service"), filepath.Join(dir, "ukeyd.socket"))
+	out, err := cmd.CombinedOutput()
+	if err != nil || len(strings.TrimSpace(string(out))) > 0 {
+		t.Fatalf("systemd-analyze verify: %v\n%s", err, out)
+	}
+}
+
+// notifySocket listens where a daemon's sd_notify messages go
+// (NOTIFY_SOCKET), as systemd does.
+type notifySocket struct {
+	c    *net.UnixConn
+	path string
+}
+
+func newNotifySocket(t *testing.T) *notifySocket {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "notify")
+	c, err := net.ListenUnixgram("unixgram", &net.UnixAddr{Name: path, Net: "unixgram"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { c.Close() })
+	return &notifySocket{c: c, path: path}
+}
+
+// next returns the next message and the descriptors that came with it.
+func (n *notifySocket) next(t *testing.T) (string, []int) {
+	t.Helper()
+	n.c.SetReadDeadline(time.Now().Add(20 * time.Second))
+	b := make([]byte, 4096)
+	oob := make([]byte, unix.CmsgSpace(4*8))
+	k, oobn, _, _, err := n.c.ReadMsgUnix(b, oob)
+	if err != nil {
+		t.Fatalf("no notification: %v", err)
+	}
+	var fds []int
+	if msgs, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
+		for i := range msgs {
+			if r, err := unix.ParseUnixRights(&msgs[i]); err == nil {
+				fds = append(fds, r...)
+			}
+		}
+	}
+	return string(b[:k]), fds
+}
+
+// Started by systemd's socket unit, ukeyd serves the socket it is given
+// (LISTEN_FDS) and says when it serves (READY=1); a daemon that takes over
+// from it tells systemd it is the main process (MAINPID) before the old
+// one lets go, then that it serves.
+func TestSystemdActivationAndTakeover(t *testing.T) {
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "ukeyd.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	lf, err := ln.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	ns := newNotifySocket(t)
+	// LISTEN_PID must be the daemon's own pid: a shell that execs it
+	// knows it.
+	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, os.Args[0], childArg,
+		"-socket", filepath.Join(dir, "unused.sock"), "-request-key", "")
+	cmd.Env = append(os.Environ(), "LISTEN_FDS=1", "LISTEN_FDNAMES=ukeyd.socket", "NOTIFY_SOCKET="+ns.path)
+	cmd.ExtraFiles = []*os.File{lf}
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	lf.Close()
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	defer func() {
+		cmd.Process.Kill()
+		<-done
+	}()
+	if msg, _ := ns.next(t); msg != "READY=1" {
+		t.Fatalf("first notification %q\n%s", msg, stderr.String())
+	}
+	c, err := client.Dial(socket)
+	if err != nil {
+		t.Fatalf("the activated socket: %v\n%s", err, stderr.String())
+	}
+	defer c.Close()
+	id, err := c.AddKey("user", "activated", []byte("v"), keys.UserKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "unused.sock")); err == nil {
+		t.Error("the daemon made a socket of its own beside the one systemd passed")
+	}
+
+	// The take-over, as ExecReload runs it.
+	re := exec.Command(os.Args[0], childArg, "-takeover", "-detach", "-socket", socket, "-request-key", "")
+	re.Env = append(os.Environ(), "NOTIFY_SOCKET="+ns.path)
+	// A file, not a pipe, as systemd's journal stream is: the daemon it
+	// starts keeps writing there after it returns.
+	logf, err := os.Create(filepath.Join(dir, "reload.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer logf.Close()
+	re.Stdout, re.Stderr = logf, logf
+	if err := re.Run(); err != nil {
+		out, _ := os.ReadFile(logf.Name())
+		t.Fatalf("ukeyd -takeover -detach: %v\n%s", err, out)
+	}
+	msg, _ := ns.next(t)
+	pid, ok := strings.CutPrefix(msg, "MAINPID=")
+	if !ok {
+		t.Fatalf("the new daemon's first notification %q", msg)
+	}
+	if msg, _ := ns.next(t); msg != "READY=1" {
+		t.Fatalf("the new daemon's second notification %q", msg)
+	}
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatalf("the old daemon exited: %v\n%s", err, stderr.String())
+		}
+		done <- nil
+	case <-time.After(20 * time.Second):
+		t.Fatal("the old daemon did not exit")
+	}
+	if got := daemonPID(t, socket); pid != strings.TrimSpace(itoa(got)) {
+		t.Fatalf("MAINPID=%s, but pid %d serves", pid, got)
+	}
+	if b, err := c.Read(id); err != nil || string(b) != "v" {
+		t.Fatalf("the key after the take-over: %q %v", b, err)
+	}
+	var p int
+	for _, ch := range pid {
+		p = 10*p + int(ch-'0')
+	}
+	syscall.Kill(p, syscall.SIGTERM)
+}
+
+// A daemon that makes its own socket keeps it in systemd's
+// file-descriptor store, so that a restart gets it back.
+func TestSystemdFDStore(t *testing.T) {
+	ns := newNotifySocket(t)
+	socket := filepath.Join(t.TempDir(), "ukeyd.sock")
+	d := startChild(t, socket, childOpts{env: []string{"NOTIFY_SOCKET=" + ns.path}})
+	msg, fds := ns.next(t)
+	for _, fd := range fds {
+		defer unix.Close(fd)
+	}
+	if msg != "FDSTORE=1\nFDNAME=ukeyd" || len(fds) != 1 {
+		t.Fatalf("first notification %q with %d descriptors\n%s", msg, len(fds), d.stderrText())
+	}
+	// The descriptor is the listening socket.
+	if name, err := unix.Getsockname(fds[0]); err != nil || name.(*unix.SockaddrUnix).Name != socket {
+		t.Fatalf("the stored descriptor is bound to %v (%v), want %s", name, err, socket)
+	}
+	if msg, _ := ns.next(t); msg != "READY=1" {
+		t.Fatalf("second notification %q", msg)
+	}
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	d.wait(t)
+}
+
+func itoa(n int) string {
+	b := []byte{}
+	for n > 0 || len(b) == 0 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+		n /= 10
+	}
+	return string(b)
+}
