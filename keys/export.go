@@ -53,29 +53,34 @@ func (c *Caller) State() CallerState {
 // caller's to wipe.
 func (s *Service) Export(w io.Writer) error {
 	e := newStateWriter(w)
-	x, err := s.exportOrder()
-	defer x.release()
-	if err != nil {
-		return err
-	}
 	e.raw([]byte(stateMagic))
 	e.uvarint(StateVersion)
 	t := s.Tunables()
 	for _, v := range []int64{int64(t.GCDelay), int64(t.MaxKeys), int64(t.MaxBytes), int64(t.RootMaxKeys), int64(t.RootMaxBytes), int64(t.PersistentExpiry)} {
 		e.varint(v)
 	}
-
-	e.uvarint(uint64(len(x.keys)))
+	// How many keys to expect, for the reader to size its index: a hint,
+	// since keys may go meanwhile; a serial of 0 ends the keys.
+	e.uvarint(uint64(s.Keys()))
+	// Each key is written as soon as its place is known, so that a
+	// reader on the other end of a pipe makes keys while this side still
+	// orders them.
 	sec := s.dom.Read()
-	for i, k := range x.keys {
-		if i%1024 == 1023 {
+	n := 0
+	x, err := s.exportOrder(func(k *Key) {
+		if n++; n%1024 == 0 {
 			// Grace periods go on between batches of keys.
 			sec.End()
 			sec = s.dom.Read()
 		}
 		s.exportKey(e, k)
-	}
+	})
 	sec.End()
+	defer x.release()
+	if err != nil {
+		return err
+	}
+	e.uvarint(0)
 
 	// Links, by position in the stream: a reader finds each key in a
 	// slice, and the keys a keyring holds sit together in it.
@@ -98,7 +103,7 @@ func (s *Service) Export(w io.Writer) error {
 		}
 		entries = entries[:0]
 		group, next := x.groups[i], 0
-		for _, l := range snap.links() {
+		for _, l := range group.links {
 			k := l.key
 			pos, ok := 0, false
 			switch {
@@ -173,6 +178,7 @@ type exportSet struct {
 type exportGroup struct {
 	start int
 	keys  []*Key
+	links []link // the keyring's links in listing order, read once
 }
 
 func (x *exportSet) release() {
@@ -181,7 +187,8 @@ func (x *exportSet) release() {
 	}
 }
 
-// exportOrder returns the keys Export writes: first the keyrings, the
+// exportOrder returns the keys Export writes, handing each to emit as
+// soon as its place is known: first the keyrings, the
 // named ones in the order of the service's list of keyrings by name
 // (oldest first: that order decides which one a join by name finds);
 // then every other key, grouped by the first keyring that links it, in
@@ -189,13 +196,20 @@ func (x *exportSet) release() {
 // keys it has just made, which its cache still holds); then the keys no
 // keyring written links. A key on its way to destruction is left out:
 // nothing can refer to it any more.
-func (s *Service) exportOrder() (*exportSet, error) {
-	x := &exportSet{pos: make(map[*Key]int)}
+func (s *Service) exportOrder(emit func(*Key)) (*exportSet, error) {
+	x := &exportSet{pos: make(map[*Key]int), keys: make([]*Key, 0, s.Keys())}
+	var busy bool
 	add := func(k *Key) bool {
 		if !exportable(k) || !k.tryGet() {
 			return false
 		}
+		if k.underConstruction() && k.state.Load() == stateUninstantiated {
+			busy = true
+		}
 		x.keys = append(x.keys, k)
+		if !busy {
+			emit(k)
+		}
 		return true
 	}
 	s.namesMu.Lock()
@@ -227,19 +241,24 @@ func (s *Service) exportOrder() (*exportSet, error) {
 	for i, ring := range x.keys[:x.rings] {
 		g := &x.groups[i]
 		g.start = len(x.keys)
-		for _, l := range ring.ring.Load().links() {
+		g.links = ring.ring.Load().links()
+		for _, l := range g.links {
 			k := l.key
-			if k.isKeyring() || k.firstParent() != ring || !add(k) {
+			if k.isKeyring() {
+				continue
+			}
+			first, twice := k.parents()
+			if first != ring || !add(k) {
 				continue
 			}
 			g.keys = append(g.keys, k)
-			if k.linkedTwice() {
+			if twice {
 				x.pos[k] = len(x.keys) - 1
 			}
 		}
 	}
 	for _, k := range others {
-		if p := k.firstParent(); p != nil {
+		if p, _ := k.parents(); p != nil {
 			if _, written := x.pos[p]; written && p.isKeyring() {
 				continue // in p's group
 			}
@@ -249,27 +268,19 @@ func (s *Service) exportOrder() (*exportSet, error) {
 		}
 	}
 	clear(others)
-	for _, k := range x.keys {
-		if k.underConstruction() && k.state.Load() == stateUninstantiated {
-			return x, EBUSY
-		}
+	if busy {
+		return x, EBUSY
 	}
 	return x, nil
 }
 
-// firstParent returns the first keyring that links k, or nil.
-func (k *Key) firstParent() *Key {
-	k.parentsMu.Lock()
-	defer k.parentsMu.Unlock()
-	return k.parent
-}
-
-// linkedTwice reports whether more than one keyring links k.
-func (k *Key) linkedTwice() bool {
+// parents returns the first keyring that links k (nil if none), and
+// whether another does too.
+func (k *Key) parents() (first *Key, more bool) {
 	k.parentsMu.Lock()
 	defer k.parentsMu.Unlock()
 	e := k.ext.Load()
-	return e != nil && len(e.parents) > 0
+	return k.parent, e != nil && len(e.parents) > 0
 }
 
 // exportKey writes one key's record. The caller is in a read section.
@@ -294,7 +305,7 @@ func (s *Service) exportKey(e *stateWriter, k *Key) {
 		return
 	}
 	e.uvarint(1)
-	if err := t.export(p, e.bytes); err != nil && e.err == nil {
+	if err := t.export(p, e.bytesFn); err != nil && e.err == nil {
 		e.err = fmt.Errorf("keys: exporting key %d: %w", k.serial, err)
 	}
 }

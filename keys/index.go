@@ -118,6 +118,15 @@ func (x *serialIndex) insert(k *Key, id Serial) {
 	}
 }
 
+// insertExact stores k under id, and reports false (storing nothing) if
+// id is taken.
+func (x *serialIndex) insertExact(k *Key, id Serial) bool {
+	sh := x.shard(serialHash(id))
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	return sh.insertLocked(k, id)
+}
+
 // insertLocked stores k under id unless id is taken.
 func (sh *indexShard) insertLocked(k *Key, id Serial) bool {
 	h := serialHash(id)

@@ -159,23 +159,33 @@ func (rs *Restore) read(d *stateReader) error {
 		return corrupt("tunables: %v", err)
 	}
 
-	n := d.uvarint(stateMaxKeys, "the number of keys")
+	hint := d.uvarint(stateMaxKeys, "the number of keys")
+	rs.byPos = make([]*Key, 0, min(hint, 1<<16))
 	reserved := uint64(0)
-	for i := uint64(0); i < n && d.err == nil; i++ {
+	for i := uint64(0); d.err == nil; i++ {
+		id := d.serial("a serial")
+		if id == 0 || d.err != nil {
+			break // the end of the keys
+		}
+		if i >= stateMaxKeys {
+			return corrupt("more than %d keys", uint64(stateMaxKeys))
+		}
 		if i == reserved {
-			// Size the index ahead, sixteenfold at a time: a stream that
-			// claims more keys than it holds costs no more than it holds.
-			more := min(n-i, max(1024, 15*i))
+			// Size the index ahead, sixteenfold at a time, by the hint: a
+			// stream that claims more keys than it holds costs no more
+			// than it holds.
+			more := min(max(hint, i+1)-i, max(1024, 15*i))
 			rs.s.index.reserve(int(more))
 			reserved = i + more
 		}
-		if err := rs.readKey(d); err != nil {
+		if err := rs.readKey(d, id); err != nil {
 			return err
 		}
 	}
 	if d.err != nil {
 		return d.err
 	}
+	n := uint64(len(rs.byPos))
 
 	nr := d.uvarint(n, "the number of keyrings with links")
 	for i := uint64(0); i < nr && d.err == nil; i++ {
@@ -234,9 +244,8 @@ func (rs *Restore) read(d *stateReader) error {
 
 // readKey reads one key's record and makes the key, with the import's
 // reference.
-func (rs *Restore) readKey(d *stateReader) error {
+func (rs *Restore) readKey(d *stateReader, id Serial) error {
 	s := rs.s
-	id := d.serial("a serial")
 	typ := d.str(stateMaxString, "a type name")
 	desc := d.str(stateMaxString, "a description")
 	uid := d.uvarint(math.MaxUint32, "a uid")
@@ -250,9 +259,6 @@ func (rs *Restore) readKey(d *stateReader) error {
 	}
 	if id < 1 {
 		return corrupt("serial %d", id)
-	}
-	if s.index.load(id) != nil {
-		return corrupt("serial %d twice", id)
 	}
 	t := s.lookupType(typ)
 	if t == nil || t == authType {
@@ -271,6 +277,9 @@ func (rs *Restore) readKey(d *stateReader) error {
 	inQuota := uint32(flags)&flagInQuota != 0
 	k, err := s.alloc(keySpec{typ: t, desc: desc, uid: uint32(uid), gid: uint32(gid), perm: Perm(perm),
 		overrun: inQuota, flags: uint32(flags) &^ flagInQuota, serial: id})
+	if err == EEXIST {
+		return corrupt("serial %d twice", id)
+	}
 	if err != nil {
 		return corrupt("key %d: %v", id, err)
 	}

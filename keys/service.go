@@ -283,8 +283,17 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 		k.ring.Store(&ringSnap{})
 	}
 	if sp.serial != 0 {
-		k.serial = sp.serial
-		s.index.insert(k, sp.serial) // free: Import checked
+		if !s.index.insertExact(k, sp.serial) {
+			// Taken (a stream naming one serial twice): undone.
+			u.mu.Lock()
+			u.nkeys--
+			u.mu.Unlock()
+			if k.has(flagInQuota) {
+				s.uncharge(u, int(k.quotalen))
+			}
+			s.quotaPut(u)
+			return nil, EEXIST
+		}
 		s.count.Add(1)
 	} else {
 		s.allocSerial(k)

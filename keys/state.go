@@ -52,15 +52,20 @@ const (
 // the first error so that a writer checks once at the end.
 type stateWriter struct {
 	w   *bufio.Writer
-	buf [binary.MaxVarintLen64]byte
 	err error
+	// bytesFn is bytes as a func value, made once: a payload's export
+	// takes one, and a method value per key would allocate.
+	bytesFn func([]byte)
 }
 
 func newStateWriter(w io.Writer) *stateWriter {
-	if bw, ok := w.(*bufio.Writer); ok {
-		return &stateWriter{w: bw}
+	bw, ok := w.(*bufio.Writer)
+	if !ok {
+		bw = bufio.NewWriterSize(w, 64<<10)
 	}
-	return &stateWriter{w: bufio.NewWriterSize(w, 64<<10)}
+	e := &stateWriter{w: bw}
+	e.bytesFn = e.bytes
+	return e
 }
 
 func (e *stateWriter) raw(b []byte) {
@@ -69,8 +74,19 @@ func (e *stateWriter) raw(b []byte) {
 	}
 }
 
-func (e *stateWriter) uvarint(v uint64) { e.raw(e.buf[:binary.PutUvarint(e.buf[:], v)]) }
-func (e *stateWriter) varint(v int64)   { e.raw(e.buf[:binary.PutVarint(e.buf[:], v)]) }
+// uvarint and varint append to the writer's own buffer (AvailableBuffer)
+// and write that: one copy onto itself, no call per byte.
+func (e *stateWriter) uvarint(v uint64) {
+	if e.err == nil {
+		_, e.err = e.w.Write(binary.AppendUvarint(e.w.AvailableBuffer(), v))
+	}
+}
+
+func (e *stateWriter) varint(v int64) {
+	if e.err == nil {
+		_, e.err = e.w.Write(binary.AppendVarint(e.w.AvailableBuffer(), v))
+	}
+}
 
 func (e *stateWriter) bytes(b []byte) {
 	e.uvarint(uint64(len(b)))

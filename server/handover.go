@@ -8,6 +8,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/debug"
 	"sync"
 	"syscall"
 	"time"
@@ -191,6 +192,11 @@ func (s *Server) handOver(c *conn, sc *sock.Conn, req *wire.Request, version uin
 	if err := answer(&wire.Response{}); err != nil {
 		return
 	}
+	// Writing the state allocates little that lives (the order of the
+	// keys, buffers), while a collection would mark every key: Go's
+	// collector waits until the stream is written. The daemon either
+	// exits next or serves on as before.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	if err := s.sendHandover(c, ho); err != nil {
 		s.log.Warn("ukeyd: hand-over failed; serving on", "err", err)
 		return
@@ -494,6 +500,9 @@ func (s *Server) sendHandover(c *conn, ho *handover) error {
 		}
 	}()
 	c.uc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+	// A deep buffer lets this side write on while the new daemon makes
+	// the keys it has read (the kernel caps it at wmem_max).
+	c.uc.SetWriteBuffer(16 << 20)
 	raw, err := c.uc.SyscallConn()
 	if err != nil {
 		return err

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/debug"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -63,6 +64,9 @@ type takeoverFault struct {
 }
 
 func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFault) (*TakeoverResult, error) {
+	// Reading the state makes every key anew, which a collection would
+	// only mark: Go's collector waits until the keys are made.
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	fd, err := handoverSocket()
 	if err != nil {
 		return nil, err
@@ -77,6 +81,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	tv := unix.NsecToTimeval(takeoverIOTimeout.Nanoseconds())
 	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_RCVTIMEO, &tv)
 	unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &tv)
+	unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 16<<20)
 	// Keys come only from a daemon of this user (or root).
 	peer, err := peerCredFD(fd)
 	if err != nil {

@@ -79,11 +79,14 @@ type report struct {
 	notes []string
 }
 
-var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall"}
+var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall", "handover"}
 
 func main() {
 	if v := os.Getenv(childEnv); v != "" {
 		os.Exit(syscallChild(v)) // a caller of the syscall scenario
+	}
+	if v := os.Getenv(handoverEnv); v != "" {
+		os.Exit(handoverDaemonMain(v)) // a daemon of the handover scenario
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -91,7 +94,7 @@ func main() {
 func run(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ukeybench", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	keysN := fs.Int("keys", 1_000_000, "keys that become garbage (gc)")
+	keysN := fs.Int("keys", 1_000_000, "keys that become garbage (gc), or that the daemon handed over holds (handover)")
 	chunk := fs.Int("chunk", 1024, "collector chunk size of the chunked variant (gc)")
 	fg := fs.Int("foreground", 2, "foreground goroutines (gc, expiry)")
 	traceDir := fs.String("trace", "", "write a runtime trace of each measuring window into this directory, one file per case and variant (gc)")
@@ -109,6 +112,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	clients := fs.String("clients", "1,4,16,64", "comma-separated client counts (daemon)")
 	garbage := fs.Int("garbage", 500_000, "keys the collector reaps during the gc-busy variant (daemon)")
 	callers := fs.String("callers", "1,4", "comma-separated counts of calling processes (syscall)")
+	readers := fs.Int("readers", 16, "clients reading keys across the hand-over (handover)")
+	rings := fs.Int("keyrings", 100, "keyrings the keys are spread over (handover)")
 	quick := fs.Bool("quick", false, "small presets that finish each scenario in well under a minute")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown")
@@ -241,6 +246,11 @@ func run(args []string, stdout, stderr io.Writer) int {
 		}
 		p := syscallParams{Callers: ks, DurationMS: ms(*duration)}
 		rep, err = runSyscall(p, *duration, prog)
+	case "handover":
+		quickly("keys", keysN, 20_000)
+		quicklyD("duration", duration, 200*time.Millisecond)
+		p := handoverParams{Keys: *keysN, Keyrings: *rings, Clients: *readers, BeforeMS: ms(*duration), AfterMS: ms(*duration)}
+		rep, err = runHandover(p, prog)
 	default:
 		fmt.Fprintf(stderr, "ukeybench: unknown scenario %q\n", fs.Arg(0))
 		fs.Usage()

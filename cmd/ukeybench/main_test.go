@@ -16,6 +16,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(childEnv); v != "" {
 		os.Exit(syscallChild(v)) // a caller of the syscall scenario
 	}
+	if v := os.Getenv(handoverEnv); v != "" {
+		os.Exit(handoverDaemonMain(v)) // a daemon of the handover scenario
+	}
 	goleak.VerifyTestMain(m,
 		// golang-lru's expirable LRU never stops its cleaner goroutine (its
 		// done channel is never closed); nothing outside the library can.
@@ -182,6 +185,18 @@ func TestDaemonQuickShape(t *testing.T) {
 		if d := rows[c+"/idle"].Extra["destroyed"].(float64); d != 0 {
 			t.Errorf("%s/idle: the collector destroyed %v keys, want none", c, d)
 		}
+	}
+}
+
+// A hand-over of a few thousand keys under four readers: every read
+// succeeds, and the figures are there.
+func TestHandoverQuickShape(t *testing.T) {
+	rep := runJSON(t, "-quick", "-keys", "5000", "-keyrings", "10", "-readers", "4", "-duration", "100ms", "handover")
+	rows := checkRows(t, rep, "handover", []string{"keys-5000"}, []string{"clients-4"}, "us",
+		"serving_s", "takeover_s", "longest_pause_ms", "errors", "old_peak_rss_mib", "new_peak_rss_mib")
+	r := rows["keys-5000/clients-4"]
+	if r.Extra["errors"].(float64) != 0 || r.Extra["keys_handed_over"] == "0" || r.Extra["old_exited_status"].(float64) != 0 {
+		t.Fatalf("the hand-over: %v", r.Extra)
 	}
 }
 
