@@ -38,6 +38,7 @@ type WatchQueue struct {
 	max     int
 	lost    uint64
 	closed  bool
+	kicks   uint64 // Interrupt's count: a wait that sees it change ends
 	watches map[*Key]*watch
 }
 
@@ -97,7 +98,8 @@ func (q *WatchQueue) NextTimeout(d time.Duration) (n Notification, ok bool) {
 	deadline := time.Now().Add(d)
 	q.mu.Lock()
 	defer q.mu.Unlock()
-	for len(q.buf) == 0 && !q.closed && time.Now().Before(deadline) {
+	kicks := q.kicks
+	for len(q.buf) == 0 && !q.closed && q.kicks == kicks && time.Now().Before(deadline) {
 		q.cond.Wait()
 	}
 	if len(q.buf) == 0 {
@@ -106,6 +108,63 @@ func (q *WatchQueue) NextTimeout(d time.Duration) (n Notification, ok bool) {
 	n = q.buf[0]
 	q.buf = q.buf[1:]
 	return n, true
+}
+
+// Interrupt ends the waits of NextTimeout under way, empty-handed (a
+// daemon handing its connections over wakes its readers so).
+func (q *WatchQueue) Interrupt() {
+	q.mu.Lock()
+	q.kicks++
+	q.cond.Broadcast()
+	q.mu.Unlock()
+}
+
+// WatchState is what a daemon hands over of a queue: the keys it watches
+// with their watch ids, the notifications not yet read, and how many
+// were lost.
+type WatchState struct {
+	Watches []WatchedKey   `json:"watches,omitempty"`
+	Pending []Notification `json:"pending,omitempty"`
+	Lost    uint64         `json:"lost,omitempty"`
+}
+
+// WatchedKey is one watch of a queue.
+type WatchedKey struct {
+	Key Serial `json:"key"`
+	ID  uint8  `json:"id"`
+}
+
+// State returns what a daemon hands over of q (Restore.WatchQueue).
+func (q *WatchQueue) State() WatchState {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	st := WatchState{Pending: append([]Notification(nil), q.buf...), Lost: q.lost}
+	for k, w := range q.watches {
+		st.Watches = append(st.Watches, WatchedKey{Key: k.serial, ID: w.id})
+	}
+	return st
+}
+
+// WatchQueue makes a queue of size again from what a daemon handed over
+// of one (WatchQueue.State): its watches on keys of the stream (a watch
+// on a key not in it is dropped, as the key's removal would have dropped
+// it), its unread notifications and its count of lost ones.
+func (rs *Restore) WatchQueue(st WatchState, size int) *WatchQueue {
+	q := NewWatchQueue(size)
+	q.lost = st.Lost
+	for _, n := range st.Pending {
+		if len(q.buf) < q.max {
+			q.buf = append(q.buf, n)
+		} else {
+			q.lost++
+		}
+	}
+	for _, w := range st.Watches {
+		if k := rs.Key(w.Key); k != nil {
+			addWatch(k, q, w.ID)
+		}
+	}
+	return q
 }
 
 // TryNext returns the next notification without waiting.

@@ -17,6 +17,9 @@ import (
 // watchWait bounds one OpWatchNext.
 var watchWait = 2 * time.Second
 
+// watchQueueSize is how many notifications a connection's queue holds.
+const watchQueueSize = 256
+
 func errnoOf(err error) uint16 {
 	e, _ := keys.ErrnoOf(err)
 	return uint16(e)
@@ -160,7 +163,7 @@ func (c *conn) run(a wire.Args) *wire.Response {
 	case wire.OpWatchKey:
 		c.mu.Lock() // closeIdle reads c.watch
 		if c.watch == nil {
-			c.watch = keys.NewWatchQueue(256)
+			c.watch = keys.NewWatchQueue(watchQueueSize)
 		}
 		q := c.watch
 		c.mu.Unlock()

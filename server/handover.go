@@ -47,11 +47,12 @@ import (
 // reads every earlier version (keys.StateVersion, HandoverVersion), and
 // one that would have to read a later version refuses to take over.
 //
-// Not handed over, and refused while any exists: a seccomp listener
-// (ukeyctl run, the seccomp agent's containers) and a request-key upcall
-// in progress (the hand-over waits for those to end, up to its timeout).
-// Key watches end with the hand-over: a watching connection is handed
-// over without them.
+// Key watches go with their connections: the keys watched, the
+// notifications not yet read. A request-key upcall in progress is waited
+// for (up to HandoverTimeout): its helper is this daemon's child, and
+// its requester waits for it. Not handed over, and refused while any
+// exists: a seccomp listener (ukeyctl run, the seccomp agent's
+// containers).
 
 // HandoverVersion is the version of the records a hand-over carries
 // beside the keys' state stream.
@@ -104,6 +105,11 @@ func (c *conn) pauseIdle() {
 	defer c.mu.Unlock()
 	c.pausing.Store(true)
 	c.uc.SetReadDeadline(time.Unix(1, 0))
+	if c.watch != nil {
+		// A wait for a notification ends now (EAGAIN: the client asks
+		// again, of the new daemon).
+		c.watch.Interrupt()
+	}
 }
 
 // park hands the connection's state to the hand-over under way and waits
@@ -224,15 +230,7 @@ func (s *Server) beginHandover(from *conn) (*handover, keys.Errno) {
 		s.log.Warn("ukeyd: refusing a hand-over: seccomp listeners (ukeyctl run, containers) cannot be handed over", "listeners", len(s.listeners))
 		return nil, keys.EOPNOTSUPP
 	}
-	for c := range s.conns {
-		c.mu.Lock()
-		watching := c.watch != nil
-		c.mu.Unlock()
-		if watching {
-			s.log.Warn("ukeyd: refusing a hand-over: key watches cannot be handed over", "uid", c.cred.UID, "pid", c.cred.PID)
-			return nil, keys.EOPNOTSUPP
-		}
-	}
+
 	ho := &handover{from: from, waiting: make(map[*conn]bool), parked: make(map[*conn]parkedConn),
 		accepts: len(s.lns), done: make(chan struct{})}
 	ho.cond.L = &ho.mu
@@ -406,11 +404,12 @@ type loginRecord struct {
 // the listeners'). A connection of a process the daemon keeps by pid
 // names it; one whose process it cannot see carries its caller (Private).
 type connRecord struct {
-	FD      int         `json:"fd"`
-	PID     int         `json:"pid"`
-	Private *procRecord `json:"private,omitempty"`
-	Version uint16      `json:"version"`
-	Unread  []byte      `json:"unread,omitempty"`
+	FD      int              `json:"fd"`
+	PID     int              `json:"pid"`
+	Private *procRecord      `json:"private,omitempty"`
+	Version uint16           `json:"version"`
+	Unread  []byte           `json:"unread,omitempty"`
+	Watch   *keys.WatchState `json:"watch,omitempty"`
 }
 
 // records gathers the server's records of a parked daemon, and the
@@ -459,6 +458,12 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 			return rec, nil, err
 		}
 		cr := connRecord{FD: len(fds) - rec.Listeners, PID: c.proc.handle.pid, Version: pc.version, Unread: pc.unread}
+		c.mu.Lock()
+		if c.watch != nil {
+			st := c.watch.State()
+			cr.Watch = &st
+		}
+		c.mu.Unlock()
 		if c.proc.private {
 			pr := procRec(c.proc)
 			cr.Private, cr.PID = &pr, 0

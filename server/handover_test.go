@@ -246,3 +246,98 @@ func TestHandOverRefusedLeavesTheOldServing(t *testing.T) {
 	<-oldServed
 	oldSvc.Close()
 }
+
+// Key watches go with their connections: a notification posted before
+// the hand-over and not yet read arrives after it, and so do those of
+// later changes; a client waiting for one when the hand-over begins is
+// woken (EAGAIN, which the client asks again) and waits on the new
+// daemon.
+func TestHandOverKeepsWatches(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "ukeyd.sock")
+	oldSvc, oldSrv, oldServed := oldDaemon(t, path)
+	w, err := client.Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer w.Close()
+	id, err := w.AddKey("user", "watched", []byte("1"), keys.UserKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := w.WatchKey(id, 7); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Update(id, []byte("2")); err != nil { // pending across the hand-over
+		t.Fatal(err)
+	}
+	n, err := w.NextNotification()
+	if err != nil || n.Key != id || n.Kind != keys.NotifyUpdated || n.WatchID != 7 {
+		t.Fatalf("before: %+v %v", n, err)
+	}
+	// One more, unread when the hand-over happens; and a second
+	// connection waiting for a notification meanwhile.
+	if err := w.Update(id, []byte("3")); err != nil {
+		t.Fatal(err)
+	}
+	waiter, err := client.Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer waiter.Close()
+	if err := waiter.WatchKey(id, 9); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan keys.Notification, 1)
+	go func() {
+		n, err := waiter.NextNotification()
+		if err != nil {
+			t.Errorf("the waiter: %v", err)
+		}
+		got <- n
+	}()
+	time.Sleep(50 * time.Millisecond) // the waiter is waiting
+	start := time.Now()
+	res, err := server.TakeOver(path, nil, server.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("the hand-over waited %v for the waiting watcher", d)
+	}
+	newServed := make(chan error, 1)
+	go func() { newServed <- res.Server.Serve(res.Listeners[0]) }()
+	<-oldServed
+	_ = oldSrv
+	if n, err := w.NextNotification(); err != nil || n.Key != id || n.Kind != keys.NotifyUpdated || n.WatchID != 7 {
+		t.Fatalf("the notification pending at the hand-over: %+v %v", n, err)
+	}
+	// A change on the new daemon reaches both watchers.
+	c, err := client.Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Revoke(id); err != nil {
+		t.Fatal(err)
+	}
+	c.Close()
+	if n, err := w.NextNotification(); err != nil || n.Key != id || n.Kind != keys.NotifyRevoked || n.WatchID != 7 {
+		t.Fatalf("a change after the hand-over: %+v %v", n, err)
+	}
+	select {
+	case n := <-got:
+		if n.Key != id || n.WatchID != 9 {
+			t.Fatalf("the waiter got %+v", n)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("the waiter got nothing")
+	}
+	w.Close()
+	waiter.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	res.Server.Shutdown(ctx)
+	<-newServed
+	res.Service.Close()
+	oldSvc.WaitGC(ctx)
+	oldSvc.Close()
+}

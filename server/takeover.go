@@ -474,6 +474,9 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		p.conns++
 		cred.Caps, cred.CapsKnown = p.caller.Cred().Caps, p.caller.Cred().CapsKnown
 		c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller}
+		if cr.Watch != nil {
+			c.watch = rs.WatchQueue(*cr.Watch, watchQueueSize)
+		}
 		s.conns[c] = struct{}{}
 		u := s.usageOf(cred.UID)
 		u.conns++
