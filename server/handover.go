@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"net"
 	"os"
 	"runtime/debug"
@@ -15,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/internal/intercept"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -48,11 +50,11 @@ import (
 // one that would have to read a later version refuses to take over.
 //
 // Key watches go with their connections: the keys watched, the
-// notifications not yet read. A request-key upcall in progress is waited
-// for (up to HandoverTimeout): its helper is this daemon's child, and
-// its requester waits for it. Not handed over, and refused while any
-// exists: a seccomp listener (ukeyctl run, the seccomp agent's
-// containers).
+// notifications not yet read. Seccomp listeners (ukeyctl run) go too,
+// detached between two calls, with their processes' threads' keyrings:
+// a call made meanwhile waits in its caller for the new daemon. A
+// request-key upcall in progress is waited for (up to HandoverTimeout):
+// its helper is this daemon's child, and its requester waits for it.
 
 // HandoverVersion is the version of the records a hand-over carries
 // beside the keys' state stream.
@@ -78,6 +80,15 @@ type handover struct {
 	accepts int // Serve loops still accepting
 	done    chan struct{}
 	ok      bool // decided: handed over (else resumed)
+	// seccomp holds the seccomp listeners detached from their serving,
+	// to hand over (or to serve again).
+	seccomp []detachedListener
+}
+
+// detachedListener is a seccomp listener between two daemons.
+type detachedListener struct {
+	fd int
+	li listenerInfo
 }
 
 // parkedConn is what a parked connection hands over.
@@ -226,9 +237,12 @@ func (s *Server) beginHandover(from *conn) (*handover, keys.Errno) {
 	switch {
 	case s.closing || s.ho != nil:
 		return nil, keys.EBUSY
-	case len(s.listeners) > 0:
-		s.log.Warn("ukeyd: refusing a hand-over: seccomp listeners (ukeyctl run, containers) cannot be handed over", "listeners", len(s.listeners))
-		return nil, keys.EOPNOTSUPP
+	}
+	if s.cfg.CanHandOver != nil {
+		if err := s.cfg.CanHandOver(); err != nil {
+			s.log.Warn("ukeyd: refusing a hand-over", "reason", err.Error())
+			return nil, keys.EOPNOTSUPP
+		}
 	}
 
 	ho := &handover{from: from, waiting: make(map[*conn]bool), parked: make(map[*conn]parkedConn),
@@ -272,15 +286,32 @@ func (s *Server) parkAll(ho *handover) error {
 	for {
 		s.mu.Lock()
 		helpers := len(s.helpers)
+		for _, li := range s.listeners {
+			if li.helper {
+				helpers++ // a helper's program tree, still running
+			}
+		}
 		s.mu.Unlock()
 		if helpers == 0 {
-			return nil
+			break
 		}
 		if time.Now().After(deadline) {
 			return fmt.Errorf("%d request-key upcalls still in progress after %v", helpers, HandoverTimeout)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
+	// The seccomp listeners stop between two calls: the callers of the
+	// calls that arrive meanwhile wait in them for the new daemon.
+	s.mu.Lock()
+	ls := make(map[*intercept.Listener]listenerInfo, len(s.listeners))
+	maps.Copy(ls, s.listeners)
+	s.mu.Unlock()
+	for l, li := range ls {
+		if fd, err := l.Detach(); err == nil {
+			ho.seccomp = append(ho.seccomp, detachedListener{fd: fd, li: li})
+		}
+	}
+	return nil
 }
 
 // connEnded tells a hand-over under way that c ended before parking.
@@ -357,6 +388,13 @@ func (s *Server) endHandover(ho *handover, ok bool) {
 	for _, p := range released {
 		p.caller.Release()
 	}
+	for _, d := range ho.seccomp {
+		if ok {
+			unix.Close(d.fd) // the new daemon's copy serves it
+		} else if _, err := s.startListener(d.fd, d.li, intercept.HandlerFunc(s.intercepted)); err != nil {
+			s.log.Warn("ukeyd: a seccomp listener could not be served again after a failed hand-over", "uid", d.li.uid, "err", err)
+		}
+	}
 	ho.mu.Lock()
 	ho.ok = ok
 	ho.mu.Unlock()
@@ -376,6 +414,14 @@ type handoverRecords struct {
 	Sessions  []sessionRecord `json:"sessions"`
 	Logins    []loginRecord   `json:"logins"`
 	Conns     []connRecord    `json:"conns"`
+	Seccomp   []seccompRecord `json:"seccomp,omitempty"`
+}
+
+// seccompRecord is a seccomp listener (ukeyctl run), whose descriptor is
+// the FDth sent after the listening sockets', as a connection's is.
+type seccompRecord struct {
+	FD  int    `json:"fd"`
+	UID uint32 `json:"uid"`
 }
 
 type procRecord struct {
@@ -385,6 +431,9 @@ type procRecord struct {
 	Inherited bool             `json:"inherited,omitempty"`
 	Settled   bool             `json:"settled,omitempty"`
 	Caller    keys.CallerState `json:"caller"`
+	// Threads are the callers of the process's threads other than its
+	// first, by tid, that its intercepted calls made (their own @t).
+	Threads map[int]keys.CallerState `json:"threads,omitempty"`
 }
 
 type sessionRecord struct {
@@ -432,8 +481,17 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 	}
 	rec.Listeners = len(fds)
 	procRec := func(p *proc) procRecord {
-		return procRecord{PID: p.handle.pid, Start: p.start, Ghost: p.ghost, Inherited: p.inherited.Load(),
+		pr := procRecord{PID: p.handle.pid, Start: p.start, Ghost: p.ghost, Inherited: p.inherited.Load(),
 			Settled: p.settled.Load(), Caller: p.caller.State()}
+		p.calls.mu.Lock()
+		for tid, tc := range p.calls.threads {
+			if pr.Threads == nil {
+				pr.Threads = make(map[int]keys.CallerState)
+			}
+			pr.Threads[tid] = tc.caller.State()
+		}
+		p.calls.mu.Unlock()
+		return pr
 	}
 	for _, p := range s.procs {
 		if p.private || p.entombed.Load() || p == ho.from.proc && p.conns <= 1 {
@@ -470,6 +528,10 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		}
 		fds = append(fds, fd)
 		rec.Conns = append(rec.Conns, cr)
+	}
+	for _, d := range ho.seccomp {
+		rec.Seccomp = append(rec.Seccomp, seccompRecord{FD: len(fds) - rec.Listeners, UID: d.li.uid})
+		fds = append(fds, d.fd)
 	}
 	return rec, fds, nil
 }

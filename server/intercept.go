@@ -88,7 +88,7 @@ func (c *conn) intercept() error {
 		hc := &conn{s: c.s, cred: c.cred, proc: c.proc, caller: c.caller, helper: &helperConn{grant: c.helper.grant}}
 		h = intercept.HandlerFunc(func(_ intercept.Caller, r *wire.Request) *wire.Response { return hc.dispatch(r) })
 	}
-	_, err := c.s.startListener(fd, c.cred.UID, h)
+	_, err := c.s.startListener(fd, listenerInfo{uid: c.cred.UID, helper: c.helper != nil}, h)
 	return err
 }
 
@@ -98,7 +98,7 @@ func (c *conn) intercept() error {
 // It takes fd. The seccomp agent (Agent) serves each container's
 // listeners this way, on a Server of the container's own.
 func (s *Server) ServeListener(fd int) error {
-	done, err := s.startListener(fd, 0, intercept.HandlerFunc(s.intercepted))
+	done, err := s.startListener(fd, listenerInfo{}, intercept.HandlerFunc(s.intercepted))
 	if err != nil {
 		return err
 	}
@@ -108,7 +108,16 @@ func (s *Server) ServeListener(fd int) error {
 
 // startListener starts serving listener fd for uid, within uid's bound,
 // and returns a channel closed when it is no longer served. It takes fd.
-func (s *Server) startListener(fd int, uid uint32, h intercept.Handler) (<-chan struct{}, error) {
+// listenerInfo is what the server keeps of a seccomp listener: whose
+// it is, and whether it serves a request-key helper's tree (whose calls
+// act with the upcall's authority).
+type listenerInfo struct {
+	uid    uint32
+	helper bool
+}
+
+func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-chan struct{}, error) {
+	uid := li.uid
 	if !intercept.IsListener(fd) {
 		closeFD(fd)
 		return nil, keys.EINVAL
@@ -137,9 +146,9 @@ func (s *Server) startListener(fd int, uid uint32, h intercept.Handler) (<-chan 
 	}
 	s.mu.Lock()
 	if s.listeners == nil {
-		s.listeners = make(map[*intercept.Listener]struct{})
+		s.listeners = make(map[*intercept.Listener]listenerInfo)
 	}
-	s.listeners[l] = struct{}{}
+	s.listeners[l] = li
 	s.watchers.Add(1)
 	s.mu.Unlock()
 	done := make(chan struct{})

@@ -45,7 +45,7 @@ func TestListenerTreeExitReleasesAll(t *testing.T) {
 		t.Skipf("no interception here: %v %s", err, out)
 	}
 	uid := uint32(os.Getuid())
-	done, err := s.startListener(listener, uid, intercept.HandlerFunc(s.intercepted))
+	done, err := s.startListener(listener, listenerInfo{uid: uid}, intercept.HandlerFunc(s.intercepted))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -48,6 +48,11 @@ type Config struct {
 	// kernel's does. The seccomp agent's servers, one per container,
 	// have none: a container has no login.
 	NoLogins bool
+	// CanHandOver, if set, is asked before a hand-over begins; an error
+	// refuses it (EOPNOTSUPP), saying why in the log: ukeyd refuses while
+	// its seccomp agent serves containers, whose namespaces are not
+	// handed over.
+	CanHandOver func() error
 	// BeforeTakeover, if set, runs when TakeOver has everything the old
 	// daemon handed over and is about to tell it to let go: ukeyd tells
 	// systemd there that it is the service's main process now, before
@@ -92,13 +97,13 @@ type Server struct {
 	watching  bool // reapProcs runs
 	wg        sync.WaitGroup
 	watchers  sync.WaitGroup
-	forks     *os.File                         // the process events connector, while followed (forks.go)
-	forksOnce sync.Once                        // followForks, on the first Serve
-	tombs     map[int]tomb                     // exited processes kept for their queued forks (forks.go)
-	listeners map[*intercept.Listener]struct{} // seccomp listeners served (intercept.go)
-	exitSeen  map[int]time.Time                // exits the connector told of before the daemon noticed them
-	stop      chan struct{}                    // closed by Shutdown
-	abort     chan struct{}                    // closed when Shutdown's context ends: helpers are killed
+	forks     *os.File                             // the process events connector, while followed (forks.go)
+	forksOnce sync.Once                            // followForks, on the first Serve
+	tombs     map[int]tomb                         // exited processes kept for their queued forks (forks.go)
+	listeners map[*intercept.Listener]listenerInfo // seccomp listeners served (intercept.go)
+	exitSeen  map[int]time.Time                    // exits the connector told of before the daemon noticed them
+	stop      chan struct{}                        // closed by Shutdown
+	abort     chan struct{}                        // closed when Shutdown's context ends: helpers are killed
 	aborted   bool
 }
 

@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/internal/intercept"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -398,6 +399,18 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		p := &proc{caller: caller, start: pr.Start, ghost: pr.Ghost, tracked: true}
 		p.inherited.Store(pr.Inherited)
 		p.settled.Store(pr.Settled)
+		for tid, st := range pr.Threads {
+			tcaller, err := rs.Caller(st)
+			if err != nil {
+				caller.Release()
+				p.calls.releaseLocked()
+				return nil, fmt.Errorf("server: process %d's thread %d's keyrings: %w", pr.PID, tid, err)
+			}
+			if p.calls.threads == nil {
+				p.calls.threads = make(map[int]*conn)
+			}
+			p.calls.threads[tid] = &conn{s: s, cred: tcaller.Cred(), proc: p, caller: tcaller}
+		}
 		return p, nil
 	}
 	for i := range rec.Procs {
@@ -490,10 +503,27 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			s.linger(p)
 		}
 	}
+	type seccompStart struct {
+		fd  int
+		uid uint32
+	}
+	var listeners []seccompStart
+	for i, sr := range rec.Seccomp {
+		if sr.FD < 0 || sr.FD >= len(conns) || conns[sr.FD] < 0 {
+			return nil, fmt.Errorf("server: seccomp listener record %d names descriptor %d of %d", i, sr.FD, len(conns))
+		}
+		listeners = append(listeners, seccompStart{fd: conns[sr.FD], uid: sr.UID})
+		conns[sr.FD] = -1
+	}
 	return func() {
 		for _, r := range toStart {
 			s.cfg.Metrics.ConnOpened()
 			go r.c.run2(r.version, r.unread)
+		}
+		for _, l := range listeners {
+			if _, err := s.startListener(l.fd, listenerInfo{uid: l.uid}, intercept.HandlerFunc(s.intercepted)); err != nil {
+				s.log.Warn("ukeyd: a seccomp listener handed over cannot be served", "uid", l.uid, "err", err)
+			}
 		}
 	}, nil
 }

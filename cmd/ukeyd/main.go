@@ -131,8 +131,18 @@ func run(args []string) int {
 	}
 	keyOpts := []keys.Option{keys.WithUpcall(upcaller), keys.WithUpcallTimeout(*upcallTimeout)}
 	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
+	// The agent is made further down; a hand-over asks it then.
+	var agent *server.Agent
 	cfg := server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg, NoLogins: !*logins,
-		BeforeTakeover: func() { notify(fmt.Sprintf("MAINPID=%d", os.Getpid())) }}
+		BeforeTakeover: func() { notify(fmt.Sprintf("MAINPID=%d", os.Getpid())) },
+		CanHandOver: func() error {
+			// Each container's key namespace lives in this process only:
+			// handing over would lose it.
+			if agent != nil && len(agent.Containers()) > 0 {
+				return fmt.Errorf("the seccomp agent serves %d containers, whose keys cannot be handed over", len(agent.Containers()))
+			}
+			return nil
+		}}
 	var svc *keys.Service
 	var srv *server.Server
 	var lns []*net.UnixListener
@@ -226,7 +236,6 @@ func run(args []string) int {
 			"one run by root (on " + endpoint.System() + ") serves every user of the host in one store")
 	}
 
-	var agent *server.Agent
 	agentDone := make(chan error, 1)
 	if *agentPath != "" {
 		aln, err := server.Listen(*agentPath)

@@ -101,9 +101,10 @@ type Listener struct {
 	mem   memory
 	tasks tasks // the callers' credentials and memory, kept between calls
 
-	mu    sync.Mutex
-	state int           // idle, serving or closed
-	done  chan struct{} // closed when Serve has returned, while serving
+	mu       sync.Mutex
+	state    int           // idle, serving or closed
+	done     chan struct{} // closed when Serve has returned, while serving
+	detached bool          // Detach took the listener: Serve leaves it open
 }
 
 const (
@@ -155,6 +156,34 @@ func (l *Listener) Close() error {
 	return nil
 }
 
+// Detach stops Serve between two calls (and waits for it), as Close
+// does, but leaves the listener open and returns it, the caller's now: a
+// daemon handing over gives it to the next one, which serves the calls
+// that wait meanwhile (their callers stay blocked in them). A call being
+// served when Detach is called is answered first.
+func (l *Listener) Detach() (int, error) {
+	l.mu.Lock()
+	switch l.state {
+	case idle:
+		l.state, l.detached = closed, true
+		l.mu.Unlock()
+		unix.Close(l.wake)
+		return l.fd, nil
+	case serving:
+		l.state, l.detached = closed, true
+		done := l.done
+		var one [8]byte
+		one[0] = 1
+		unix.Write(l.wake, one[:])
+		l.mu.Unlock()
+		<-done
+		return l.fd, nil
+	default:
+		l.mu.Unlock()
+		return -1, os.ErrClosed
+	}
+}
+
 // Serve answers calls until every task under the filter has exited (it
 // returns nil then) or Close is called (os.ErrClosed). It runs on a
 // thread of its own, which waits for a call, serves it and answers it
@@ -171,9 +200,11 @@ func (l *Listener) Serve() error {
 	l.mu.Unlock()
 	defer func() {
 		l.tasks.close()
-		unix.Close(l.fd)
-		unix.Close(l.wake)
 		l.mu.Lock()
+		if !l.detached {
+			unix.Close(l.fd)
+		}
+		unix.Close(l.wake)
 		l.state = closed
 		close(l.done)
 		l.mu.Unlock()

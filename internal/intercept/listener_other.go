@@ -20,6 +20,9 @@ func (l *Listener) Serve() error { return ErrUnsupported }
 // Close does nothing.
 func (l *Listener) Close() error { return nil }
 
+// Detach returns ErrUnsupported.
+func (l *Listener) Detach() (int, error) { return -1, ErrUnsupported }
+
 // IsListener reports false: there are no seccomp listeners here.
 func IsListener(fd int) bool { return false }
 
