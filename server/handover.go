@@ -494,7 +494,7 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		return pr
 	}
 	for _, p := range s.procs {
-		if p.private || p.entombed.Load() || p == ho.from.proc && p.conns <= 1 {
+		if p.private || p.entombed.Load() || ho.from != nil && p == ho.from.proc && p.conns <= 1 {
 			continue // the new daemon itself is no client of its own
 		}
 		rec.Procs = append(rec.Procs, procRec(p))
@@ -596,7 +596,13 @@ func (s *Server) sendHandover(c *conn, ho *handover) error {
 			break
 		}
 	}
-	cw := newChunkWriter(c.uc)
+	return s.writeState(c.uc, &rec)
+}
+
+// writeState writes the keys' state stream and the records, each in
+// chunks (chunkWriter).
+func (s *Server) writeState(w io.Writer, rec *handoverRecords) error {
+	cw := newChunkWriter(w)
 	if err := s.svc.Export(cw); err != nil {
 		return err
 	}
@@ -608,11 +614,63 @@ func (s *Server) sendHandover(c *conn, ho *handover) error {
 		return err
 	}
 	defer clear(b)
-	cw = newChunkWriter(c.uc)
+	cw = newChunkWriter(w)
 	if _, err := cw.Write(b); err != nil {
 		return err
 	}
 	return cw.Close()
+}
+
+// Freeze hands everything over to a daemon that does not run yet: as a
+// hand-over does, it parks every connection and seccomp listener between
+// two requests, and writes the keys and the records to w; it returns the
+// descriptors the records name (the connections' and listeners', not the
+// listening sockets', which the caller keeps by other means), for the
+// caller to keep where the next daemon finds them (Thaw): ukeyd stores
+// them in systemd's file-descriptor store when systemd stops it for a
+// restart. After Freeze the server serves no more, and HandedOver is
+// closed; if it fails, everything serves on.
+func (s *Server) Freeze(w io.Writer) ([]int, error) {
+	ho, errno := s.beginHandover(nil)
+	if errno != 0 {
+		return nil, fmt.Errorf("server: cannot freeze: %w", errno)
+	}
+	ok := false
+	defer func() { s.endHandover(ho, ok) }()
+	if err := s.parkAll(ho); err != nil {
+		return nil, err
+	}
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	rec, fds, err := s.records(ho)
+	if err != nil {
+		return nil, err
+	}
+	defer func() {
+		for i := range rec.Conns {
+			clear(rec.Conns[i].Unread)
+		}
+	}()
+	fds = fds[rec.Listeners:]
+	rec.Listeners = 0
+	if err := s.writeState(w, &rec); err != nil {
+		return nil, err
+	}
+	// The descriptors go on living in this process until it exits: the
+	// caller passes them on first.
+	kept := make([]int, len(fds))
+	for i, fd := range fds {
+		d, err := unix.Dup(fd)
+		if err != nil {
+			for _, k := range kept[:i] {
+				unix.Close(k)
+			}
+			return nil, err
+		}
+		unix.CloseOnExec(d)
+		kept[i] = d
+	}
+	ok = true
+	return kept, nil
 }
 
 // chunkWriter frames a stream in chunks of at most chunkMax bytes, each

@@ -189,6 +189,58 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	return res, nil
 }
 
+// Thaw makes a server again from what Freeze wrote (r) and the
+// descriptors it returned (fds, taken), serving the connections at once;
+// the caller serves the listening sockets, which it has by other means.
+func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverResult, error) {
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	defer func() {
+		for _, f := range fds {
+			if f >= 0 {
+				unix.Close(f)
+			}
+		}
+	}()
+	kr := &chunkReader{r: r, max: 1<<62 - 1}
+	rs, err := keys.Import(kr, keyOpts...)
+	if err != nil {
+		return nil, fmt.Errorf("server: the keys kept: %w", err)
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			rs.Done()
+			rs.Service().Close()
+		}
+	}()
+	if err := kr.drain(); err != nil {
+		return nil, fmt.Errorf("server: the keys kept: %w", err)
+	}
+	var rec handoverRecords
+	cr := &chunkReader{r: r, max: maxRecords}
+	if err := json.NewDecoder(cr).Decode(&rec); err != nil {
+		return nil, fmt.Errorf("server: the records kept: %w", err)
+	}
+	if err := cr.drain(); err != nil {
+		return nil, fmt.Errorf("server: the records kept: %w", err)
+	}
+	if rec.Version < 1 || rec.Version > HandoverVersion || rec.Listeners != 0 {
+		return nil, fmt.Errorf("server: records of hand-over version %d, with %d listeners", rec.Version, rec.Listeners)
+	}
+	res := &TakeoverResult{Service: rs.Service()}
+	s := New(rs.Service(), cfg)
+	res.Server = s
+	start, err := s.restore(rs, &rec, fds, res)
+	if err != nil {
+		return nil, err
+	}
+	res.Keys = rs.Service().Keys()
+	rs.Done()
+	ok = true
+	start()
+	return res, nil
+}
+
 // takeover is the new daemon's end of a hand-over connection: a blocking
 // socket, read exactly, so that descriptors are received with the bytes
 // they come with.

@@ -19,6 +19,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -73,6 +74,7 @@ func run(args []string) int {
 	trustedDir := fs.String("trusted-certs", envOr("UKEYD_TRUSTED_CERTS", ""), "directory of X.509 certificates (DER or PEM, *.der, *.crt, *.pem) loaded at start into .builtin_trusted_keys, which the asymmetric restrictions builtin_trusted and builtin_and_secondary_trusted trust (env UKEYD_TRUSTED_CERTS; empty: none)")
 	agentPath := fs.String("seccomp-agent", envOr("UKEYD_SECCOMP_AGENT", ""), "also serve container runtimes as an OCI seccomp agent on this Unix socket (linux.seccomp.listenerPath), each container a key namespace of its own (env UKEYD_SECCOMP_AGENT)")
 	takeover := fs.Bool("takeover", envBool("UKEYD_TAKEOVER", false), "take over from the ukeyd serving -socket (an upgrade): its listening socket, its clients' connections, every key, session and process record, with no client refused; it exits once this one serves, and serves on if this one fails (env UKEYD_TAKEOVER)")
+	fdstoreState := fs.Bool("fdstore-state", envBool("UKEYD_FDSTORE_STATE", false), "under systemd, on SIGTERM keep every key, record and connection in systemd's file-descriptor store (a sealed memfd beside the descriptors; FileDescriptorStoreMax must hold them), so that a restart loses nothing; the next daemon takes them back (env UKEYD_FDSTORE_STATE)")
 	detach := fs.Bool("detach", false, "with -takeover: start the new daemon in the background and exit once it has taken over (0) or failed (1), as systemd's ExecReload needs")
 	logins := fs.Bool("login-sessions", envBool("UKEYD_LOGIN_SESSIONS", true), "give a process that has no session keyring of its own its login's (one per uid and audit or POSIX session, made on first use), as pam_keyinit gives each login one; false keeps the kernel's fallback to the user-session keyring (env UKEYD_LOGIN_SESSIONS)")
 	lim := server.DefaultLimits(server.NoFile())
@@ -146,6 +148,7 @@ func run(args []string) int {
 	var svc *keys.Service
 	var srv *server.Server
 	var lns []*net.UnixListener
+	activated := false // the listening sockets came from systemd
 	if *takeover {
 		// Everything comes from the daemon serving the socket now: its
 		// keys (with the tunables in force there, sysctl's changes
@@ -162,11 +165,38 @@ func run(args []string) int {
 		log.Info("ukeyd: took over", "socket", *socket, "keys", res.Keys, "processes", res.Procs,
 			"connections", res.Conns, "took", time.Since(start).String())
 	} else {
-		svc = keys.New(keyOpts...)
-		if err := svc.SetTunables(tun); err != nil {
-			fmt.Fprintln(os.Stderr, "ukeyd: a tunable is out of range")
-			svc.Close()
-			return 2
+		// What systemd passed: the listening sockets, and perhaps what
+		// the daemon it stopped for a restart kept (-fdstore-state).
+		sl, state, kept, err := systemdFiles()
+		if err != nil {
+			log.Error("ukeyd: the descriptors systemd passed", "err", err)
+			return 1
+		}
+		lns, activated = sl, len(sl) > 0
+		if state != nil {
+			keys.SetBigKeyFileLimit(lim.BigKeyFiles)
+			start := time.Now()
+			err := thawFromSystemd(state, kept, func(f io.Reader, kept []int) error {
+				res, err := server.Thaw(f, kept, keyOpts, cfg)
+				if err != nil {
+					return err
+				}
+				svc, srv = res.Service, res.Server
+				log.Info("ukeyd: back from a restart with what systemd kept", "keys", res.Keys, "processes", res.Procs,
+					"connections", res.Conns, "took", time.Since(start).String())
+				return nil
+			})
+			if err != nil {
+				log.Error("ukeyd: what the stopped daemon kept in systemd's store is lost; starting afresh", "err", err)
+			}
+		}
+		if svc == nil {
+			svc = keys.New(keyOpts...)
+			if err := svc.SetTunables(tun); err != nil {
+				fmt.Fprintln(os.Stderr, "ukeyd: a tunable is out of range")
+				svc.Close()
+				return 2
+			}
 		}
 	}
 	// The system keyrings exist from the start, as the kernel's do.
@@ -187,25 +217,18 @@ func run(args []string) int {
 		log.Info("ukeyd: the built-in trusted keys were handed over; -trusted-certs is read at a fresh start only")
 	}
 	keys.SetBigKeyFileLimit(lim.BigKeyFiles)
-	activated := false
 	if srv == nil {
 		srv = server.New(svc, cfg)
-		sl, err := systemdListeners()
+	}
+	if activated {
+		log.Info("ukeyd: serving the sockets systemd passed", "sockets", len(lns))
+	} else if len(lns) == 0 {
+		ln, err := server.Listen(*socket)
 		if err != nil {
-			log.Error("ukeyd: the sockets systemd passed", "err", err)
+			log.Error("ukeyd: cannot listen", "socket", *socket, "err", err)
 			return 1
 		}
-		if len(sl) > 0 {
-			lns, activated = sl, true
-			log.Info("ukeyd: serving the sockets systemd passed", "sockets", len(sl))
-		} else {
-			ln, err := server.Listen(*socket)
-			if err != nil {
-				log.Error("ukeyd: cannot listen", "socket", *socket, "err", err)
-				return 1
-			}
-			lns = append(lns, ln)
-		}
+		lns = append(lns, ln)
 	}
 	m.RegisterService(reg, svc)
 	m.RegisterServer(reg, srv)
@@ -300,6 +323,19 @@ func run(args []string) int {
 			if sig == syscall.SIGHUP {
 				log.Info("ukeyd: SIGHUP: nothing to reload; the request-key helper reads its configuration at every upcall")
 				continue
+			}
+			if *fdstoreState && sig == syscall.SIGTERM && os.Getenv("NOTIFY_SOCKET") != "" {
+				// systemd stops the daemon (perhaps to start it again):
+				// everything goes to its file-descriptor store, for the
+				// next daemon (thawFromSystemd).
+				start := time.Now()
+				if err := freezeToSystemd(srv); err != nil {
+					log.Warn("ukeyd: cannot keep the keys in systemd's store; stopping without", "err", err)
+				} else {
+					log.Info("ukeyd: keys and connections kept in systemd's store for the next start", "took", time.Since(start).String())
+					notify("STOPPING=1")
+					return handedOver()
+				}
 			}
 			log.Info("ukeyd: stopping", "signal", sig.String())
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

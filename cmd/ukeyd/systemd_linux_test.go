@@ -210,3 +210,131 @@ func itoa(n int) string {
 	}
 	return string(b)
 }
+
+// startActivated starts a daemon child as systemd would: fds from fd 3
+// on, named, LISTEN_PID its own, NOTIFY_SOCKET ns.
+func startActivated(t *testing.T, ns *notifySocket, files []*os.File, names []string, args ...string) (*exec.Cmd, *syncBuffer, chan error) {
+	t.Helper()
+	cmd := exec.Command("/bin/sh", append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, os.Args[0], childArg,
+		"-request-key", ""}, args...)...)
+	cmd.Env = append(os.Environ(), "LISTEN_FDS="+itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(names, ":"), "NOTIFY_SOCKET="+ns.path)
+	cmd.ExtraFiles = files
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+		done <- nil
+	})
+	return cmd, &stderr, done
+}
+
+// Under systemd with -fdstore-state, a stop for a restart keeps every
+// key and connection in systemd's file-descriptor store (a sealed memfd
+// and the sockets), and the next daemon takes them back: a client's open
+// connection goes on with its session and keys, and the store is emptied.
+func TestSystemdRestartKeepsState(t *testing.T) {
+	dir := t.TempDir()
+	socket := filepath.Join(dir, "ukeyd.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	lf, err := ln.File()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer lf.Close()
+	ns := newNotifySocket(t)
+	first, stderr, done := startActivated(t, ns, []*os.File{lf}, []string{"ukeyd.socket"}, "-fdstore-state", "-socket", socket)
+	if msg, _ := ns.next(t); msg != "READY=1" {
+		t.Fatalf("first notification %q\n%s", msg, stderr.String())
+	}
+	c, err := client.Dial(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	sess, err := c.JoinSessionKeyring(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, err := c.AddKey("user", "kept", []byte("across a restart"), keys.SessionKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	// systemd stops it: everything goes to the store.
+	first.Process.Signal(syscall.SIGTERM)
+	var files []*os.File
+	var names []string
+	var state *os.File
+	for {
+		msg, fds := ns.next(t)
+		if msg == "STOPPING=1" {
+			break
+		}
+		name, ok := strings.CutPrefix(msg, "FDSTORE=1\nFDNAME=")
+		if !ok || len(fds) != 1 {
+			t.Fatalf("a notification %q with %d descriptors\n%s", msg, len(fds), stderr.String())
+		}
+		f := os.NewFile(uintptr(fds[0]), name)
+		defer f.Close()
+		if name == "ukeyd-state" {
+			state = f
+		} else {
+			files, names = append(files, f), append(names, name)
+		}
+	}
+	if err := <-done; err != nil {
+		t.Fatalf("the stopped daemon: %v\n%s", err, stderr.String())
+	}
+	done <- nil
+	if state == nil || len(files) == 0 {
+		t.Fatalf("stored: state %v, %d descriptors", state != nil, len(files))
+	}
+	// Sealed: its size cannot change.
+	if seals, err := unix.FcntlInt(state.Fd(), unix.F_GET_SEALS, 0); err != nil || seals&(unix.F_SEAL_GROW|unix.F_SEAL_SHRINK) == 0 {
+		t.Errorf("the state's seals: %#x %v", seals, err)
+	}
+
+	// systemd starts the next one with the socket and the store.
+	all := append([]*os.File{lf, state}, files...)
+	allNames := append([]string{"ukeyd.socket", "ukeyd-state"}, names...)
+	next, stderr2, done2 := startActivated(t, ns, all, allNames, "-fdstore-state", "-socket", socket)
+	removed := 0
+	for {
+		msg, _ := ns.next(t)
+		if msg == "READY=1" {
+			break
+		}
+		if !strings.HasPrefix(msg, "FDSTOREREMOVE=1\nFDNAME=ukeyd-") {
+			t.Fatalf("the next daemon said %q\n%s", msg, stderr2.String())
+		}
+		removed++
+	}
+	if removed != len(all)-1 {
+		t.Errorf("%d descriptors removed from the store, want %d", removed, len(all)-1)
+	}
+	// The client's connection, open all along, finds its session and key.
+	if got, err := c.GetKeyringID(keys.SessionKeyring, false); err != nil || got != sess {
+		t.Fatalf("the session after the restart: %d %v, want %d\n%s", got, err, sess, stderr2.String())
+	}
+	if b, err := c.Read(id); err != nil || string(b) != "across a restart" {
+		t.Fatalf("the key after the restart: %q %v", b, err)
+	}
+	if !strings.Contains(stderr2.String(), "back from a restart") {
+		t.Errorf("the next daemon's log:\n%s", stderr2.String())
+	}
+	next.Process.Signal(syscall.SIGINT)
+	if err := <-done2; err != nil {
+		t.Fatalf("the next daemon: %v\n%s", err, stderr2.String())
+	}
+	done2 <- nil
+}
