@@ -421,7 +421,10 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 	ucs := make(map[int]*net.UnixConn)
 	for i, cr := range rec.Conns {
 		if cr.FD < 0 || cr.FD >= len(conns) || conns[cr.FD] < 0 {
-			return nil, fmt.Errorf("server: connection record %d names descriptor %d of %d", i, cr.FD, len(conns))
+			// Its descriptor did not come (a store that lost it): the
+			// connection is gone, and its client sees it closed.
+			s.log.Warn("ukeyd: a connection handed over came without its descriptor", "record", i, "fd", cr.FD, "descriptors", len(conns))
+			continue
 		}
 		f := os.NewFile(uintptr(conns[cr.FD]), "conn")
 		conns[cr.FD] = -1
@@ -439,7 +442,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 	}
 	byPID := make(map[int]*net.UnixConn)
 	for i, cr := range rec.Conns {
-		if cr.PID > 0 {
+		if cr.PID > 0 && ucs[i] != nil {
 			byPID[cr.PID] = ucs[i]
 		}
 	}
@@ -507,6 +510,9 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 	}
 	for i, cr := range rec.Conns {
 		uc := ucs[i]
+		if uc == nil {
+			continue // came without its descriptor
+		}
 		cred, err := peerCred(uc)
 		if err != nil {
 			uc.Close()
@@ -562,7 +568,8 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 	var listeners []seccompStart
 	for i, sr := range rec.Seccomp {
 		if sr.FD < 0 || sr.FD >= len(conns) || conns[sr.FD] < 0 {
-			return nil, fmt.Errorf("server: seccomp listener record %d names descriptor %d of %d", i, sr.FD, len(conns))
+			s.log.Warn("ukeyd: a seccomp listener handed over came without its descriptor", "record", i, "fd", sr.FD, "descriptors", len(conns))
+			continue
 		}
 		listeners = append(listeners, seccompStart{fd: conns[sr.FD], uid: sr.UID})
 		conns[sr.FD] = -1
