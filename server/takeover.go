@@ -113,15 +113,9 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	if fault.hangUpAfterFDs {
 		return nil, errors.New("server: hanging up on purpose")
 	}
-	kr := &chunkReader{r: t, max: 1<<62 - 1}
-	rs, err := keys.Import(kr, keyOpts...)
+	rs, rec, err := readState(t, "handed over", keyOpts)
 	if err != nil {
-		return nil, fmt.Errorf("server: the keys handed over: %w", err)
-	}
-	if err := kr.drain(); err != nil {
-		rs.Done()
-		rs.Service().Close()
-		return nil, fmt.Errorf("server: the keys handed over: %w", err)
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -130,17 +124,6 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 			rs.Service().Close()
 		}
 	}()
-	var rec handoverRecords
-	cr := &chunkReader{r: t, max: maxRecords}
-	if err := json.NewDecoder(cr).Decode(&rec); err != nil {
-		return nil, fmt.Errorf("server: the records handed over: %w", err)
-	}
-	if err := cr.drain(); err != nil {
-		return nil, fmt.Errorf("server: the records handed over: %w", err)
-	}
-	if rec.Version < 1 || rec.Version > HandoverVersion {
-		return nil, fmt.Errorf("server: records of hand-over version %d", rec.Version)
-	}
 	if rec.Listeners < 0 || rec.Listeners > len(fds) {
 		return nil, fmt.Errorf("server: %d listeners handed over, with %d descriptors", rec.Listeners, len(fds))
 	}
@@ -159,7 +142,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 		}
 		res.Listeners = append(res.Listeners, ln)
 	}
-	start, err := s.restore(rs, &rec, fds[rec.Listeners:], res)
+	start, err := s.restore(rs, rec, fds[rec.Listeners:], res)
 	if err != nil {
 		for _, l := range res.Listeners {
 			l.SetUnlinkOnClose(false)
@@ -201,10 +184,9 @@ func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverR
 			}
 		}
 	}()
-	kr := &chunkReader{r: r, max: 1<<62 - 1}
-	rs, err := keys.Import(kr, keyOpts...)
+	rs, rec, err := readState(r, "kept", keyOpts)
 	if err != nil {
-		return nil, fmt.Errorf("server: the keys kept: %w", err)
+		return nil, err
 	}
 	ok := false
 	defer func() {
@@ -213,24 +195,13 @@ func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverR
 			rs.Service().Close()
 		}
 	}()
-	if err := kr.drain(); err != nil {
-		return nil, fmt.Errorf("server: the keys kept: %w", err)
-	}
-	var rec handoverRecords
-	cr := &chunkReader{r: r, max: maxRecords}
-	if err := json.NewDecoder(cr).Decode(&rec); err != nil {
-		return nil, fmt.Errorf("server: the records kept: %w", err)
-	}
-	if err := cr.drain(); err != nil {
-		return nil, fmt.Errorf("server: the records kept: %w", err)
-	}
-	if rec.Version < 1 || rec.Version > HandoverVersion || rec.Listeners != 0 {
-		return nil, fmt.Errorf("server: records of hand-over version %d, with %d listeners", rec.Version, rec.Listeners)
+	if rec.Listeners != 0 {
+		return nil, fmt.Errorf("server: the records kept name %d listening sockets", rec.Listeners)
 	}
 	res := &TakeoverResult{Service: rs.Service()}
 	s := New(rs.Service(), cfg)
 	res.Server = s
-	start, err := s.restore(rs, &rec, fds, res)
+	start, err := s.restore(rs, rec, fds, res)
 	if err != nil {
 		return nil, err
 	}
@@ -239,6 +210,38 @@ func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverR
 	ok = true
 	start()
 	return res, nil
+}
+
+// readState reads the keys' state stream and the records that follow it
+// (writeState), and checks the records' version; what names the state
+// for errors ("handed over", "kept"). On error nothing is left of the
+// keys read.
+func readState(r io.Reader, what string, keyOpts []keys.Option) (*keys.Restore, *handoverRecords, error) {
+	kr := &chunkReader{r: r, max: 1<<62 - 1}
+	rs, err := keys.Import(kr, keyOpts...)
+	if err != nil {
+		return nil, nil, fmt.Errorf("server: the keys %s: %w", what, err)
+	}
+	fail := func(err error) (*keys.Restore, *handoverRecords, error) {
+		rs.Done()
+		rs.Service().Close()
+		return nil, nil, fmt.Errorf("server: the records %s: %w", what, err)
+	}
+	if err := kr.drain(); err != nil {
+		return fail(err)
+	}
+	var rec handoverRecords
+	cr := &chunkReader{r: r, max: maxRecords}
+	if err := json.NewDecoder(cr).Decode(&rec); err != nil {
+		return fail(err)
+	}
+	if err := cr.drain(); err != nil {
+		return fail(err)
+	}
+	if rec.Version < 1 || rec.Version > HandoverVersion {
+		return fail(fmt.Errorf("version %d, where this daemon reads 1 to %d", rec.Version, HandoverVersion))
+	}
+	return rs, &rec, nil
 }
 
 // takeover is the new daemon's end of a hand-over connection: a blocking

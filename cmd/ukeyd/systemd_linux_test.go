@@ -5,6 +5,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -99,24 +100,8 @@ func TestSystemdActivationAndTakeover(t *testing.T) {
 		t.Fatal(err)
 	}
 	ns := newNotifySocket(t)
-	// LISTEN_PID must be the daemon's own pid: a shell that execs it
-	// knows it.
-	cmd := exec.Command("/bin/sh", "-c", `LISTEN_PID=$$ exec "$0" "$@"`, os.Args[0], childArg,
-		"-socket", filepath.Join(dir, "unused.sock"), "-request-key", "")
-	cmd.Env = append(os.Environ(), "LISTEN_FDS=1", "LISTEN_FDNAMES=ukeyd.socket", "NOTIFY_SOCKET="+ns.path)
-	cmd.ExtraFiles = []*os.File{lf}
-	var stderr syncBuffer
-	cmd.Stderr = &stderr
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
+	_, stderr, done := startActivated(t, ns, []*os.File{lf}, []string{"ukeyd.socket"}, "-socket", filepath.Join(dir, "unused.sock"))
 	lf.Close()
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	defer func() {
-		cmd.Process.Kill()
-		<-done
-	}()
 	if msg, _ := ns.next(t); msg != "READY=1" {
 		t.Fatalf("first notification %q\n%s", msg, stderr.String())
 	}
@@ -165,16 +150,13 @@ func TestSystemdActivationAndTakeover(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatal("the old daemon did not exit")
 	}
-	if got := daemonPID(t, socket); pid != strings.TrimSpace(itoa(got)) {
+	if got := daemonPID(t, socket); pid != strconv.Itoa(got) {
 		t.Fatalf("MAINPID=%s, but pid %d serves", pid, got)
 	}
 	if b, err := c.Read(id); err != nil || string(b) != "v" {
 		t.Fatalf("the key after the take-over: %q %v", b, err)
 	}
-	var p int
-	for _, ch := range pid {
-		p = 10*p + int(ch-'0')
-	}
+	p, _ := strconv.Atoi(pid)
 	syscall.Kill(p, syscall.SIGTERM)
 }
 
@@ -202,22 +184,14 @@ func TestSystemdFDStore(t *testing.T) {
 	d.wait(t)
 }
 
-func itoa(n int) string {
-	b := []byte{}
-	for n > 0 || len(b) == 0 {
-		b = append([]byte{byte('0' + n%10)}, b...)
-		n /= 10
-	}
-	return string(b)
-}
-
 // startActivated starts a daemon child as systemd would: fds from fd 3
-// on, named, LISTEN_PID its own, NOTIFY_SOCKET ns.
+// on, named, LISTEN_PID its own (a shell that execs the daemon knows
+// it), NOTIFY_SOCKET ns.
 func startActivated(t *testing.T, ns *notifySocket, files []*os.File, names []string, args ...string) (*exec.Cmd, *syncBuffer, chan error) {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, os.Args[0], childArg,
 		"-request-key", ""}, args...)...)
-	cmd.Env = append(os.Environ(), "LISTEN_FDS="+itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(names, ":"), "NOTIFY_SOCKET="+ns.path)
+	cmd.Env = append(os.Environ(), "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(names, ":"), "NOTIFY_SOCKET="+ns.path)
 	cmd.ExtraFiles = files
 	var stderr syncBuffer
 	cmd.Stderr = &stderr

@@ -135,24 +135,7 @@ func NewListener(fd int, h Handler) (*Listener, error) {
 // in flight fail with ENOSYS in their callers, as the kernel answers
 // when the listener goes.
 func (l *Listener) Close() error {
-	l.mu.Lock()
-	switch l.state {
-	case idle:
-		l.state = closed
-		l.mu.Unlock()
-		unix.Close(l.fd)
-		unix.Close(l.wake)
-	case serving:
-		l.state = closed
-		done := l.done
-		var one [8]byte
-		one[0] = 1
-		unix.Write(l.wake, one[:])
-		l.mu.Unlock()
-		<-done
-	default:
-		l.mu.Unlock()
-	}
+	l.stop(false)
 	return nil
 }
 
@@ -161,27 +144,36 @@ func (l *Listener) Close() error {
 // daemon handing over gives it to the next one, which serves the calls
 // that wait meanwhile (their callers stay blocked in them). A call being
 // served when Detach is called is answered first.
-func (l *Listener) Detach() (int, error) {
+func (l *Listener) Detach() (int, error) { return l.stop(true) }
+
+// stop ends the listener's serving, leaving its descriptor open (and
+// returning it) if detach.
+func (l *Listener) stop(detach bool) (int, error) {
 	l.mu.Lock()
-	switch l.state {
-	case idle:
-		l.state, l.detached = closed, true
+	state := l.state
+	if state == closed {
 		l.mu.Unlock()
-		unix.Close(l.wake)
-		return l.fd, nil
-	case serving:
-		l.state, l.detached = closed, true
+		return -1, os.ErrClosed
+	}
+	l.state, l.detached = closed, detach
+	if state == serving {
 		done := l.done
 		var one [8]byte
 		one[0] = 1
 		unix.Write(l.wake, one[:])
 		l.mu.Unlock()
-		<-done
-		return l.fd, nil
-	default:
+		<-done // Serve's end closes what is to be closed
+	} else {
 		l.mu.Unlock()
-		return -1, os.ErrClosed
+		if !detach {
+			unix.Close(l.fd)
+		}
+		unix.Close(l.wake)
 	}
+	if detach {
+		return l.fd, nil
+	}
+	return -1, nil
 }
 
 // Serve answers calls until every task under the filter has exited (it
