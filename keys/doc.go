@@ -47,6 +47,20 @@
 // removed, its last holder released) leaves the serial index and is
 // destroyed after a grace period: payload wiped, quota returned.
 //
+// # Hand-over
+//
+// A Service writes everything it holds as a state stream (Export:
+// state.go, export.go), which a Service made anew reads (Import,
+// restore.go): every key with its serial, owner, permissions, flags,
+// state, expiry and payload, every keyring's links slot for slot, the
+// restrictions and the special keyrings; callers come back through
+// Restore.Caller. The stream is versioned (StateVersion; every earlier
+// version reads), written key by key as each key's place is known, so
+// that a reader at the other end of a pipe keeps pace, and read as
+// hostile input: bounded, every reference checked, no loop of keyrings,
+// quota worked out again. The daemon uses it to hand over to the daemon
+// that replaces it.
+//
 // # Garbage collection
 //
 // The collector (gc.go) reaps keys: it prunes the links to keys that have

@@ -18,6 +18,14 @@
 // to the helper's process tree only, for as long as that authority lasts
 // (helper.go).
 //
+// A daemon hands everything it holds to the daemon that takes over from
+// it (TakeOver, OpTakeover; handover.go): its listening sockets, its
+// clients' connections parked between two requests, every key, process
+// record, session, login, watch and seccomp listener, so that an upgrade
+// refuses no client and loses nothing; or, stopped for a restart, to the
+// next daemon through a stream and descriptors kept elsewhere (Freeze,
+// Thaw).
+//
 // Everything a caller can make the server hold (connections, tracked
 // processes and their pidfds, buffered bytes, expensive operations) is
 // bounded per uid and in total (Limits, limits.go); a uid past its bound

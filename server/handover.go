@@ -124,9 +124,9 @@ func (c *conn) pauseIdle() {
 }
 
 // park hands the connection's state to the hand-over under way and waits
-// for its outcome. It reports whether the connection has been handed
-// over (the serving goroutine then ends, leaving it alone); if not, the
-// connection serves on.
+// for its outcome. It reports whether the serving goroutine is to end:
+// the hand-over happened (the connection, handed over, is left alone:
+// gone). If not, the connection serves on.
 func (c *conn) park(sc *sock.Conn, version uint16) (gone bool) {
 	s := c.s
 	s.mu.Lock()
@@ -151,8 +151,10 @@ func (c *conn) park(sc *sock.Conn, version uint16) (gone bool) {
 	ho.mu.Unlock()
 	<-ho.done
 	clear(pc.unread)
-	if ho.ok && pc.err == nil {
-		c.gone = true
+	if ho.ok {
+		// Handed over; or, if its answers could not be written, left
+		// behind, to end with this daemon.
+		c.gone = pc.err == nil
 		sc.In.Release()
 		return true
 	}
