@@ -33,6 +33,12 @@ type procID struct {
 // to maxAncestry, stopping below init. It reads each process's parent and
 // start time once, without the server's lock.
 func ancestry(pid int) (start string, ancestors []procID) {
+	return ancestryUntil(pid, nil)
+}
+
+// ancestryUntil is ancestry, stopping after the first ancestor for which
+// last (if not nil) reports true.
+func ancestryUntil(pid int, last func(procID) bool) (start string, ancestors []procID) {
 	if !procTreeSupported || pid <= 1 {
 		return "", nil
 	}
@@ -45,10 +51,29 @@ func ancestry(pid int) (start string, ancestors []procID) {
 		if !ok {
 			break
 		}
-		ancestors = append(ancestors, procID{pid: ppid, start: pstart})
+		a := procID{pid: ppid, start: pstart}
+		ancestors = append(ancestors, a)
+		if last != nil && last(a) {
+			break
+		}
 		ppid = pppid
 	}
 	return start, ancestors
+}
+
+// inheritance is ancestry as far as a new process's inheritance needs
+// it: up to the nearest ancestor the server knows, whose session it
+// inherits (inheritLocked). A process started from a shell ten levels
+// below init whose parent is a client costs the daemon two reads of
+// /proc, not eleven.
+func (s *Server) inheritance(pid int) (start string, ancestors []procID) {
+	return ancestryUntil(pid, func(a procID) bool {
+		s.mu.Lock()
+		p := s.procs[a.pid]
+		known := p != nil && p.start != "" && p.start == a.start && !p.private
+		s.mu.Unlock()
+		return known
+	})
 }
 
 // inheritedLocked returns the process the daemon knows that is the

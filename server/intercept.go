@@ -236,7 +236,7 @@ func (s *Server) interceptedProc(cred keys.Cred) (*proc, error) {
 	if known {
 		return p, nil
 	}
-	start, ancestors := ancestry(pid)
+	start, ancestors := s.inheritance(pid)
 	if start == "" {
 		return nil, keys.EPERM // gone
 	}

@@ -249,7 +249,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 	var start string
 	var ancestors []procID
 	if !known && cred.PID > 0 {
-		start, ancestors = ancestry(cred.PID)
+		start, ancestors = s.inheritance(cred.PID)
 	}
 	s.mu.Lock()
 	if s.closing {
