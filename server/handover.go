@@ -64,6 +64,12 @@ const HandoverVersion = 1
 // reach a request's boundary and for request-key upcalls to end.
 var HandoverTimeout = 10 * time.Second
 
+// handoverStallTimeout bounds how long the old daemon, with every client
+// parked, waits for the new one to read the state and to say it serves:
+// a new daemon that stalls (or an asker that never reads) holds the
+// clients only that long before the old daemon serves on.
+const handoverStallTimeout = 30 * time.Second
+
 // ErrHandedOver is returned by Serve once the daemon has handed over to
 // another: the process is to exit without shutting anything down.
 var ErrHandedOver = errors.New("server: handed over to another daemon")
@@ -222,7 +228,7 @@ func (s *Server) handOver(c *conn, sc *sock.Conn, req *wire.Request, version uin
 	}
 	// The new daemon serves once it says so: one byte, 'K'.
 	var b [1]byte
-	c.uc.SetReadDeadline(time.Now().Add(2 * time.Minute))
+	c.uc.SetReadDeadline(time.Now().Add(handoverStallTimeout))
 	if _, err := io.ReadFull(c.uc, b[:]); err != nil || b[0] != 'K' {
 		s.log.Warn("ukeyd: the new daemon did not take over; serving on", "err", err)
 		return
@@ -568,7 +574,7 @@ func (s *Server) sendHandover(c *conn, ho *handover) error {
 			clear(rec.Conns[i].Unread)
 		}
 	}()
-	c.uc.SetWriteDeadline(time.Now().Add(2 * time.Minute))
+	c.uc.SetWriteDeadline(time.Now().Add(handoverStallTimeout))
 	// A deep buffer lets this side write on while the new daemon makes
 	// the keys it has read (the kernel caps it at wmem_max).
 	c.uc.SetWriteBuffer(16 << 20)
