@@ -1,6 +1,10 @@
 package server
 
-import "github.com/ukeys/ukeys/keys"
+import (
+	"time"
+
+	"github.com/ukeys/ukeys/keys"
+)
 
 // TakeoverFault makes a hand-over fail on purpose (takeoverFault):
 // OlderState claims to read the keys' state of the version before this
@@ -17,4 +21,12 @@ func TakeOverForTest(path string, f TakeoverFault) (*TakeoverResult, error) {
 		fault.stateVersion, fault.setState = keys.StateVersion-1, true
 	}
 	return takeOver(path, nil, Config{}, fault)
+}
+
+// SetHandoverStallTimeout sets handoverStallTimeout for a test, and
+// returns the restore.
+func SetHandoverStallTimeout(d time.Duration) func() {
+	old := handoverStallTimeout
+	handoverStallTimeout = d
+	return func() { handoverStallTimeout = old }
 }

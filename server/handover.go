@@ -68,7 +68,7 @@ var HandoverTimeout = 10 * time.Second
 // parked, waits for the new one to read the state and to say it serves:
 // a new daemon that stalls (or an asker that never reads) holds the
 // clients only that long before the old daemon serves on.
-const handoverStallTimeout = 30 * time.Second
+var handoverStallTimeout = 30 * time.Second
 
 // ErrHandedOver is returned by Serve once the daemon has handed over to
 // another: the process is to exit without shutting anything down.

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"sync"
@@ -14,8 +15,10 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/wire"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -339,5 +342,59 @@ func TestHandOverKeepsWatches(t *testing.T) {
 	<-newServed
 	res.Service.Close()
 	oldSvc.WaitGC(ctx)
+	oldSvc.Close()
+}
+
+// A taker that asks and then stalls (it never says it serves) holds the
+// parked clients only for the stall bound: then the old daemon serves on,
+// and the clients' requests made meanwhile are answered.
+func TestHandOverStalledTaker(t *testing.T) {
+	defer server.SetHandoverStallTimeout(300 * time.Millisecond)()
+	path := filepath.Join(t.TempDir(), "ukeyd.sock")
+	oldSvc, oldSrv, oldServed := oldDaemon(t, path)
+	c, err := client.Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	id, err := c.AddKey("user", "k", []byte("v"), keys.UserKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The taker: a hello and OpTakeover, then silence.
+	taker, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer taker.Close()
+	var out sock.Frames
+	out.Body(wire.EncodeHello(wire.Version))
+	var req wire.Request
+	req.Set(wire.OpTakeover, wire.Int(server.HandoverVersion), wire.Int(keys.StateVersion))
+	req.Tag = 1
+	out.Request(&req)
+	if _, err := taker.Write(out.Bytes()); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // parked now
+	start := time.Now()
+	b, err := c.Read(id) // waits while parked, then is served by the old daemon
+	if err != nil || string(b) != "v" {
+		t.Fatalf("a read across a stalled hand-over: %q %v", b, err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Errorf("the read waited %v", d)
+	}
+	select {
+	case <-oldSrv.HandedOver():
+		t.Fatal("handed over to a taker that never said it serves")
+	default:
+	}
+	taker.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c.Close()
+	oldSrv.Shutdown(ctx)
+	<-oldServed
 	oldSvc.Close()
 }
