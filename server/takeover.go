@@ -230,18 +230,43 @@ func readState(r io.Reader, what string, keyOpts []keys.Option) (*keys.Restore, 
 	if err := kr.drain(); err != nil {
 		return fail(err)
 	}
+	// The records are read whole into a buffer of ours, which is wiped
+	// once decoded: a connection's unread bytes may hold a payload.
 	var rec handoverRecords
-	cr := &chunkReader{r: r, max: maxRecords}
-	if err := json.NewDecoder(cr).Decode(&rec); err != nil {
+	b, err := readAllWiping(&chunkReader{r: r, max: maxRecords})
+	defer clear(b)
+	if err != nil {
 		return fail(err)
 	}
-	if err := cr.drain(); err != nil {
+	if err := json.Unmarshal(b, &rec); err != nil {
 		return fail(err)
 	}
 	if rec.Version < 1 || rec.Version > HandoverVersion {
 		return fail(fmt.Errorf("version %d, where this daemon reads 1 to %d", rec.Version, HandoverVersion))
 	}
 	return rs, &rec, nil
+}
+
+// readAllWiping is io.ReadAll, wiping each buffer it outgrows: what it
+// reads may hold payloads.
+func readAllWiping(r io.Reader) ([]byte, error) {
+	b := make([]byte, 0, 64<<10)
+	for {
+		if len(b) == cap(b) {
+			nb := make([]byte, len(b), 2*cap(b))
+			copy(nb, b)
+			clear(b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if err == io.EOF {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // takeover is the new daemon's end of a hand-over connection: a blocking
