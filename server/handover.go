@@ -465,7 +465,12 @@ type connRecord struct {
 	PID     int              `json:"pid"`
 	Private *procRecord      `json:"private,omitempty"`
 	Version uint16           `json:"version"`
-	Unread  []byte           `json:"unread,omitempty"`
+	// Unread is the bytes read from the connection and not yet served;
+	// they may hold a payload, so they do not go into the JSON (whose
+	// encoder's buffers cannot be wiped) but in a stream of their own
+	// after it, UnreadLen bytes for each connection in turn.
+	Unread    []byte `json:"-"`
+	UnreadLen int    `json:"unread_len,omitempty"`
 	Watch   *keys.WatchState `json:"watch,omitempty"`
 }
 
@@ -607,9 +612,12 @@ func (s *Server) sendHandover(c *conn, ho *handover) error {
 	return s.writeState(c.uc, &rec)
 }
 
-// writeState writes the keys' state stream and the records, each in
-// chunks (chunkWriter).
+// writeState writes the keys' state stream, the records, and the
+// connections' unread bytes, each in chunks (chunkWriter).
 func (s *Server) writeState(w io.Writer, rec *handoverRecords) error {
+	for i := range rec.Conns {
+		rec.Conns[i].UnreadLen = len(rec.Conns[i].Unread)
+	}
 	cw := newChunkWriter(w)
 	if err := s.svc.Export(cw); err != nil {
 		return err
@@ -625,6 +633,15 @@ func (s *Server) writeState(w io.Writer, rec *handoverRecords) error {
 	cw = newChunkWriter(w)
 	if _, err := cw.Write(b); err != nil {
 		return err
+	}
+	if err := cw.Close(); err != nil {
+		return err
+	}
+	cw = newChunkWriter(w)
+	for _, cr := range rec.Conns {
+		if _, err := cw.Write(cr.Unread); err != nil {
+			return err
+		}
 	}
 	return cw.Close()
 }

@@ -30,13 +30,20 @@ func TestHandOverFromEarlierVersions(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		kept, err := c.AddKey("user", "from-earlier", []byte("kept"), keys.UserKeyring)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Readable by its owner without possessing it: the reader below
+		// may be this very process, whose record (and session) comes
+		// back when it runs right after the update.
+		if err := c.SetPerm(kept, keys.PossAll|keys.UserAll); err != nil {
+			t.Fatal(err)
+		}
 		if _, err := c.JoinSessionKeyring(nil); err != nil {
 			t.Fatal(err)
 		}
 		if _, err := c.AddKey("user", "in-session", []byte("gone with its process"), keys.SessionKeyring); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := c.AddKey("user", "from-earlier", []byte("kept"), keys.UserKeyring); err != nil {
 			t.Fatal(err)
 		}
 		var buf bytes.Buffer

@@ -241,6 +241,21 @@ func readState(r io.Reader, what string, keyOpts []keys.Option) (*keys.Restore, 
 	if err := json.Unmarshal(b, &rec); err != nil {
 		return fail(err)
 	}
+	// Then each connection's unread bytes, in turn.
+	ur := &chunkReader{r: r, max: (wire.MaxFrame + 4) * max(len(rec.Conns), 1)}
+	for i := range rec.Conns {
+		n := rec.Conns[i].UnreadLen
+		if n < 0 || n > wire.MaxFrame+4 {
+			return fail(fmt.Errorf("connection record %d: %d unread bytes", i, n))
+		}
+		rec.Conns[i].Unread = make([]byte, n)
+		if _, err := io.ReadFull(ur, rec.Conns[i].Unread); err != nil {
+			return fail(err)
+		}
+	}
+	if err := ur.drain(); err != nil {
+		return fail(err)
+	}
 	if rec.Version < 1 || rec.Version > HandoverVersion {
 		return fail(fmt.Errorf("version %d, where this daemon reads 1 to %d", rec.Version, HandoverVersion))
 	}
