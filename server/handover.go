@@ -461,17 +461,17 @@ type loginRecord struct {
 // the listeners'). A connection of a process the daemon keeps by pid
 // names it; one whose process it cannot see carries its caller (Private).
 type connRecord struct {
-	FD      int              `json:"fd"`
-	PID     int              `json:"pid"`
-	Private *procRecord      `json:"private,omitempty"`
-	Version uint16           `json:"version"`
+	FD      int         `json:"fd"`
+	PID     int         `json:"pid"`
+	Private *procRecord `json:"private,omitempty"`
+	Version uint16      `json:"version"`
 	// Unread is the bytes read from the connection and not yet served;
 	// they may hold a payload, so they do not go into the JSON (whose
 	// encoder's buffers cannot be wiped) but in a stream of their own
 	// after it, UnreadLen bytes for each connection in turn.
-	Unread    []byte `json:"-"`
-	UnreadLen int    `json:"unread_len,omitempty"`
-	Watch   *keys.WatchState `json:"watch,omitempty"`
+	Unread    []byte           `json:"-"`
+	UnreadLen int              `json:"unread_len,omitempty"`
+	Watch     *keys.WatchState `json:"watch,omitempty"`
 }
 
 // records gathers the server's records of a parked daemon, and the
