@@ -130,24 +130,26 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	res := &TakeoverResult{Service: rs.Service()}
 	s := New(rs.Service(), cfg)
 	res.Server = s
+	// On failure, this daemon's copies of the listening sockets close
+	// without removing their name: the old daemon serves on them.
+	closeListeners := func() {
+		for _, l := range res.Listeners {
+			l.SetUnlinkOnClose(false)
+			l.Close()
+		}
+	}
 	for i := 0; i < rec.Listeners; i++ {
 		ln, err := listenerFrom(fds[i])
 		fds[i] = -1
 		if err != nil {
-			for _, l := range res.Listeners {
-				l.SetUnlinkOnClose(false)
-				l.Close()
-			}
+			closeListeners()
 			return nil, err
 		}
 		res.Listeners = append(res.Listeners, ln)
 	}
 	start, err := s.restore(rs, rec, fds[rec.Listeners:], res)
 	if err != nil {
-		for _, l := range res.Listeners {
-			l.SetUnlinkOnClose(false)
-			l.Close()
-		}
+		closeListeners()
 		return nil, err
 	}
 	res.Keys = rs.Service().Keys()
@@ -159,12 +161,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	// sockets are this daemon's alone.
 	if _, err := unix.Write(fd, []byte{'K'}); err != nil {
 		s.abandonRestored()
-		for _, l := range res.Listeners {
-			l.SetUnlinkOnClose(false)
-			l.Close()
-		}
-		rs.Service().Close()
-		ok = true // closed here
+		closeListeners()
 		return nil, fmt.Errorf("server: telling the old daemon: %w", err)
 	}
 	ok = true
@@ -450,18 +447,34 @@ func listenerFrom(fd int) (*net.UnixListener, error) {
 // again from what was handed over, conns being the connections'
 // descriptors (taken). It returns the function that starts serving the
 // connections, once the old daemon has let go of them.
-func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, res *TakeoverResult) (func(), error) {
+func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, res *TakeoverResult) (_ func(), err error) {
 	type resumed struct {
 		c       *conn
 		version uint16
 		unread  []byte
 	}
 	var toStart []resumed
+	ucs := make(map[int]*net.UnixConn)
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	defer func() {
+		if err == nil {
+			return
+		}
+		// Nothing made so far is kept: the connections and the
+		// processes' handles and keyrings go.
+		for _, uc := range ucs {
+			uc.Close()
+		}
+		for pid, p := range s.procs {
+			p.handle.close()
+			p.calls.releaseLocked()
+			p.caller.Release()
+			delete(s.procs, pid)
+		}
+	}()
 	// The connections first: a process that has one is identified by it
 	// (SO_PEERPIDFD), which no reused pid can fool.
-	ucs := make(map[int]*net.UnixConn)
 	for i, cr := range rec.Conns {
 		if cr.FD < 0 || cr.FD >= len(conns) || conns[cr.FD] < 0 {
 			// Its descriptor did not come (a store that lost it): the

@@ -152,10 +152,9 @@ func (r *Reader) Preload(b []byte) {
 	if len(b) == 0 {
 		return
 	}
-	r.makeRoom(len(b) + r.Buffered())
-	if r.wr+len(b) > len(r.buf) {
-		r.makeRoom(r.Buffered() + len(b))
-	}
+	// makeRoom leaves the unread bytes at the front of a buffer that
+	// holds them and b.
+	r.makeRoom(r.Buffered() + len(b))
 	r.wr += copy(r.buf[r.wr:], b)
 }
 

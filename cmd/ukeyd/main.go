@@ -293,7 +293,7 @@ func run(args []string) int {
 	}
 	notify("READY=1")
 	readyFD()
-	handedOver := func() int {
+	handedOver := func(what string) int {
 		// Another daemon serves the socket and every connection now:
 		// nothing is shut down, and the process exits.
 		if agent != nil {
@@ -312,13 +312,13 @@ func run(args []string) int {
 		svc.WaitGC(ctx)
 		cancel()
 		svc.Close()
-		log.Info("ukeyd: handed over to a new daemon; exiting")
+		log.Info("ukeyd: " + what + "; exiting")
 		return 0
 	}
 	for {
 		select {
 		case <-srv.HandedOver():
-			return handedOver()
+			return handedOver("handed over to a new daemon")
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				log.Info("ukeyd: SIGHUP: nothing to reload; the request-key helper reads its configuration at every upcall")
@@ -334,7 +334,7 @@ func run(args []string) int {
 				} else {
 					log.Info("ukeyd: keys and connections kept in systemd's store for the next start", "took", time.Since(start).String())
 					notify("STOPPING=1")
-					return handedOver()
+					return handedOver("everything kept in systemd's store")
 				}
 			}
 			log.Info("ukeyd: stopping", "signal", sig.String())
@@ -359,7 +359,7 @@ func run(args []string) int {
 			return 0
 		case err := <-served:
 			if errors.Is(err, server.ErrHandedOver) {
-				return handedOver()
+				return handedOver("handed over to a new daemon")
 			}
 			if !errors.Is(err, server.ErrClosed) {
 				log.Error("ukeyd: serve", "err", err)

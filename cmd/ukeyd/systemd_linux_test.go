@@ -88,17 +88,7 @@ func (n *notifySocket) next(t *testing.T) (string, []int) {
 // from it tells systemd it is the main process (MAINPID) before the old
 // one lets go, then that it serves.
 func TestSystemdActivationAndTakeover(t *testing.T) {
-	dir := t.TempDir()
-	socket := filepath.Join(dir, "ukeyd.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	lf, err := ln.File()
-	if err != nil {
-		t.Fatal(err)
-	}
+	dir, socket, lf := socketUnit(t)
 	ns := newNotifySocket(t)
 	_, stderr, done := startActivated(t, ns, []*os.File{lf}, []string{"ukeyd.socket"}, "-socket", filepath.Join(dir, "unused.sock"))
 	lf.Close()
@@ -184,6 +174,25 @@ func TestSystemdFDStore(t *testing.T) {
 	d.wait(t)
 }
 
+// socketUnit makes what systemd's socket unit holds: a listening socket
+// in a directory of the test's, and the file of it to pass on (closed
+// when the test ends).
+func socketUnit(t *testing.T) (dir, socket string, lf *os.File) {
+	t.Helper()
+	dir = t.TempDir()
+	socket = filepath.Join(dir, "ukeyd.sock")
+	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	if lf, err = ln.File(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { lf.Close() })
+	return dir, socket, lf
+}
+
 // startActivated starts a daemon child as systemd would: fds from fd 3
 // on, named, LISTEN_PID its own (a shell that execs the daemon knows
 // it), NOTIFY_SOCKET ns.
@@ -213,18 +222,7 @@ func startActivated(t *testing.T, ns *notifySocket, files []*os.File, names []st
 // and the sockets), and the next daemon takes them back: a client's open
 // connection goes on with its session and keys, and the store is emptied.
 func TestSystemdRestartKeepsState(t *testing.T) {
-	dir := t.TempDir()
-	socket := filepath.Join(dir, "ukeyd.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	lf, err := ln.File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lf.Close()
+	_, socket, lf := socketUnit(t)
 	ns := newNotifySocket(t)
 	first, stderr, done := startActivated(t, ns, []*os.File{lf}, []string{"ukeyd.socket"}, "-fdstore-state", "-socket", socket)
 	if msg, _ := ns.next(t); msg != "READY=1" {
