@@ -392,6 +392,7 @@ func (s *Server) status() string {
 	fmt.Fprintf(&b, "keys: %d\n", s.svc.Keys())
 	fmt.Fprintf(&b, "connections: %d\nprocesses: %d\n", ss.Conns, ss.Procs)
 	fmt.Fprintf(&b, "buffered_bytes: %d\nexpensive_running: %d\nbig_key_files: %d\n", ss.BufferedBytes, ss.ExpensiveRunning, keys.BigKeyFiles())
+	fmt.Fprintf(&b, "follows_forks: %t\n", ss.FollowsForks)
 	fmt.Fprintf(&b, "rcu_grace_periods: %d\n", st.GracePeriods)
 	fmt.Fprintf(&b, "rcu_grace_period_p50: %v\nrcu_grace_period_p99: %v\nrcu_grace_period_max: %v\n",
 		st.GracePeriodLatency.P50, st.GracePeriodLatency.P99, st.GracePeriodLatency.Max)

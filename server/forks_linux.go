@@ -11,6 +11,10 @@ import (
 // the subscription fails, and the daemon says so once, at debug level:
 // it then learns ancestry when it meets a process.
 func (s *Server) followForks() {
+	if !inHostNamespaces() {
+		s.log.Debug("ukeyd: in a pid or user namespace of its own, whose pids the process events connector does not report; forks are not followed")
+		return
+	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_CONNECTOR)
 	if err != nil {
 		s.log.Debug("ukeyd: process events connector unavailable; forks are not followed", "err", err)
@@ -58,6 +62,30 @@ func (s *Server) followForks() {
 			}
 		}
 	}()
+}
+
+// The inode numbers the kernel gives its initial pid and user namespaces
+// (include/linux/proc_ns.h: PROC_PID_INIT_INO, PROC_USER_INIT_INO), fixed
+// since namespaces have had inodes.
+const (
+	initPidNsIno  = 0xEFFFFFFC
+	initUserNsIno = 0xEFFFFFFD
+)
+
+// inHostNamespaces reports whether the daemon runs in the kernel's
+// initial pid and user namespaces. Only there does the connector serve
+// it: the kernel reports events with the initial namespace's pids and
+// ignores a subscription from any other. A daemon in a container would
+// still receive the events some host process subscribed to, with pids
+// that in its own namespace name other processes: it would give a
+// process of its own the session of an unrelated one, and keep exited
+// processes' keyrings waiting for exits it never recognises.
+func inHostNamespaces() bool {
+	var pid, user unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &pid) != nil || unix.Stat("/proc/self/ns/user", &user) != nil {
+		return false
+	}
+	return pid.Ino == initPidNsIno && user.Ino == initUserNsIno
 }
 
 func errIsNoBufs(err error) bool {

@@ -252,7 +252,12 @@ type Stats struct {
 	Procs            int // client processes whose keyrings the server keeps
 	BufferedBytes    int // bytes reserved for large requests and answers
 	ExpensiveRunning int // expensive operations (dh_compute) running
-	Limits           Limits
+	// FollowsForks: the daemon sees processes fork (forks.go), so that a
+	// background job whose parent has exited keeps its session. Not in a
+	// pid or user namespace of the daemon's own, nor without
+	// CAP_NET_ADMIN.
+	FollowsForks bool
+	Limits       Limits
 }
 
 // Stats returns what callers hold of the server now.
@@ -261,7 +266,7 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	// A slot of heavy is held exactly while an expensive operation runs.
 	return Stats{Conns: len(s.conns), Procs: s.nprocs, BufferedBytes: s.nbuffered,
-		ExpensiveRunning: len(s.heavy), Limits: s.lim}
+		ExpensiveRunning: len(s.heavy), FollowsForks: s.forks != nil, Limits: s.lim}
 }
 
 // rateLimiter lets through at most burst events per interval and counts
