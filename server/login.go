@@ -16,9 +16,10 @@ import (
 //
 // So the daemon does what pam_keyinit does, once per login, when it meets
 // a process that has no session of its own (none inherited from an
-// ancestor the daemon knows, no session token): at the process's first
-// request, it finds the process's login and gives the process that
-// login's session keyring, made on first use.
+// ancestor the daemon knows, no session token), or only another login's
+// keyring (inherited from an ancestor outside its login): at the
+// process's first request, it finds the process's login and gives the
+// process that login's session keyring, made on first use.
 //
 // A login is a uid and a login id: the audit session id
 // (/proc/<pid>/sessionid) where the system sets one (pam_loginuid does, at
@@ -70,15 +71,42 @@ func usesSession(op wire.Op) bool {
 }
 
 // settleSession gives p the session of its login if it has no session of
-// its own, once, at its first request that uses one (usesSession).
+// its own or only another login's, once, at its first request that uses
+// one (usesSession).
 func (s *Server) settleSession(p *proc) {
 	if s.cfg.NoLogins || !loginSupported || p.private || p.settled.Load() {
 		return
 	}
-	if !p.settled.CompareAndSwap(false, true) || p.caller.OwnSession() {
+	if !p.settled.CompareAndSwap(false, true) || (p.caller.OwnSession() && !p.caller.InLogin()) {
 		return
 	}
 	s.joinLogin(p)
+}
+
+// loginHolds reports whether c's session is the keyring of login key. A
+// login keyring the daemon has lost track of (none of the logins it
+// keeps has it) is taken to be that login's; one that another login has
+// is not: a process that left its parent's login (setsid, where no audit
+// session joins the two) has a login of its own, as it would were the
+// parent unknown to the daemon, so that what a process sees as @s never
+// depends on whether its parent happened to be a client.
+func (s *Server) loginHolds(c *keys.Caller, key loginKey) bool {
+	if !c.InLogin() {
+		return false
+	}
+	k := c.Session()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for id, lk := range s.logins {
+		if lk == k {
+			return id == key
+		}
+	}
+	if s.logins[key] != nil {
+		return false
+	}
+	s.logins[key] = k
+	return true
 }
 
 // joinLogin gives p its login's session keyring, and the login's anchor
@@ -93,6 +121,9 @@ func (s *Server) joinLogin(p *proc) {
 		return
 	}
 	key := loginKey{uid: cred.UID, login: id}
+	if s.loginHolds(p.caller, key) {
+		return // inherited from an ancestor in its login
+	}
 	var a *proc
 	if anchor := loginAnchor(pid, p.start, id, cred.UID); anchor.pid != pid {
 		// Not when it is p itself: p then leads its login, whose keyring
@@ -101,14 +132,15 @@ func (s *Server) joinLogin(p *proc) {
 	}
 	s.loginMu.Lock()
 	defer s.loginMu.Unlock()
-	if p.caller.OwnSession() {
-		return
+	if p.caller.OwnSession() && !p.caller.InLogin() {
+		return // it joined a session meanwhile
 	}
 	// The login's keyring: the anchor's, or the one other processes of
 	// the login hold, or else a new one.
 	var k *keys.Key
+	anchorHolds := a != nil && s.loginHolds(a.caller, key)
 	switch {
-	case a != nil && a.caller.InLogin():
+	case anchorHolds:
 		k = a.caller.Session()
 	default:
 		s.mu.Lock()
@@ -123,7 +155,7 @@ func (s *Server) joinLogin(p *proc) {
 		defer k.Put()
 		p.caller.SetSession(k)
 	}
-	if a != nil && !a.caller.OwnSession() {
+	if a != nil && !anchorHolds && (!a.caller.OwnSession() || a.caller.InLogin()) {
 		a.caller.SetSession(k)
 	}
 	s.mu.Lock()

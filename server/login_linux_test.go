@@ -92,6 +92,15 @@ func TestLoginSharesSession(t *testing.T) {
 	d := ukeystest.NewDaemon(t, ukeystest.WithConfig(server.Config{ProcessPoll: 10 * time.Millisecond}))
 	bin := os.Args[0]
 	uid, gid := os.Getuid(), os.Getgid()
+	// This test's own process may have a login keyring of its own, or none
+	// (when its session's leader is outside its pid namespace, /proc shows
+	// session 0, as in a container): count what it sees before the logins.
+	view := d.Dial(t)
+	pk, err := view.ProcKeys()
+	if err != nil {
+		t.Fatal(err)
+	}
+	own := strings.Count(pk, " _ses:")
 	got := loginRun(t, bin, d.Socket, `UKEYS_TEST_STEP=add "$T"; UKEYS_TEST_STEP=find "$T"; UKEYS_TEST_STEP=describe "$T"; :`)
 	lines := strings.Split(got, "\n")
 	ses := fmt.Sprintf("describe keyring;%d;%d;%08x;_ses holding ", uid, gid, uint32(keys.PermSessionAnon))
@@ -104,12 +113,39 @@ func TestLoginSharesSession(t *testing.T) {
 		t.Fatalf("another login: %q", got)
 	}
 	// Both logins have ended: their keyrings go with them.
-	view := d.Dial(t)
+	defer func() {
+		if t.Failed() {
+			t.Logf("%d _ses wanted, /proc/keys:\n%s", own, pk)
+		}
+	}()
 	testutil.Eventually(t, "the logins' keyrings to go", func() bool {
-		pk, err := view.ProcKeys()
-		// What is left is this test's own login's.
-		return err == nil && !strings.Contains(pk, "greeting") && strings.Count(pk, " _ses:") == 1
+		pk, err = view.ProcKeys()
+		// What is left is this test's own login's, if it has one.
+		return err == nil && !strings.Contains(pk, "greeting") && strings.Count(pk, " _ses:") == own
 	})
+}
+
+// In a container the daemon runs in a pid namespace of its own, where
+// the kernel's process events connector does not serve it (its pids are
+// the host's): a logins' keyrings must still go when the logins end, and
+// no process be given another's session by a host pid that means another
+// process here. TestLoginSharesSession runs again in a new pid namespace,
+// where this test process (its login leader outside) has session 0.
+func TestLoginSharesSessionInPidNamespace(t *testing.T) {
+	if os.Getenv("UKEYS_TEST_IN_PIDNS") != "" {
+		t.Skip("already in a pid namespace of its own")
+	}
+	ukeystest.NeedRoot(t, "to make a pid namespace")
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", os.Args[0], "-test.run=^TestLoginSharesSession$", "-test.count=1", "-test.v")
+	cmd.Env = append(os.Environ(), "UKEYS_TEST_IN_PIDNS=1")
+	out, err := cmd.CombinedOutput()
+	if err != nil || !strings.Contains(string(out), "--- PASS: TestLoginSharesSession") {
+		t.Fatalf("in a pid namespace: %v\n%s", err, out)
+	}
 }
 
 // The audit session id, where the system sets one (pam_loginuid does at
