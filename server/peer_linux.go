@@ -2,15 +2,16 @@ package server
 
 import (
 	"bufio"
+	"bytes"
 	"errors"
 	"fmt"
-	"os"
 	"strconv"
 	"strings"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -63,12 +64,11 @@ func supplementaryGroups(pid int) []uint32 {
 	if pid <= 0 {
 		return nil
 	}
-	f, err := os.Open(fmt.Sprintf("/proc/%d/status", pid))
+	b, err := procfs.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
 	if err != nil {
 		return nil
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(b))
 	for sc.Scan() {
 		line, ok := strings.CutPrefix(sc.Text(), "Groups:")
 		if !ok {

@@ -136,3 +136,7 @@ func keventRetry(kq int, changes, events []unix.Kevent_t, timeout *unix.Timespec
 		}
 	}
 }
+
+// checkProc: the BSDs' process table comes from sysctl and kqueue, in
+// the daemon's own view.
+func (s *Server) checkProc() {}

@@ -143,6 +143,16 @@ func (h *procHandle) close() {
 	h.file, h.fd = nil, -1
 }
 
+// checkProc says, once, when /proc is not the daemon's own (procfs.Ours):
+// the daemon then reads nothing there, and a process it meets has no
+// ancestry, capabilities (uid 0 alone is privileged) or login, and its
+// intercepted calls cannot be served.
+func (s *Server) checkProc() {
+	if !procfs.Ours() {
+		s.log.Warn("ukeyd: /proc is another pid namespace's (give the daemon its own: unshare --mount-proc, or the container's /proc); processes are not read there: no inherited sessions, logins or capabilities, and no intercepted calls")
+	}
+}
+
 // startTime returns field 22 of /proc/<pid>/stat (the process's start
 // time in clock ticks since boot), or "" if the process or /proc is not
 // there.

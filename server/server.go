@@ -168,7 +168,10 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
-	s.forksOnce.Do(s.followForks)
+	s.forksOnce.Do(func() {
+		s.checkProc()
+		s.followForks()
+	})
 	var delay time.Duration
 	for {
 		c, err := ln.AcceptUnix()

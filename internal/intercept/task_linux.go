@@ -100,7 +100,7 @@ func (t *tasks) readStatus(tid int) (procfs.Status, bool) {
 				t.sweepStatus()
 			}
 			var err error
-			fd, err = unix.Open("/proc/"+strconv.Itoa(tid)+"/status", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+			fd, err = procfs.Open("/proc/" + strconv.Itoa(tid) + "/status")
 			if err != nil {
 				return procfs.Status{}, false
 			}
@@ -194,7 +194,7 @@ func (pv *procView) close() {
 
 // openMem opens process pid's memory, or returns -1.
 func openMem(pid int) int {
-	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/mem", unix.O_RDONLY|unix.O_CLOEXEC, 0)
+	fd, err := procfs.Open("/proc/" + strconv.Itoa(pid) + "/mem")
 	if err != nil {
 		return -1
 	}

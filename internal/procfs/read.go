@@ -11,9 +11,10 @@ import (
 // and tries to register it with the runtime's poller, which refuses
 // /proc's files. The daemon reads several for every process it meets
 // (its stat and its ancestors', its status), on the way to answering
-// the process's first request.
+// the process's first request. Where /proc is not Ours, it reads
+// nothing (ENOENT).
 func ReadFile(path string) ([]byte, error) {
-	fd, err := openRetry(path)
+	fd, err := Open(path)
 	if err != nil {
 		return nil, &os.PathError{Op: "open", Path: path, Err: err}
 	}
