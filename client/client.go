@@ -15,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/ukeys/ukeys/internal/sock"
@@ -58,7 +59,10 @@ func Dial(path string, opts ...Option) (*Client, error) {
 	for _, o := range opts {
 		o(&cfg)
 	}
-	f, err := dialUnix(path, 5*time.Second)
+	if cfg.pipelined && cfg.blocking {
+		return nil, errors.New("client: WithBlockingIO and WithPipelining exclude each other")
+	}
+	f, err := dialUnix(path, 5*time.Second, cfg.blocking)
 	if err != nil {
 		return nil, err
 	}
@@ -66,6 +70,9 @@ func Dial(path string, opts ...Option) (*Client, error) {
 	if err != nil {
 		f.Close()
 		return nil, err
+	}
+	if cfg.blocking {
+		sc.SetBlocking()
 	}
 	// Version 2 promises one request at a time, which call keeps: it
 	// holds mu from sending a request until its answer is read. A
@@ -134,8 +141,17 @@ func handshake(sc *sock.Conn, version uint16, first *wire.Request) error {
 	// descriptor table is full and this connection waits in its backlog)
 	// is reported rather than waited for forever.
 	s := sc.Stream()
-	s.SetReadDeadline(time.Now().Add(handshakeTimeout))
-	defer s.SetReadDeadline(time.Time{})
+	timeout := func(d time.Duration) {
+		if sc.Blocking() {
+			setReceiveTimeout(s, d)
+		} else if d > 0 {
+			s.SetReadDeadline(time.Now().Add(d))
+		} else {
+			s.SetReadDeadline(time.Time{})
+		}
+	}
+	timeout(handshakeTimeout)
+	defer timeout(0)
 	sc.Out.Body(wire.EncodeHello(version))
 	if first != nil {
 		if err := sc.Out.Request(first); err != nil {
@@ -148,7 +164,7 @@ func handshake(sc *sock.Conn, version uint16, first *wire.Request) error {
 		// A daemon that refuses this process writes why and closes at
 		// once, perhaps before the hello arrived (EPIPE): the refusal is
 		// still there to read, briefly.
-		s.SetReadDeadline(time.Now().Add(time.Second))
+		timeout(time.Second)
 	}
 	// Nothing larger than a hello is read before the daemon's hello.
 	sc.In.SetLimit(wire.MaxHello)
@@ -158,6 +174,9 @@ func handshake(sc *sock.Conn, version uint16, first *wire.Request) error {
 	if err != nil {
 		if werr != nil {
 			return werr
+		}
+		if sc.Blocking() && errors.Is(err, syscall.EAGAIN) {
+			err = os.ErrDeadlineExceeded // the receive timeout, as the poller's deadline says it
 		}
 		return fmt.Errorf("client: handshake: %w", err)
 	}

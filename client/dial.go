@@ -52,7 +52,7 @@ func New(h Handler) *Client {
 // the caller's or root's and closed to others (checkSocketPath), and the
 // process answering must run as the caller or root (checkPeer); otherwise
 // the error wraps ErrUntrusted.
-func dialUnix(path string, timeout time.Duration) (*os.File, error) {
+func dialUnix(path string, timeout time.Duration, blocking bool) (*os.File, error) {
 	euid := os.Geteuid()
 	if err := checkSocketPath(path, euid); err != nil {
 		return nil, err
@@ -90,10 +90,26 @@ func dialUnix(path string, timeout time.Duration) (*os.File, error) {
 		return nil, os.NewSyscallError("setsockopt", err)
 	}
 	// Non-blocking, so that os.NewFile hands the descriptor to the poller
-	// and a read waiting for the daemon parks the goroutine, not a thread.
-	if err := syscall.SetNonblock(fd, true); err != nil {
-		syscall.Close(fd)
-		return nil, os.NewSyscallError("setnonblock", err)
+	// and a read waiting for the daemon parks the goroutine, not a thread;
+	// unless the caller asked for blocking reads (WithBlockingIO).
+	if !blocking {
+		if err := syscall.SetNonblock(fd, true); err != nil {
+			syscall.Close(fd)
+			return nil, os.NewSyscallError("setnonblock", err)
+		}
 	}
 	return os.NewFile(uintptr(fd), path), nil
+}
+
+// setReceiveTimeout bounds a blocking socket's reads to d (SO_RCVTIMEO;
+// 0: no bound): past it, a read fails with EAGAIN.
+func setReceiveTimeout(s syscall.Conn, d time.Duration) {
+	raw, err := s.SyscallConn()
+	if err != nil {
+		return
+	}
+	tv := syscall.NsecToTimeval(d.Nanoseconds())
+	raw.Control(func(fd uintptr) {
+		syscall.SetsockoptTimeval(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVTIMEO, &tv)
+	})
 }

@@ -2,7 +2,9 @@ package client
 
 import (
 	"errors"
+	"io"
 	"net"
+	"os"
 	"path/filepath"
 	"testing"
 	"time"
@@ -13,8 +15,15 @@ import (
 
 // A session to present goes out with the hello: the daemon has it before
 // it answers the hello, so that dialling costs one round trip, not two.
-// A refused token is SessionLost's, and the client still works.
+// A refused token is SessionLost's, and the client still works. So on a
+// blocking socket (WithBlockingIO), where the answer is waited for in the
+// read itself.
 func TestSessionGoesWithTheHello(t *testing.T) {
+	t.Run("poller", func(t *testing.T) { sessionWithHello(t) })
+	t.Run("blocking", func(t *testing.T) { sessionWithHello(t, WithBlockingIO()) })
+}
+
+func sessionWithHello(t *testing.T, opts ...Option) {
 	path := filepath.Join(t.TempDir(), "fake.sock")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -62,7 +71,7 @@ func TestSessionGoesWithTheHello(t *testing.T) {
 	}()
 	t.Setenv(SessionEnv, "123:the-token")
 	t.Setenv(HelperEnv, "")
-	c, err := Dial(path)
+	c, err := Dial(path, opts...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -75,5 +84,70 @@ func TestSessionGoesWithTheHello(t *testing.T) {
 	}
 	if id, err := c.GetKeyringID(keyctl.SessionKeyring, false); err != nil || id != 42 {
 		t.Fatalf("a call after the refused session: %v %v", id, err)
+	}
+}
+
+// A daemon that accepts and never answers the hello (its descriptor table
+// full, the connection waiting in its backlog) is reported once the
+// handshake's time is up, on the poller's deadline or a blocking
+// socket's receive timeout alike; and a daemon that goes away in the
+// middle of a call ends the call, not the caller.
+func TestSilentOrVanishingDaemon(t *testing.T) {
+	for _, mode := range []struct {
+		name string
+		opts []Option
+	}{{"poller", nil}, {"blocking", []Option{WithBlockingIO()}}} {
+		t.Run(mode.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "fake.sock")
+			ln, err := net.Listen("unix", path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			t.Setenv(SessionEnv, "")
+			t.Setenv(HelperEnv, "")
+			saved := handshakeTimeout
+			handshakeTimeout = 200 * time.Millisecond
+			defer func() { handshakeTimeout = saved }()
+			silent := make(chan net.Conn, 1)
+			go func() {
+				conn, err := ln.Accept()
+				if err == nil {
+					silent <- conn
+				}
+			}()
+			_, err = Dial(path, mode.opts...)
+			if !errors.Is(err, os.ErrDeadlineExceeded) {
+				t.Fatalf("a daemon that never answers: %v, want a deadline exceeded", err)
+			}
+			(<-silent).Close()
+
+			// Hello answered, then the daemon closes instead of answering.
+			go func() {
+				conn, err := ln.Accept()
+				if err != nil {
+					return
+				}
+				buf := make([]byte, 1<<16)
+				wire.ReadFrame(conn, buf)
+				wire.WriteFrame(conn, wire.EncodeHello(wire.Version))
+				wire.ReadFrame(conn, buf)
+				conn.Close()
+			}()
+			c, err := Dial(path, mode.opts...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.Close()
+			if _, err := c.GetKeyringID(keyctl.SessionKeyring, false); !errors.Is(err, io.EOF) {
+				t.Fatalf("a call the daemon closed on: %v, want EOF", err)
+			}
+		})
+	}
+}
+
+func TestBlockingIOExcludesPipelining(t *testing.T) {
+	if _, err := Dial(filepath.Join(t.TempDir(), "none.sock"), WithBlockingIO(), WithPipelining()); err == nil {
+		t.Fatal("WithBlockingIO and WithPipelining together: no error")
 	}
 }

@@ -14,7 +14,18 @@ type Option func(*dialConfig)
 
 type dialConfig struct {
 	pipelined bool
+	blocking  bool
 }
+
+// WithBlockingIO keeps the socket blocking: a call waits for its answer
+// in the read system call, on its own thread, instead of parking on the
+// runtime's poller and being woken by it. That saves the poller's
+// hand-offs on every round trip, which is most of what a short-lived
+// program (ukeyctl, a process per command) spends talking to the
+// daemon, at the cost of a thread held for as long as an answer takes.
+// It is for a program that calls from one goroutine at a time, and
+// excludes WithPipelining. Close does not interrupt a call in progress.
+func WithBlockingIO() Option { return func(c *dialConfig) { c.blocking = true } }
 
 // WithPipelining makes the client send requests from concurrent goroutines
 // without waiting for each other's answers: requests that meet go out in

@@ -94,7 +94,7 @@ func TestDialChecksPeer(t *testing.T) {
 
 	path := filepath.Join(dir, "other.sock")
 	got := received(listenAs(t, path, testOther))
-	conn, err := dialUnix(path, time.Second)
+	conn, err := dialUnix(path, time.Second, false)
 	if err == nil {
 		conn.Write([]byte("hello"))
 		conn.Close()
@@ -110,7 +110,7 @@ func TestDialChecksPeer(t *testing.T) {
 
 	path = filepath.Join(dir, "root.sock")
 	got = received(listenAs(t, path, 0))
-	conn, err = dialUnix(path, time.Second)
+	conn, err = dialUnix(path, time.Second, false)
 	if err != nil {
 		t.Fatalf("a root daemon in a root directory: %v", err)
 	}

@@ -183,7 +183,7 @@ func TestDialNoDaemon(t *testing.T) {
 		if c.want == syscall.ECONNREFUSED {
 			bindSocket(t, c.path)
 		}
-		_, err := dialUnix(c.path, time.Second)
+		_, err := dialUnix(c.path, time.Second, false)
 		if !errors.Is(err, c.want) || errors.Is(err, ErrUntrusted) {
 			t.Errorf("%s: got %v, want %v", c.path, err, c.want)
 		}

@@ -22,12 +22,17 @@ import (
 // answer.
 var autostartWait = 10 * time.Second
 
+// dialOpts: ukeyctl is a process per command that calls from one
+// goroutine at a time, which blocking reads serve with fewer hand-offs
+// (client.WithBlockingIO).
+var dialOpts = []client.Option{client.WithBlockingIO()}
+
 // connect dials the daemon on its default socket. If nothing answers
 // there (no socket, or a stale one) and UKEYS_NO_AUTOSTART is not set, it
 // starts ukeyd in the background, waits for it to answer, and says so.
 func (a *app) connect() (*client.Client, error) {
 	path := client.DefaultSocket()
-	cl, err := client.Dial(path)
+	cl, err := client.Dial(path, dialOpts...)
 	if err == nil {
 		return cl, nil
 	}
@@ -53,7 +58,7 @@ func (a *app) connect() (*client.Client, error) {
 		// The system daemon's socket is there but nobody answers: this
 		// user's own daemon, if one runs, or one started now.
 		path = endpoint.User()
-		if cl, err = client.Dial(path); err == nil {
+		if cl, err = client.Dial(path, dialOpts...); err == nil {
 			return cl, nil
 		}
 		if !daemonAbsent(err) {
@@ -73,7 +78,7 @@ func (a *app) connect() (*client.Client, error) {
 	}
 	deadline := time.Now().Add(autostartWait)
 	for delay := 5 * time.Millisecond; ; delay = min(2*delay, 200*time.Millisecond) {
-		cl, err = client.Dial(path)
+		cl, err = client.Dial(path, dialOpts...)
 		if err == nil {
 			if answered, ok := daemonPID(cl); ok && answered != pid {
 				// Another ukeyctl started one at the same moment, and says

@@ -35,6 +35,9 @@ type Conn struct {
 
 	x exchange // FlushAndWait's, kept here so that its callback allocates nothing
 
+	// blocking: s is a blocking socket (SetBlocking).
+	blocking bool
+
 	// Descriptors passed with SCM_RIGHTS, where AcceptFDs allows them.
 	fdMax int
 	fds   []int
@@ -49,6 +52,15 @@ func (c *Conn) AcceptFDs(max int) {
 	c.fdMax = max
 	c.oob = make([]byte, unix.CmsgSpace(4*max))
 }
+
+// SetBlocking tells the Conn that its stream is a blocking socket, not
+// on the runtime's poller (a client made WithBlockingIO): FlushAndWait
+// then waits for the answer in the read system call itself, there being
+// no poller to wait on.
+func (c *Conn) SetBlocking() { c.blocking = true }
+
+// Blocking reports whether SetBlocking was called.
+func (c *Conn) Blocking() bool { return c.blocking }
 
 // TakeFD returns the oldest descriptor received and not yet taken; the
 // caller owns it.
@@ -139,7 +151,8 @@ func (s source) Read(p []byte) (int, error) {
 		var rerr error
 		err := c.raw.Read(func(fd uintptr) bool {
 			n, rerr = c.recvmsg(int(fd), p)
-			return !errors.Is(rerr, unix.EAGAIN)
+			// On a blocking socket, EAGAIN is its receive timeout.
+			return c.blocking || !errors.Is(rerr, unix.EAGAIN)
 		})
 		if err == nil {
 			err = rerr
@@ -239,7 +252,7 @@ func (c *Conn) FlushFD(fd int) error {
 func (c *Conn) FlushAndWait(then func() bool) (stopped, dropped bool, err error) {
 	x := &c.x
 	f := c.Out.Bytes()
-	*x = exchange{f: f, then: then, step: x.step, in: c.In, out: &c.Out, fd: -1}
+	*x = exchange{f: f, then: then, step: x.step, in: c.In, out: &c.Out, fd: -1, blocking: c.blocking}
 	if x.step == nil {
 		x.step = x.advance // bound once: a method value per call would allocate
 	}
@@ -267,18 +280,19 @@ func (c *Conn) FlushAndWait(then func() bool) (stopped, dropped bool, err error)
 
 // exchange is the state of one FlushAndWait.
 type exchange struct {
-	in      *wire.Reader
-	out     *Frames
-	reset   bool // out was wiped once written, before the wait
-	dropped bool // and dropped
-	fd      int  // the descriptor while the callback reads, else -1
-	f       []byte
-	written int
-	wrote   bool
-	stopped bool
-	err     error
-	then    func() bool
-	step    func(fd uintptr) bool
+	in       *wire.Reader
+	out      *Frames
+	reset    bool // out was wiped once written, before the wait
+	dropped  bool // and dropped
+	fd       int  // the descriptor while the callback reads, else -1
+	blocking bool // the Conn's
+	f        []byte
+	written  int
+	wrote    bool
+	stopped  bool
+	err      error
+	then     func() bool
+	step     func(fd uintptr) bool
 }
 
 // advance is the raw read's callback: it writes the frames the first
@@ -313,6 +327,14 @@ func (x *exchange) advance(fd uintptr) bool {
 	x.dropped, x.reset = x.out.Reset(), true
 	if x.then != nil && x.then() {
 		x.stopped = true
+		return true
+	}
+	if x.blocking {
+		// No poller to wait on: the read waits, in this system call.
+		// What it meets (an error, EOF) the reader meets again.
+		x.fd = int(fd)
+		x.in.Fill()
+		x.fd = -1
 		return true
 	}
 	return false // wait until something can be read
