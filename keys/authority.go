@@ -9,7 +9,7 @@ import "fmt"
 // helper's authority loses it then.
 func (u *Upcall) Authorized() bool {
 	a := u.auth
-	return a != nil && a.validate(a.s.now()) == nil
+	return a != nil && a.validate(u.s.now()) == nil
 }
 
 // PossessesNonKeyring reports whether id names a key that is not a

@@ -43,8 +43,9 @@ type Upcall struct {
 	Helper *Caller
 
 	// auth is the authorisation key AuthKey names (nil in an Upcall that
-	// construct did not make), for Authorized.
+	// construct did not make), for Authorized, with the service's clock.
 	auth *Key
+	s    *Service
 }
 
 // Args returns the helper's argument vector after the program name, in
@@ -284,7 +285,7 @@ func (c *Caller) construct(t *Type, desc string, callout []byte, dest ref) (*Key
 	up := &Upcall{
 		Op: "create", Key: k.serial, AuthKey: auth.serial, Type: t.Name, Description: desc,
 		CalloutInfo: append([]byte(nil), callout...), UID: c.cr().UID, GID: c.cr().GID,
-		auth: auth,
+		auth: auth, s: s,
 	}
 	th, pr, se := c.keyrings()
 	if th != nil {

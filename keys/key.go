@@ -89,7 +89,6 @@ type Key struct {
 	serial Serial
 	state  atomicState
 	desc   string
-	s      *Service
 	typ    atomic.Pointer[Type]
 	// hash is indexHash of the type the key was created with and its
 	// description, kept so that possession tests need not hash again. It
@@ -111,8 +110,10 @@ type Key struct {
 	payload atomic.Pointer[Payload]  // non-keyring types; rcu-protected
 	ring    atomic.Pointer[ringSnap] // keyrings; rcu-protected
 
-	// Guarded by mu.
-	quota *quotaUser // the owner's record, charged for this key
+	// The owner's record, charged for this key, and through it the
+	// service. Guarded by mu; read without it only by the last put,
+	// when nobody else holds the key to change it.
+	quota *quotaUser
 
 	// parent is the first keyring that links this key, so that the
 	// collector can prune a dead key's links in time proportional to its
@@ -271,7 +272,7 @@ func (k *Key) put() {
 	}
 	switch n := k.usage.Add(-1); {
 	case n == 0:
-		k.s.unused(k)
+		k.quota.s.unused(k)
 	case n < 0:
 		panic("keys: key reference count went negative")
 	}

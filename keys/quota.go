@@ -9,7 +9,11 @@ import (
 // owner's keys and the bytes charged to it.
 type quotaUser struct {
 	uid uint32
-	mu  sync.Mutex
+	// s is the service the record counts for: a key reaches its service
+	// through its owner's record (Key.quota), so that a million keys do
+	// not each hold a pointer to the one service.
+	s  *Service
+	mu sync.Mutex
 	// refs counts keys owned plus callers whose credentials name the uid;
 	// the record goes away at zero. It is atomic so that allocation and
 	// destruction, which take and drop one each, share only a read lock
@@ -33,7 +37,7 @@ func (s *Service) quotaFor(uid uint32) *quotaUser {
 	defer s.usersMu.Unlock()
 	u = s.users[uid]
 	if u == nil {
-		u = &quotaUser{uid: uid}
+		u = &quotaUser{uid: uid, s: s}
 		s.users[uid] = u
 	}
 	// Under the write lock a record at zero is revived, not replaced:

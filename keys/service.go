@@ -259,7 +259,7 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 			return nil, err
 		}
 	}
-	k := &Key{desc: sp.desc, s: s, hash: indexHash(sp.typ.Name, sp.desc)}
+	k := &Key{desc: sp.desc, hash: indexHash(sp.typ.Name, sp.desc)}
 	k.typ.Store(sp.typ)
 	k.uid.Store(sp.uid)
 	k.gid.Store(sp.gid)
