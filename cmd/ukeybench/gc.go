@@ -20,9 +20,14 @@ import (
 
 // gcParams are the parameters of the gc scenario.
 type gcParams struct {
-	Keys       int `json:"keys"`
-	Chunk      int `json:"chunk"`
-	Foreground int `json:"foreground"`
+	Keys  int `json:"keys"`
+	Chunk int `json:"chunk"`
+	// Chunks, if set, replaces the three variants by a sweep: the
+	// chunked variant once per chunk size (variant chunked-N), then the
+	// baseline, for the trade-off of a work item's budget against the
+	// foreground's worst operation, the probe's wait and the reap time.
+	Chunks     []int `json:"chunks,omitempty"`
+	Foreground int   `json:"foreground"`
 	// ItemCPU measures work items' CPU time (tuning.GC.ItemCPUTime).
 	ItemCPU bool `json:"item_cpu"`
 	// TraceDir, if set, receives a runtime trace of each measuring window
@@ -38,6 +43,9 @@ type gcParams struct {
 // floor of a process holding that many keys, whose Go heap the runtime's
 // garbage collector must mark as often as the other variants'.
 func runGC(p gcParams, progress func(string)) ([]row, error) {
+	if len(p.Chunks) > 0 {
+		return sweepGC(p, progress)
+	}
 	var rows []row
 	for _, cs := range []string{"unused", "expired", "combined"} {
 		var chunkedReap time.Duration
@@ -56,6 +64,32 @@ func runGC(p gcParams, progress func(string)) ([]row, error) {
 			}
 			rows = append(rows, r)
 		}
+	}
+	return rows, nil
+}
+
+// sweepGC runs each case chunked once per size of p.Chunks, then its
+// baseline, measured for as long as the slowest chunked reap took.
+func sweepGC(p gcParams, progress func(string)) ([]row, error) {
+	var rows []row
+	for _, cs := range []string{"unused", "expired", "combined"} {
+		var longest time.Duration
+		for _, chunk := range p.Chunks {
+			variant := fmt.Sprintf("chunked-%d", chunk)
+			progress(fmt.Sprintf("gc %s/%s: %d keys", cs, variant, p.Keys))
+			r, reap, err := gcOnce(p, cs, variant, chunk, 0)
+			if err != nil {
+				return nil, err
+			}
+			longest = max(longest, reap)
+			rows = append(rows, r)
+		}
+		progress(fmt.Sprintf("gc %s/baseline: %d keys", cs, p.Keys))
+		r, _, err := gcOnce(p, cs, "baseline", p.Chunk, longest)
+		if err != nil {
+			return nil, err
+		}
+		rows = append(rows, r)
 	}
 	return rows, nil
 }

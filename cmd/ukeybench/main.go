@@ -96,6 +96,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	fs.SetOutput(stderr)
 	keysN := fs.Int("keys", 1_000_000, "keys that become garbage (gc), or that the daemon handed over holds (handover)")
 	chunk := fs.Int("chunk", 1024, "collector chunk size of the chunked variant (gc)")
+	chunks := fs.String("chunks", "", "comma-separated chunk sizes: run the chunked variant once per size, then the baseline, instead of the three variants: the trade-off curve of the chunk budget (gc)")
 	fg := fs.Int("foreground", 2, "foreground goroutines (gc, expiry)")
 	traceDir := fs.String("trace", "", "write a runtime trace of each measuring window into this directory, one file per case and variant (gc)")
 	itemCPU := fs.Bool("item-cpu", false, "measure each collector work item's CPU time, pinning the worker to its thread per item, which slows the scheduler's hand-offs (gc)")
@@ -188,6 +189,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		p := gcParams{Keys: *keysN, Chunk: *chunk, Foreground: *fg, ItemCPU: *itemCPU, TraceDir: *traceDir}
 		if *quick {
 			p.Keys = min(p.Keys, 20_000)
+		}
+		if *chunks != "" {
+			if p.Chunks, err = parseInts(*chunks); err != nil {
+				break
+			}
+			for _, c := range p.Chunks {
+				if c <= 0 {
+					err = fmt.Errorf("chunk size %d: want a positive budget (-chunk 0 is the unchunked variant)", c)
+				}
+			}
+			if err != nil {
+				break
+			}
 		}
 		var rows []row
 		rows, err = runGC(p, prog.say)

@@ -280,6 +280,35 @@ func TestGCQuickJSONShape(t *testing.T) {
 	}
 }
 
+// -chunks sweeps the chunk budget: each case chunked once per size, then
+// its baseline; each size's items stay within its budget.
+func TestGCChunkSweepShape(t *testing.T) {
+	var out, errb bytes.Buffer
+	if code := run([]string{"-quick", "-json", "-keys", "2000", "-chunks", "64,512", "gc"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+	}
+	var got []string
+	for _, r := range rep.Results {
+		got = append(got, r.Case+"/"+r.Variant)
+		budget := map[string]float64{"chunked-64": 64, "chunked-512": 512}[r.Variant]
+		if scanned, _ := r.Extra["max_scanned_per_item"].(float64); budget > 0 && scanned > budget {
+			t.Errorf("%s/%s: a work item scanned %v keys", r.Case, r.Variant, scanned)
+		}
+	}
+	want := "unused/chunked-64 unused/chunked-512 unused/baseline expired/chunked-64 expired/chunked-512 expired/baseline " +
+		"combined/chunked-64 combined/chunked-512 combined/baseline"
+	if strings.Join(got, " ") != want {
+		t.Fatalf("rows %v, want %s", got, want)
+	}
+	if code := run([]string{"-quick", "-chunks", "64,0", "gc"}, &out, &errb); code != 1 {
+		t.Fatalf("a chunk size of 0 in the sweep: exit %d, want 1", code)
+	}
+}
+
 func TestUsage(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run(nil, &out, &errb); code != 2 {
