@@ -18,7 +18,7 @@ import (
 // percentile or max of the rows ("p50", "p99", "p999", "max") or an
 // extra.
 var barMetrics = map[string][]string{
-	"gc":     {"max", "max_work_item_ms"},
+	"gc":     {"max", "max_work_item_ms", "max_queue_wait_ms", "reap_all_s"},
 	"gp":     {"p50"},
 	"stall":  {"max", "max_between_checkpoints_ms"},
 	"read":   {"ns_per_op"},
