@@ -171,7 +171,7 @@ func TestStringsEndAtNUL(t *testing.T) {
 
 // A flood of refused connections costs a few log lines, not one each.
 func TestRefusalsAreRateLimited(t *testing.T) {
-	var logs syncBuf
+	var logs testutil.Buffer
 	_, path := serveTemp(t, Config{Logger: slog.New(slog.NewTextHandler(&logs, nil)), Limits: Limits{MaxConnsPerUID: 1}})
 	dialRaw(t, path) // holds this uid's one connection
 	for range 50 {
@@ -245,21 +245,4 @@ func TestExpensiveOperationsBounded(t *testing.T) {
 	if err := <-errc; err != keys.EINTR {
 		t.Fatalf("a wait at shutdown: %v, want EINTR", err)
 	}
-}
-
-type syncBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuf) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuf) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }

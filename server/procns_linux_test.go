@@ -1,18 +1,17 @@
 package server_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/internal/procfs"
+	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
@@ -60,7 +59,7 @@ func TestForeignProcIsNotBelieved(t *testing.T) {
 	if procfs.Ours() {
 		t.Fatal("/proc/self is this process: the namespace was not made as the test needs")
 	}
-	var logs syncLog
+	var logs testutil.Buffer
 	d := ukeystest.NewDaemon(t, ukeystest.WithDirMode(0o755), ukeystest.WithConfig(server.Config{
 		Logger: slog.New(slog.NewTextHandler(&logs, nil)),
 	}))
@@ -78,21 +77,4 @@ func TestForeignProcIsNotBelieved(t *testing.T) {
 	if !strings.Contains(logs.String(), "/proc is another pid namespace's") {
 		t.Errorf("the daemon did not say why it reads no /proc:\n%s", logs.String())
 	}
-}
-
-type syncLog struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *syncLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *syncLog) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }

@@ -1,12 +1,11 @@
 package workqueue
 
 import (
-	"bytes"
-	"github.com/ukeys/ukeys/internal/testutil"
 	"sync"
 	"sync/atomic"
 	"testing"
 
+	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/rcu"
 	"go.uber.org/goleak"
 )
@@ -79,21 +78,3 @@ type counter struct{ n atomic.Int64 }
 
 func (c *counter) run()       { c.n.Add(1) }
 func (c *counter) get() int64 { return c.n.Load() }
-
-// syncWriter serialises writes to a buffer shared with a logger.
-type syncWriter struct {
-	mu sync.Mutex
-	w  *bytes.Buffer
-}
-
-func (s *syncWriter) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.Write(p)
-}
-
-func (s *syncWriter) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.w.String()
-}

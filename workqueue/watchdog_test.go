@@ -1,11 +1,12 @@
 package workqueue
 
 import (
-	"bytes"
 	"log/slog"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/ukeys/ukeys/internal/testutil"
 )
 
 func TestWatchdogReportsLongItem(t *testing.T) {
@@ -61,7 +62,7 @@ func TestWatchdogQuietForShortItems(t *testing.T) {
 }
 
 func TestWatchdogDefaultHandlerLogs(t *testing.T) {
-	out := &syncWriter{w: new(bytes.Buffer)}
+	out := &testutil.Buffer{}
 	logger := slog.New(slog.NewTextHandler(out, nil))
 	q, _ := newQueue(t, WithName("logged"), WithWorkers(1), WithWatchdog(10*time.Millisecond), WithLogger(logger))
 	b := newBlocker()

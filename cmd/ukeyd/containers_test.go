@@ -24,6 +24,19 @@ func agentDaemon(t *testing.T) (dir, agent string) {
 	return dir, agent
 }
 
+// notifyKeyCalls is a config.json seccomp section that hands the key
+// system calls to the agent at listener and lets everything else through.
+func notifyKeyCalls(listener string) map[string]any {
+	return map[string]any{
+		"defaultAction": "SCMP_ACT_ALLOW",
+		"listenerPath":  listener,
+		"syscalls": []map[string]any{{
+			"names":  []string{"add_key", "keyctl", "request_key"},
+			"action": "SCMP_ACT_NOTIFY",
+		}},
+	}
+}
+
 // goBuild builds package pkg (relative to this one) as a static program
 // at out, for a container with nothing else in it.
 func goBuild(t *testing.T, gobin, out, pkg string) {

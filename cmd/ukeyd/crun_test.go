@@ -69,14 +69,7 @@ func TestCrunContainers(t *testing.T) {
 		proc["args"] = append([]string{"/keyprog"}, args...)
 		proc["terminal"] = false
 		if seccomp {
-			c["linux"].(map[string]any)["seccomp"] = map[string]any{
-				"defaultAction": "SCMP_ACT_ALLOW",
-				"listenerPath":  agent,
-				"syscalls": []map[string]any{{
-					"names":  []string{"add_key", "keyctl", "request_key"},
-					"action": "SCMP_ACT_NOTIFY",
-				}},
-			}
+			c["linux"].(map[string]any)["seccomp"] = notifyKeyCalls(agent)
 		}
 		if raw, err = json.Marshal(c); err == nil {
 			err = os.WriteFile(p, raw, 0o644)

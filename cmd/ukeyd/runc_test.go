@@ -52,14 +52,7 @@ func TestRuncContainers(t *testing.T) {
 		}
 		c["process"].(map[string]any)["args"] = append([]string{"/keyprog"}, args...)
 		c["process"].(map[string]any)["terminal"] = false
-		c["linux"].(map[string]any)["seccomp"] = map[string]any{
-			"defaultAction": "SCMP_ACT_ALLOW",
-			"listenerPath":  agent,
-			"syscalls": []map[string]any{{
-				"names":  []string{"add_key", "keyctl", "request_key"},
-				"action": "SCMP_ACT_NOTIFY",
-			}},
-		}
+		c["linux"].(map[string]any)["seccomp"] = notifyKeyCalls(agent)
 		if b, err = json.Marshal(c); err == nil {
 			err = os.WriteFile(p, b, 0o644)
 		}

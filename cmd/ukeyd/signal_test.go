@@ -52,27 +52,8 @@ func TestMain(m *testing.M) {
 
 type child struct {
 	cmd    *exec.Cmd
-	stderr *syncBuffer
+	stderr *testutil.Buffer
 	done   chan error
-}
-
-// syncBuffer is a buffer that the daemon's output may be written to while
-// the test reads it.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // stderrText returns what the daemon has logged so far.
@@ -92,7 +73,7 @@ type childOpts struct {
 // startChild runs the daemon on socket and waits until it serves.
 func startChild(t *testing.T, socket string, opts ...childOpts) *child {
 	t.Helper()
-	c := &child{stderr: &syncBuffer{}, done: make(chan error, 1)}
+	c := &child{stderr: &testutil.Buffer{}, done: make(chan error, 1)}
 	args := []string{childArg, "-socket", socket, "-request-key", "", "-metrics", "127.0.0.1:0", "-log-level", "debug"}
 	var o childOpts
 	if len(opts) > 0 {

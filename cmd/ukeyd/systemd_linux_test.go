@@ -14,6 +14,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -196,13 +197,13 @@ func socketUnit(t *testing.T) (dir, socket string, lf *os.File) {
 // startActivated starts a daemon child as systemd would: fds from fd 3
 // on, named, LISTEN_PID its own (a shell that execs the daemon knows
 // it), NOTIFY_SOCKET ns.
-func startActivated(t *testing.T, ns *notifySocket, files []*os.File, names []string, args ...string) (*exec.Cmd, *syncBuffer, chan error) {
+func startActivated(t *testing.T, ns *notifySocket, files []*os.File, names []string, args ...string) (*exec.Cmd, *testutil.Buffer, chan error) {
 	t.Helper()
 	cmd := exec.Command("/bin/sh", append([]string{"-c", `LISTEN_PID=$$ exec "$0" "$@"`, os.Args[0], childArg,
 		"-request-key", ""}, args...)...)
 	cmd.Env = append(os.Environ(), "LISTEN_FDS="+strconv.Itoa(len(files)), "LISTEN_FDNAMES="+strings.Join(names, ":"), "NOTIFY_SOCKET="+ns.path)
 	cmd.ExtraFiles = files
-	var stderr syncBuffer
+	var stderr testutil.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)

@@ -130,7 +130,7 @@ func (s *tokenScene) request(desc string) *helperRun {
 	case <-time.After(time.Minute):
 		t.Fatal("the helper did not open its pipes")
 	}
-	run.h = &agent{t: t, who: who{name: "helper"}, in: run.in, out: bufio.NewReader(run.out), errb: &syncBuffer{}}
+	run.h = &agent{t: t, who: who{name: "helper"}, in: run.in, out: bufio.NewReader(run.out), errb: &testutil.Buffer{}}
 	t.Cleanup(run.close)
 	return run
 }

@@ -2,7 +2,6 @@ package hardening
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -25,6 +24,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
@@ -66,25 +66,8 @@ type daemon struct {
 	srv  *server.Server
 	dir  string
 	path string
-	logs *syncBuffer
+	logs *testutil.Buffer
 	reg  *prometheus.Registry
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) Bytes() []byte {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return bytes.Clone(s.b.Bytes())
 }
 
 type daemonConfig struct {
@@ -105,7 +88,7 @@ type daemonConfig struct {
 
 func startDaemon(t testing.TB, cfg daemonConfig) *daemon {
 	t.Helper()
-	d := &daemon{logs: &syncBuffer{}, reg: prometheus.NewRegistry()}
+	d := &daemon{logs: &testutil.Buffer{}, reg: prometheus.NewRegistry()}
 	log := slog.New(slog.NewTextHandler(d.logs, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	m := metrics.New(d.reg)
 	rt := cfg.readTimeout
@@ -262,7 +245,7 @@ type agent struct {
 	cmd  *exec.Cmd
 	in   io.WriteCloser
 	out  *bufio.Reader
-	errb *syncBuffer
+	errb *testutil.Buffer
 }
 
 // startAgent runs an agent as w, connected to d, with env added.
@@ -280,7 +263,7 @@ func startAgentEnv(t testing.TB, w who, env []string) *agent {
 	if w.uid != 0 {
 		cmd.SysProcAttr = ukeystest.As(w.uid, w.gid, w.groups...)
 	}
-	a := &agent{t: t, who: w, cmd: cmd, errb: &syncBuffer{}}
+	a := &agent{t: t, who: w, cmd: cmd, errb: &testutil.Buffer{}}
 	cmd.Stderr = a.errb
 	in, err := cmd.StdinPipe()
 	if err != nil {

@@ -255,7 +255,7 @@ func TestPermissionMatrixOnSystemDaemon(t *testing.T) {
 	env := []string{"PATH=/usr/bin:/bin", endpoint.SystemSocketEnv + "=" + system}
 	ukeyd := exec.Command(filepath.Join(base, "ukeyd"), "-request-key", "", "-maxkeys", "100000", "-maxbytes", "100000000")
 	ukeyd.Env = env
-	var logs syncBuffer
+	var logs testutil.Buffer
 	ukeyd.Stderr = &logs
 	if err := ukeyd.Start(); err != nil {
 		t.Fatal(err)
