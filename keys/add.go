@@ -1,6 +1,9 @@
 package keys
 
-import "strings"
+import (
+	"strings"
+	"sync"
+)
 
 // defaultPerm is the mask the kernel gives keys that callers create.
 func defaultPerm(t *Type) Perm {
@@ -64,8 +67,25 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 		return 0, EKEYREVOKED
 	}
 	if t.Updatable {
+		// From the search for a key to update to the link of a new one,
+		// nobody else adds to this keyring: of two add_keys of one
+		// description at once, the second updates the key the first
+		// made (the kernel holds the keyring's lock as long), rather than
+		// making a second that displaces the first, whose adder would be
+		// left with a key the collector is about to reap. A key found is
+		// waited for and updated outside it, as in the kernel.
+		mu := c.s.addLock(ring)
+		mu.Lock()
+		locked := true
+		unlock := func() {
+			if locked {
+				locked = false
+				mu.Unlock()
+			}
+		}
+		defer unlock()
 		taken := false
-		if id, done, err := c.updateExisting(r, t, desc, func(old *Payload) (*Payload, int, error) {
+		if id, done, err := c.updateExisting(r, t, desc, unlock, func(old *Payload) (*Payload, int, error) {
 			taken = true
 			if t.Prepare != nil {
 				return t.Prepare(c, desc, old, payload)
@@ -98,6 +118,12 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 		return 0, err
 	}
 	return k.serial, nil
+}
+
+// addLock is the lock that serialises add_key's find-or-create into
+// ring: one of a fixed set, by the keyring's serial.
+func (s *Service) addLock(ring *Key) *sync.Mutex {
+	return &s.adding[uint32(ring.serial)%uint32(len(s.adding))]
 }
 
 // AddKeyCheck returns the error that AddKey would return for a payload
@@ -158,9 +184,10 @@ func (c *Caller) addTarget(typ, desc string, plen int, ringID Serial) (ref, *Typ
 }
 
 // updateExisting is add_key's update path: done reports whether it
-// handled the call. prepare makes the new payload from the one it
-// replaces; a payload it made and did not use is wiped.
-func (c *Caller) updateExisting(r ref, t *Type, desc string, prepare func(old *Payload) (*Payload, int, error)) (Serial, bool, error) {
+// handled the call. found runs once a key to update is found, before it
+// is waited for. prepare makes the new payload from the one it replaces;
+// a payload it made and did not use is wiped.
+func (c *Caller) updateExisting(r ref, t *Type, desc string, found func(), prepare func(old *Payload) (*Payload, int, error)) (Serial, bool, error) {
 	sec := c.s.dom.Read()
 	l, ok := r.key.ring.Load().find(t.Name, desc)
 	if !ok || l.key.has(flagRevoked|flagInvalidated) || !l.key.tryGet() {
@@ -168,6 +195,7 @@ func (c *Caller) updateExisting(r ref, t *Type, desc string, prepare func(old *P
 		return 0, false, nil
 	}
 	sec.End()
+	found()
 	k := l.key
 	defer k.put()
 	if err := c.waitConstructed(k); err != nil {

@@ -412,3 +412,56 @@ func TestCloseWhileDestroying(t *testing.T) {
 		wg.Wait()
 	}
 }
+
+// add_key of one description by several processes of one session at
+// once: the kernel holds the keyring's lock from its search for a key to
+// update to the link of a new one, so the first makes the key and the
+// others update it. Each adder gets that key's serial and can read it;
+// none is left with a key displaced by another's, which the collector
+// then reaps (ENOKEY at its next read: ukeybench's syscall scenario met
+// that with two callers).
+func TestConcurrentAddKeyUpdatesOne(t *testing.T) {
+	s := New()
+	defer s.Close()
+	first := s.NewCaller(Cred{UID: 0, GID: 0, PID: 10})
+	defer first.Release()
+	if _, err := first.JoinSessionKeyring(nil); err != nil {
+		t.Fatal(err)
+	}
+	const adders = 8
+	for round := range 50 {
+		desc := fmt.Sprintf("bench%d", round)
+		ids := make([]Serial, adders)
+		var wg sync.WaitGroup
+		start := make(chan struct{})
+		for i := range adders {
+			c := first.Fork(100 + i)
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				defer c.Release()
+				<-start
+				id, err := c.AddKey("user", desc, []byte(fmt.Sprintf("from %d", i)), SessionKeyring)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				ids[i] = id
+				if _, err := c.Read(id); err != nil {
+					t.Errorf("adder %d reading the key it added, %d: %v", i, id, err)
+				}
+			}()
+		}
+		close(start)
+		wg.Wait()
+		for i, id := range ids {
+			if id != ids[0] {
+				t.Fatalf("round %d: adder %d got key %d, adder 0 key %d: two keys of one description", round, i, id, ids[0])
+			}
+		}
+	}
+	s.WaitGC(t.Context())
+	if err := s.Check(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -70,6 +70,9 @@ type Service struct {
 
 	index serialIndex
 	count atomic.Int64
+	// adding serialises add_key's find-or-create of an updatable key per
+	// keyring (addLock), as the kernel's keyring lock does.
+	adding [64]sync.Mutex
 	// trust holds the system keyrings of trusted certificates.
 	trust trustedRings
 	// drawSerial, if set (by tests, before the first key), proposes
