@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -70,15 +71,17 @@ func syscallOnce(variant string, k int, dur time.Duration) (row, error) {
 		return row{}, err
 	}
 	type kid struct {
-		cmd  *exec.Cmd
-		ours *os.File
+		cmd    *exec.Cmd
+		ours   *os.File
+		stderr *outBuf // what a caller that fails says why
 	}
 	kids := make([]*kid, k)
 	var wg sync.WaitGroup
 	errs := make(chan error, k)
 	for i := range kids {
-		c := &kid{cmd: exec.Command(exe)}
+		c := &kid{cmd: exec.Command(exe), stderr: &outBuf{}}
 		c.cmd.Stdout = &outBuf{}
+		c.cmd.Stderr = c.stderr
 		c.cmd.Env = append(os.Environ(), childEnv+"="+variant, "UKEYBENCH_DURATION="+dur.String(), "UKEYS_SOCKET="+sock)
 		if variant == "intercepted" {
 			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
@@ -119,7 +122,7 @@ func syscallOnce(variant string, k int, dur time.Duration) (row, error) {
 			defer wg.Done()
 			out, err := outputOf(c.cmd)
 			if err != nil {
-				errs <- err
+				errs <- fmt.Errorf("%w: %s", err, bytes.TrimSpace(c.stderr.b))
 				return
 			}
 			var res struct {
