@@ -29,9 +29,9 @@ func (s *Service) revoke(k *Key) {
 	}
 	k.expiry.Store(s.now())
 	old := k.payload.Swap(nil)
-	if old != nil && k.has(flagInQuota) {
-		s.adjust(k.quota, -old.charge)
-		k.quotalen -= int32(old.charge)
+	if c := payloadCharge(k); old != nil && c != 0 {
+		s.adjust(k.quota, -c)
+		k.quotalen -= int32(c)
 	}
 	var links []link
 	if k.isKeyring() {

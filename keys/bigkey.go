@@ -61,6 +61,9 @@ type sealed struct {
 	size int
 }
 
+// payloadLen is the sealed plaintext's length (Payload.Len).
+func (b *sealed) payloadLen(int) int { return b.size }
+
 // Wipe forgets the key (so the file's contents can never be opened
 // again), overwrites and closes the file.
 func (b *sealed) Wipe() {
@@ -181,7 +184,7 @@ var bigKeyType = &Type{
 		if err != nil {
 			return nil, 0, err
 		}
-		return &Payload{Extra: b, Len: len(data)}, bigKeyCharge, nil
+		return &Payload{Extra: b}, bigKeyCharge, nil
 	},
 	MaxSize:   MaxBigKeyPayload,
 	Updatable: true,
@@ -215,6 +218,6 @@ var bigKeyType = &Type{
 		if _, ok := p.Extra.(*sealed); ok {
 			where = "file"
 		}
-		return fmt.Sprintf(": %d [%s]", p.Len, where)
+		return fmt.Sprintf(": %d [%s]", p.Len(), where)
 	},
 }

@@ -240,14 +240,19 @@ func validEcryptfsDesc(desc string) bool {
 // described as the kernel reserves it: the secret (the ecryptfs token
 // that holds it, for that format), the blob, the HMAC and a NUL.
 func newEncPayload(secret []byte, m *encMeta) (*Payload, int) {
-	size := len(secret)
+	p := newPayload(secret)
+	p.Extra = m
+	return p, m.payloadLen(len(secret))
+}
+
+// payloadLen is an encrypted key's length as the kernel reserves it for a
+// secret of n bytes (Payload.Len).
+func (m *encMeta) payloadLen(n int) int {
+	size := n
 	if m.format == "ecryptfs" {
 		size = encEcryptfsTok
 	}
-	size += encBlobLen(m, len(secret)) + encHashSize + 1
-	p := newPayload(secret)
-	p.Extra, p.Len = m, size
-	return p, size
+	return size + encBlobLen(m, n) + encHashSize + 1
 }
 
 // encBlob is the part of the blob the HMAC covers, with room for the

@@ -30,8 +30,8 @@ func TestEncryptedKeys(t *testing.T) {
 		t.Fatalf("describe: %+v", d)
 	}
 	k := e.s.lookup(id)
-	if p := k.payload.Load(); p.Len != 134 {
-		t.Fatalf("the key is %d bytes long, want the kernel's 134", p.Len)
+	if p := k.payload.Load(); p.Len() != 134 {
+		t.Fatalf("the key is %d bytes long, want the kernel's 134", p.Len())
 	}
 	// Loaded into another key, the same secret: the same blob.
 	id2 := must(c.AddKey("encrypted", "evm2", []byte("load "+blob), SessionKeyring))(t)

@@ -8,10 +8,31 @@ type Payload struct {
 	Data []byte
 	// Extra holds type-specific state (big_key's sealed store).
 	Extra any
-	// Len is the length reported in descriptions and /proc/keys.
-	Len int
-	// charge is what the payload costs its owner's byte quota.
-	charge int
+	// Nothing more: a payload of up to 8 bytes then fits, with its bytes,
+	// in 48 bytes, a million keys' worth of which Go's collector scans.
+	// Its length in descriptions is Len; what it costs its owner's byte
+	// quota is in the key's quotalen (payloadCharge).
+}
+
+// Len is the payload's length in descriptions and /proc/keys: its bytes',
+// unless its type's state says otherwise (a big_key sealed in a file, an
+// encrypted key, described as the kernel reserves them).
+func (p *Payload) Len() int {
+	if x, ok := p.Extra.(interface{ payloadLen(data int) int }); ok {
+		return x.payloadLen(len(p.Data))
+	}
+	return len(p.Data)
+}
+
+// payloadCharge is what k's payload costs its owner's byte quota, as
+// instantiate, update and restore added it to quotalen. It is counted
+// only for a key in quota (others are charged nothing), which is not a
+// keyring (whose quotalen counts its links). k.mu is held.
+func payloadCharge(k *Key) int {
+	if !k.has(flagInQuota) || k.isKeyring() {
+		return 0
+	}
+	return int(k.quotalen) - len(k.desc) - 1
 }
 
 // wipe zeroes the payload's bytes: secrets must not outlive the key.
@@ -43,7 +64,7 @@ func newPayload(data []byte) *Payload {
 	case n <= 128:
 		return payloadWith[[128]byte](data)
 	}
-	return &Payload{Data: append([]byte(nil), data...), Len: len(data)}
+	return &Payload{Data: append([]byte(nil), data...)}
 }
 
 func payloadWith[A any](data []byte) *Payload {
@@ -53,7 +74,6 @@ func payloadWith[A any](data []byte) *Payload {
 	})
 	b := unsafe.Slice((*byte)(unsafe.Pointer(&x.buf)), unsafe.Sizeof(x.buf))
 	x.p.Data = b[:copy(b, data):len(data)]
-	x.p.Len = len(data)
 	return &x.p
 }
 
@@ -72,7 +92,6 @@ func (s *Service) instantiate(k *Key, p *Payload, charge int) error {
 		k.quotalen += int32(charge)
 	}
 	if p != nil {
-		p.charge = charge
 		k.payload.Store(p)
 	}
 	s.markInstantiated(k)
@@ -91,11 +110,7 @@ func (s *Service) update(k *Key, p *Payload, charge int) error {
 		return EKEYREVOKED
 	}
 	old := k.payload.Load()
-	delta := charge
-	if old != nil {
-		delta -= old.charge
-	}
-	p.charge = charge
+	delta := charge - payloadCharge(k)
 	if k.has(flagInQuota) {
 		if err := s.adjust(k.quota, delta); err != nil {
 			k.mu.Unlock()

@@ -322,7 +322,6 @@ func (rs *Restore) readKey(d *stateReader, id Serial) error {
 	if err != nil {
 		return corrupt("key %d (%s %q): its payload: %v", id, typ, desc, err)
 	}
-	p.charge = charge
 	if inQuota {
 		s.chargeAnyway(k, charge)
 	}

@@ -39,9 +39,9 @@ func dumpState(t *testing.T, s *Service) string {
 				// a reader gets is the same.
 				l += fmt.Sprintf(" payload=%x", b.Bytes())
 			} else if b.Len() > 64 {
-				l += fmt.Sprintf(" payload=sha256:%x len=%d charge=%d", sha256.Sum256(b.Bytes()), p.Len, p.charge)
+				l += fmt.Sprintf(" payload=sha256:%x len=%d charge=%d", sha256.Sum256(b.Bytes()), p.Len(), payloadCharge(k))
 			} else {
-				l += fmt.Sprintf(" payload=%q len=%d charge=%d", b.String(), p.Len, p.charge)
+				l += fmt.Sprintf(" payload=%q len=%d charge=%d", b.String(), p.Len(), payloadCharge(k))
 			}
 		}
 		if snap := k.ring.Load(); snap != nil {

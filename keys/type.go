@@ -101,7 +101,7 @@ func describeLen(k *Key, p *Payload) string {
 	if p == nil {
 		return ": 0"
 	}
-	return fmt.Sprintf(": %d", p.Len)
+	return fmt.Sprintf(": %d", p.Len())
 }
 
 var (
