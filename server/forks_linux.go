@@ -1,6 +1,7 @@
 package server
 
 import (
+	"encoding/binary"
 	"os"
 
 	"golang.org/x/sys/unix"
@@ -24,6 +25,13 @@ func (s *Server) followForks() {
 		unix.Close(fd)
 		s.log.Debug("ukeyd: cannot bind to the process events connector; forks are not followed", "err", err)
 		return
+	}
+	// The kernel reports every thread's birth and death on the host, and
+	// every change of ids, session or name: the daemon needs only
+	// processes' forks and exits and execs, a few of the events a busy
+	// host sends. A filter drops the rest before they wake the daemon.
+	if err := attachProcFilter(fd); err != nil {
+		s.log.Debug("ukeyd: cannot filter process events; every one is read", "err", err)
 	}
 	if err := unix.Sendto(fd, listenMessage(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		unix.Close(fd)
@@ -86,6 +94,59 @@ func inHostNamespaces() bool {
 		return false
 	}
 	return pid.Ino == initPidNsIno && user.Ino == initUserNsIno
+}
+
+// attachProcFilter attaches to the connector socket fd a classic BPF
+// program that lets through only what parseProcEvents keeps: a fork that
+// made a process (child pid equal to its thread group id), an exec, and
+// the exit of a process's first thread (pid equal to thread group id).
+// The program reads the datagram as the kernel delivers it: the netlink
+// header, the cn_msg, then the proc_event (forks.go's layout).
+func attachProcFilter(fd int) error {
+	prog := procFilter()
+	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
+		&unix.SockFprog{Len: uint16(len(prog)), Filter: &prog[0]})
+}
+
+// procFilter is attachProcFilter's program.
+func procFilter() []unix.SockFilter {
+	const (
+		ldW  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
+		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
+		jeqX = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_X
+		tax  = unix.BPF_MISC | unix.BPF_TAX
+		ret  = unix.BPF_RET | unix.BPF_K
+		what = nlmsgHdrLen + cnMsgLen // proc_event.what
+		data = what + procEventHdrLen // event_data
+		keep = 0xffffffff             // bytes of a datagram kept: all
+	)
+	// A load is big-endian; the event's fields are in the host's order.
+	// Constants are compared as a load reads them; two fields compared
+	// with each other need no conversion.
+	asLoaded := func(v uint32) uint32 {
+		var b [4]byte
+		binary.NativeEndian.PutUint32(b[:], v)
+		return binary.BigEndian.Uint32(b[:])
+	}
+	const drop, accept = 12, 13 // the two returns, at the end
+	return []unix.SockFilter{
+		/* 0 */ {Code: ldW, K: what},
+		/* 1 */ {Code: jeq, K: asLoaded(procEventFork), Jt: 4 - 1 - 1},
+		/* 2 */ {Code: jeq, K: asLoaded(procEventExit), Jt: 8 - 2 - 1},
+		/* 3 */ {Code: jeq, K: asLoaded(procEventExec), Jt: accept - 3 - 1, Jf: drop - 3 - 1},
+		// A fork: child_pid (at 8) equal to child_tgid (at 12).
+		/* 4 */ {Code: ldW, K: data + 8},
+		/* 5 */ {Code: tax},
+		/* 6 */ {Code: ldW, K: data + 12},
+		/* 7 */ {Code: jeqX, Jt: accept - 7 - 1, Jf: drop - 7 - 1},
+		// An exit: process_pid (at 0) equal to process_tgid (at 4).
+		/* 8 */ {Code: ldW, K: data},
+		/* 9 */ {Code: tax},
+		/* 10 */ {Code: ldW, K: data + 4},
+		/* 11 */ {Code: jeqX, Jt: accept - 11 - 1, Jf: drop - 11 - 1},
+		/* 12 */ {Code: ret, K: 0},
+		/* 13 */ {Code: ret, K: keep},
+	}
 }
 
 func errIsNoBufs(err error) bool {

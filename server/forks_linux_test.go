@@ -1,0 +1,58 @@
+package server
+
+import (
+	"bytes"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// The connector socket's filter, run by the kernel on a socket of a
+// datagram pair: of a host's process events it lets through exactly
+// those parseProcEvents keeps (forks that make a process, exits of a
+// process's first thread, execs), and drops threads' births and deaths,
+// the other kinds of events and datagrams too short to hold an event.
+func TestProcFilter(t *testing.T) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(fds[0])
+	defer unix.Close(fds[1])
+	if err := attachProcFilter(fds[1]); err != nil {
+		t.Fatalf("attaching the filter: %v", err)
+	}
+	const uidChange = 0x00000004 // PROC_EVENT_UID
+	for _, c := range []struct {
+		what string
+		b    []byte
+		kept bool
+	}{
+		{"a process forks a process", event(procEventFork, 10, 10, 11, 11), true},
+		{"a thread of it forks a process", event(procEventFork, 12, 10, 13, 13), true},
+		{"a process makes a thread", event(procEventFork, 10, 10, 14, 10), false},
+		{"a process exits", event(procEventExit, 11, 11, 0, 0), true},
+		{"a thread exits", event(procEventExit, 14, 10, 0, 0), false},
+		{"a process execs", event(procEventExec, 10, 10, 0, 0), true},
+		{"a process changes uid", event(uidChange, 10, 10, 0, 0), false},
+		{"the subscription's acknowledgement", event(0, 0, 0, 0, 0), false},
+		{"a fork cut short", event(procEventFork, 10, 10, 11, 11)[:nlmsgHdrLen+cnMsgLen+procEventHdrLen+10], false},
+	} {
+		if _, err := unix.Write(fds[0], c.b); err != nil {
+			t.Fatalf("%s: %v", c.what, err)
+		}
+		buf := make([]byte, 256)
+		n, _, err := unix.Recvfrom(fds[1], buf, unix.MSG_DONTWAIT)
+		switch {
+		case c.kept && err != nil:
+			t.Errorf("%s: dropped (%v)", c.what, err)
+		case c.kept && !bytes.Equal(buf[:n], c.b):
+			t.Errorf("%s: %x arrived as %x", c.what, c.b, buf[:n])
+		case !c.kept && err == nil:
+			t.Errorf("%s: let through", c.what)
+		}
+		if kept := len(parseProcEvents(c.b)) > 0; kept != c.kept {
+			t.Errorf("%s: the filter keeps it %v, parseProcEvents %v", c.what, c.kept, kept)
+		}
+	}
+}
