@@ -86,10 +86,35 @@ const (
 // Key is one key or keyring. Its exported methods return snapshots; all
 // changes go through the Caller operations, which check permissions.
 type Key struct {
+	// The fields that hold pointers come first: Go's collector scans an
+	// object only as far as its last pointer, so a key costs each of its
+	// marks 56 bytes rather than all 128, which over a million keys is
+	// most of what a mark scans.
+
+	typ     atomic.Pointer[Type]
+	payload atomic.Pointer[Payload]  // non-keyring types; rcu-protected
+	ring    atomic.Pointer[ringSnap] // keyrings; rcu-protected
+
+	// The owner's record, charged for this key, and through it the
+	// service. Guarded by mu; read without it only by the last put,
+	// when nobody else holds the key to change it.
+	quota *quotaUser
+
+	// parent is the first keyring that links this key, so that the
+	// collector can prune a dead key's links in time proportional to its
+	// own links rather than by walking every keyring; the others are in
+	// ext. Most keys have one. Guarded by parentsMu.
+	parent *Key
+
+	// ext holds what few keys have, allocated for the first of them:
+	// every field of a Key is a word each of a million keys pays for, in
+	// memory and in every mark of Go's collector.
+	ext atomic.Pointer[keyExt]
+
+	desc string // its pointer is the last one
+
 	serial Serial
 	state  atomicState
-	desc   string
-	typ    atomic.Pointer[Type]
 	// hash is indexHash of the type the key was created with and its
 	// description, kept so that possession tests need not hash again. It
 	// is stale once the type is unregistered (typ is then the dead type).
@@ -107,25 +132,7 @@ type Key struct {
 	usage    atomic.Int32
 	quotalen int32 // bytes charged: description + 1 + payload; guarded by mu
 
-	payload atomic.Pointer[Payload]  // non-keyring types; rcu-protected
-	ring    atomic.Pointer[ringSnap] // keyrings; rcu-protected
-
-	// The owner's record, charged for this key, and through it the
-	// service. Guarded by mu; read without it only by the last put,
-	// when nobody else holds the key to change it.
-	quota *quotaUser
-
-	// parent is the first keyring that links this key, so that the
-	// collector can prune a dead key's links in time proportional to its
-	// own links rather than by walking every keyring; the others are in
-	// ext. Most keys have one.
 	parentsMu sync.Mutex
-	parent    *Key
-
-	// ext holds what few keys have, allocated for the first of them:
-	// every field of a Key is a word each of a million keys pays for, in
-	// memory and in every mark of Go's collector.
-	ext atomic.Pointer[keyExt]
 }
 
 // keyExt is the part of a Key that few keys use. Each field is guarded

@@ -5,9 +5,12 @@ import "unsafe"
 // Payload is a key's content as its type stores it. Readers reach it only
 // inside rcu protection; a replaced payload is wiped after a grace period.
 type Payload struct {
-	Data []byte
 	// Extra holds type-specific state (big_key's sealed store).
 	Extra any
+	// Data comes after Extra: Go's collector scans a record only as far
+	// as its last pointer, Data's, which is then its third word, not its
+	// fifth.
+	Data []byte
 	// Nothing more: a payload of up to 8 bytes then fits, with its bytes,
 	// in 48 bytes, a million keys' worth of which Go's collector scans.
 	// Its length in descriptions is Len; what it costs its owner's byte
