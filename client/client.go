@@ -218,10 +218,16 @@ func (c *Client) Close() error {
 	if c.pl != nil {
 		return c.pl.close()
 	}
+	// The socket first: a call that another goroutine is waiting in for
+	// its answer (NextNotification, which may wait for as long as no
+	// event comes) then fails at once and lets go of mu, instead of
+	// holding Close until an answer comes. (A client made WithBlockingIO
+	// waits in the read system call, which a close does not interrupt.)
+	err := c.sc.Stream().Close()
 	c.mu.Lock()
-	defer c.mu.Unlock()
 	c.sc.In.Release()
-	return c.sc.Stream().Close()
+	c.mu.Unlock()
+	return err
 }
 
 // ErrProtocol reports an answer that does not fit the request.

@@ -151,3 +151,52 @@ func TestBlockingIOExcludesPipelining(t *testing.T) {
 		t.Fatal("WithBlockingIO and WithPipelining together: no error")
 	}
 }
+
+// Close from another goroutine ends a call that waits for an answer that
+// may never come (a NextNotification with no event): the call fails and
+// Close returns, where Close used to wait for the call's lock, and a
+// watcher that closed one connection while its reader waited hung
+// (ukeyctl watch_session's watch_rm).
+func TestCloseEndsAWaitingCall(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "fake.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	t.Setenv(SessionEnv, "")
+	t.Setenv(HelperEnv, "")
+	held := make(chan net.Conn, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		buf := make([]byte, 1<<16)
+		wire.ReadFrame(conn, buf)
+		wire.WriteFrame(conn, wire.EncodeHello(wire.Version))
+		wire.ReadFrame(conn, buf) // the request, never answered
+		held <- conn
+	}()
+	c, err := Dial(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	called := make(chan error, 1)
+	go func() {
+		_, err := c.NextNotification()
+		called <- err
+	}()
+	conn := <-held
+	defer conn.Close()
+	closed := make(chan error, 1)
+	go func() { closed <- c.Close() }()
+	select {
+	case <-closed:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Close waited for a call that had no answer coming")
+	}
+	if err := <-called; err == nil {
+		t.Fatal("the waiting call returned no error after Close")
+	}
+}
