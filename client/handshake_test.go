@@ -98,14 +98,7 @@ func TestSilentOrVanishingDaemon(t *testing.T) {
 		opts []Option
 	}{{"poller", nil}, {"blocking", []Option{WithBlockingIO()}}} {
 		t.Run(mode.name, func(t *testing.T) {
-			path := filepath.Join(t.TempDir(), "fake.sock")
-			ln, err := net.Listen("unix", path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer ln.Close()
-			t.Setenv(SessionEnv, "")
-			t.Setenv(HelperEnv, "")
+			path, ln := listenFake(t)
 			saved := handshakeTimeout
 			handshakeTimeout = 200 * time.Millisecond
 			defer func() { handshakeTimeout = saved }()
@@ -116,24 +109,15 @@ func TestSilentOrVanishingDaemon(t *testing.T) {
 					silent <- conn
 				}
 			}()
-			_, err = Dial(path, mode.opts...)
+			_, err := Dial(path, mode.opts...)
 			if !errors.Is(err, os.ErrDeadlineExceeded) {
 				t.Fatalf("a daemon that never answers: %v, want a deadline exceeded", err)
 			}
 			(<-silent).Close()
 
 			// Hello answered, then the daemon closes instead of answering.
-			go func() {
-				conn, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				buf := make([]byte, 1<<16)
-				wire.ReadFrame(conn, buf)
-				wire.WriteFrame(conn, wire.EncodeHello(wire.Version))
-				wire.ReadFrame(conn, buf)
-				conn.Close()
-			}()
+			answered := acceptOneCall(ln)
+			go func() { (<-answered).Close() }()
 			c, err := Dial(path, mode.opts...)
 			if err != nil {
 				t.Fatal(err)
@@ -158,26 +142,8 @@ func TestBlockingIOExcludesPipelining(t *testing.T) {
 // watcher that closed one connection while its reader waited hung
 // (ukeyctl watch_session's watch_rm).
 func TestCloseEndsAWaitingCall(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "fake.sock")
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	t.Setenv(SessionEnv, "")
-	t.Setenv(HelperEnv, "")
-	held := make(chan net.Conn, 1)
-	go func() {
-		conn, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		buf := make([]byte, 1<<16)
-		wire.ReadFrame(conn, buf)
-		wire.WriteFrame(conn, wire.EncodeHello(wire.Version))
-		wire.ReadFrame(conn, buf) // the request, never answered
-		held <- conn
-	}()
+	path, ln := listenFake(t)
+	held := acceptOneCall(ln) // and never answers it
 	c, err := Dial(path)
 	if err != nil {
 		t.Fatal(err)
@@ -199,4 +165,38 @@ func TestCloseEndsAWaitingCall(t *testing.T) {
 	if err := <-called; err == nil {
 		t.Fatal("the waiting call returned no error after Close")
 	}
+}
+
+// listenFake listens where a test's fake daemon answers, closed when the
+// test ends, in an environment that names no session or helper token.
+func listenFake(t *testing.T) (string, net.Listener) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "fake.sock")
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	t.Setenv(SessionEnv, "")
+	t.Setenv(HelperEnv, "")
+	return path, ln
+}
+
+// acceptOneCall plays a daemon that accepts one connection, answers its
+// hello, reads its first request and hands the connection over, the
+// request unanswered.
+func acceptOneCall(ln net.Listener) <-chan net.Conn {
+	ch := make(chan net.Conn, 1)
+	go func() {
+		conn, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		buf := make([]byte, 1<<16)
+		wire.ReadFrame(conn, buf)
+		wire.WriteFrame(conn, wire.EncodeHello(wire.Version))
+		wire.ReadFrame(conn, buf)
+		ch <- conn
+	}()
+	return ch
 }
