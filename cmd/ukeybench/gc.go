@@ -43,53 +43,36 @@ type gcParams struct {
 // floor of a process holding that many keys, whose Go heap the runtime's
 // garbage collector must mark as often as the other variants'.
 func runGC(p gcParams, progress func(string)) ([]row, error) {
-	if len(p.Chunks) > 0 {
-		return sweepGC(p, progress)
+	// The variants in the order they run, each with its chunk size: the
+	// three, or with -chunks the chunked one per size. The baseline comes
+	// last and measures as long as the slowest chunked reap took.
+	type run struct {
+		variant string
+		chunk   int
+		chunked bool
 	}
-	var rows []row
-	for _, cs := range []string{"unused", "expired", "combined"} {
-		var chunkedReap time.Duration
-		for _, variant := range []string{"chunked", "unchunked", "baseline"} {
-			progress(fmt.Sprintf("gc %s/%s: %d keys", cs, variant, p.Keys))
-			chunk := p.Chunk
-			if variant == "unchunked" {
-				chunk = 0
-			}
-			r, reap, err := gcOnce(p, cs, variant, chunk, chunkedReap)
-			if err != nil {
-				return nil, err
-			}
-			if variant == "chunked" {
-				chunkedReap = reap
-			}
-			rows = append(rows, r)
+	plan := []run{{"chunked", p.Chunk, true}, {"unchunked", 0, false}}
+	if len(p.Chunks) > 0 {
+		plan = plan[:0]
+		for _, c := range p.Chunks {
+			plan = append(plan, run{fmt.Sprintf("chunked-%d", c), c, true})
 		}
 	}
-	return rows, nil
-}
-
-// sweepGC runs each case chunked once per size of p.Chunks, then its
-// baseline, measured for as long as the slowest chunked reap took.
-func sweepGC(p gcParams, progress func(string)) ([]row, error) {
+	plan = append(plan, run{"baseline", p.Chunk, false})
 	var rows []row
 	for _, cs := range []string{"unused", "expired", "combined"} {
 		var longest time.Duration
-		for _, chunk := range p.Chunks {
-			variant := fmt.Sprintf("chunked-%d", chunk)
-			progress(fmt.Sprintf("gc %s/%s: %d keys", cs, variant, p.Keys))
-			r, reap, err := gcOnce(p, cs, variant, chunk, 0)
+		for _, v := range plan {
+			progress(fmt.Sprintf("gc %s/%s: %d keys", cs, v.variant, p.Keys))
+			r, reap, err := gcOnce(p, cs, v.variant, v.chunk, longest)
 			if err != nil {
 				return nil, err
 			}
-			longest = max(longest, reap)
+			if v.chunked {
+				longest = max(longest, reap)
+			}
 			rows = append(rows, r)
 		}
-		progress(fmt.Sprintf("gc %s/baseline: %d keys", cs, p.Keys))
-		r, _, err := gcOnce(p, cs, "baseline", p.Chunk, longest)
-		if err != nil {
-			return nil, err
-		}
-		rows = append(rows, r)
 	}
 	return rows, nil
 }
