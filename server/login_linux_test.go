@@ -136,15 +136,27 @@ func TestLoginSharesSessionInPidNamespace(t *testing.T) {
 		t.Skip("already in a pid namespace of its own")
 	}
 	ukeystest.NeedRoot(t, "to make a pid namespace")
+	inPidNamespace(t, "TestLoginSharesSession", true, "UKEYS_TEST_IN_PIDNS=1")
+}
+
+// inPidNamespace runs this test binary's test again in a new pid
+// namespace (unshare --pid --fork; with mountProc, its own /proc), with
+// env added to the environment, and fails unless it passes there.
+func inPidNamespace(t *testing.T, test string, mountProc bool, env string) {
+	t.Helper()
 	unshare, err := exec.LookPath("unshare")
 	if err != nil {
 		t.Skip("needs unshare (util-linux)")
 	}
-	cmd := exec.Command(unshare, "--pid", "--fork", "--mount-proc", os.Args[0], "-test.run=^TestLoginSharesSession$", "-test.count=1", "-test.v")
-	cmd.Env = append(os.Environ(), "UKEYS_TEST_IN_PIDNS=1")
+	args := []string{"--pid", "--fork"}
+	if mountProc {
+		args = append(args, "--mount-proc")
+	}
+	cmd := exec.Command(unshare, append(args, os.Args[0], "-test.run=^"+test+"$", "-test.count=1", "-test.v")...)
+	cmd.Env = append(os.Environ(), env)
 	out, err := cmd.CombinedOutput()
-	if err != nil || !strings.Contains(string(out), "--- PASS: TestLoginSharesSession") {
-		t.Fatalf("in a pid namespace: %v\n%s", err, out)
+	if err != nil || !strings.Contains(string(out), "--- PASS: "+test) {
+		t.Fatalf("%s in a pid namespace of its own (its own /proc: %v): %v\n%s", test, mountProc, err, out)
 	}
 }
 
