@@ -100,13 +100,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 		return nil, err
 	}
 	fds, err := t.receiveFDs()
-	defer func() {
-		for _, f := range fds {
-			if f >= 0 {
-				unix.Close(f)
-			}
-		}
-	}()
+	defer func() { closeFDs(fds) }()
 	if err != nil {
 		return nil, err
 	}
@@ -120,8 +114,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	ok := false
 	defer func() {
 		if !ok {
-			rs.Done()
-			rs.Service().Close()
+			abandonImport(rs)
 		}
 	}()
 	if rec.Listeners < 0 || rec.Listeners > len(fds) {
@@ -174,13 +167,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 // the caller serves the listening sockets, which it has by other means.
 func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverResult, error) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	defer func() {
-		for _, f := range fds {
-			if f >= 0 {
-				unix.Close(f)
-			}
-		}
-	}()
+	defer func() { closeFDs(fds) }()
 	rs, rec, err := readState(r, "kept", keyOpts)
 	if err != nil {
 		return nil, err
@@ -188,8 +175,7 @@ func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverR
 	ok := false
 	defer func() {
 		if !ok {
-			rs.Done()
-			rs.Service().Close()
+			abandonImport(rs)
 		}
 	}()
 	if rec.Listeners != 0 {
@@ -209,6 +195,22 @@ func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverR
 	return res, nil
 }
 
+// closeFDs closes the descriptors received and not taken (-1).
+func closeFDs(fds []int) {
+	for _, f := range fds {
+		if f >= 0 {
+			unix.Close(f)
+		}
+	}
+}
+
+// abandonImport undoes an import that will not be served: the keys read
+// are dropped (their payloads wiped) and the service closed.
+func abandonImport(rs *keys.Restore) {
+	rs.Done()
+	rs.Service().Close()
+}
+
 // readState reads the keys' state stream and the records that follow it
 // (writeState), and checks the records' version; what names the state
 // for errors ("handed over", "kept"). On error nothing is left of the
@@ -220,8 +222,7 @@ func readState(r io.Reader, what string, keyOpts []keys.Option) (*keys.Restore, 
 		return nil, nil, fmt.Errorf("server: the keys %s: %w", what, err)
 	}
 	fail := func(err error) (*keys.Restore, *handoverRecords, error) {
-		rs.Done()
-		rs.Service().Close()
+		abandonImport(rs)
 		return nil, nil, fmt.Errorf("server: the records %s: %w", what, err)
 	}
 	if err := kr.drain(); err != nil {
