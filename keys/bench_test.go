@@ -233,9 +233,11 @@ func BenchmarkMillionKeys(b *testing.B) {
 	}
 }
 
-// markCost forces a collection and returns the bytes of heap it scanned
+// markCost forces collections and returns the bytes of heap one scanned
 // and the CPU time its mark phase took (dedicated, fractional, idle and
-// assist workers together).
+// assist workers together), for the cheapest of five: on a shared
+// machine a cycle's CPU time is the work plus whatever else took the
+// processor meanwhile, and the least of a few is the nearest to the work.
 func markCost() (scanned float64, mark time.Duration) {
 	names := []string{"/gc/scan/heap:bytes", "/cpu/classes/gc/mark/assist:cpu-seconds",
 		"/cpu/classes/gc/mark/dedicated:cpu-seconds", "/cpu/classes/gc/mark/idle:cpu-seconds"}
@@ -248,14 +250,19 @@ func markCost() (scanned float64, mark time.Duration) {
 		return s
 	}
 	runtime.GC()
-	before := read()
-	runtime.GC()
-	after := read()
-	cpu := 0.0
-	for i := 1; i < len(names); i++ {
-		cpu += after[i].Value.Float64() - before[i].Value.Float64()
+	for range 5 {
+		before := read()
+		runtime.GC()
+		after := read()
+		cpu := 0.0
+		for i := 1; i < len(names); i++ {
+			cpu += after[i].Value.Float64() - before[i].Value.Float64()
+		}
+		if d := time.Duration(cpu * float64(time.Second)); mark == 0 || d < mark {
+			scanned, mark = float64(after[0].Value.Uint64()), d
+		}
 	}
-	return float64(after[0].Value.Uint64()), time.Duration(cpu * float64(time.Second))
+	return scanned, mark
 }
 
 func TestMillionKeys(t *testing.T) {

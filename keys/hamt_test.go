@@ -57,10 +57,10 @@ func checkTrie(t tb, root *hnode, hash func(typ, desc string) uint64) map[string
 			if len(n.kids) < 2 {
 				t.Fatalf("collision node at level %d with %d entries", lv, len(n.kids))
 			}
-			h0 := hash(n.leaf(0).key.typeName(), n.leaf(0).key.desc)
+			h0 := trieHash(hash(n.leaf(0).key.typeName(), n.leaf(0).key.desc))
 			for i := range n.kids {
 				l := n.leaf(i)
-				if h := hash(l.key.typeName(), l.key.desc); h != h0 {
+				if h := trieHash(hash(l.key.typeName(), l.key.desc)); h != h0 {
 					t.Fatalf("collision node mixes hashes %#x and %#x", h0, h)
 				}
 				add(l, lv, prefix)

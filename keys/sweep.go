@@ -12,22 +12,28 @@ import (
 // its dead links one by one.
 //
 // A step resumes at a position in trie order: the trie's in-order walk
-// visits positions by the hash's nibbles, level 0's first, so a position
-// is a hash with its nibbles reversed (trieOrder), and a step stops only
-// at the start of a position, leaving the lower nibbles zero. Between
+// visits positions by the trie hash's 5-bit groups, level 0's first, so a
+// position is a trie hash with its groups reversed (trieOrder), and a
+// step stops only at the start of a position, leaving the lower groups
+// zero. Between
 // steps the keyring may change: links added before the cursor are new and
 // wait for the next pass; a subtree that has collapsed into a leaf at the
 // cursor's position is visited again, which is harmless, since removing
 // the dead is idempotent.
 
 // trieOrder maps a key's hash to its place in the trie's in-order walk:
-// its nibbles reversed, level 0's nibble on top.
+// its trie hash's 5-bit groups reversed, level 0's on top (bits 59 to
+// 63), the last level's at bits 4 to 8; bits 0 to 3 are zero.
 func trieOrder(h uint64) uint64 {
-	r := bits.ReverseBytes64(h)
-	return (r&0x0f0f0f0f0f0f0f0f)<<4 | (r>>4)&0x0f0f0f0f0f0f0f0f
+	h = trieHash(h)
+	var o uint64
+	for lv := range hamtLevels {
+		o |= (h >> (lv * hamtBits) & hamtMask) << orderShift(lv)
+	}
+	return o
 }
 
-// orderShift is where level lv's nibble sits in a trie-order position.
+// orderShift is where level lv's group sits in a trie-order position.
 func orderShift(lv int) int { return 64 - hamtBits*(lv+1) }
 
 // sweptLink is a link a sweep removed, and why.
