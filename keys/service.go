@@ -67,6 +67,10 @@ type Service struct {
 	clock  func() time.Time // set by WithClock; else coarse is used
 	coarse coarseClock
 	tun    atomic.Pointer[Tunables]
+	// tunMu serialises SetTunables, so that onTunables sees the changes
+	// in the order they took effect.
+	tunMu      sync.Mutex
+	onTunables func(Tunables)
 
 	index serialIndex
 	count atomic.Int64
@@ -227,8 +231,20 @@ func (s *Service) SetTunables(t Tunables) error {
 	if !t.valid() {
 		return EINVAL
 	}
+	s.tunMu.Lock()
+	defer s.tunMu.Unlock()
 	s.tun.Store(&t)
+	if s.onTunables != nil {
+		s.onTunables(t)
+	}
 	return nil
+}
+
+// WithTunablesChanged calls fn with the tunables each time SetTunables
+// replaces them (a sysctl write, a restore), one call at a time in the
+// order they took effect: ukeyd sizes its memory limit from the quotas.
+func WithTunablesChanged(fn func(Tunables)) Option {
+	return func(s *Service) { s.onTunables = fn }
 }
 
 // DestroyedKeys is how many keys the service has destroyed (payload

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
@@ -393,6 +394,11 @@ func (s *Server) status() string {
 	fmt.Fprintf(&b, "connections: %d\nprocesses: %d\n", ss.Conns, ss.Procs)
 	fmt.Fprintf(&b, "buffered_bytes: %d\nexpensive_running: %d\nbig_key_files: %d\n", ss.BufferedBytes, ss.ExpensiveRunning, keys.BigKeyFiles())
 	fmt.Fprintf(&b, "follows_forks: %t\n", ss.FollowsForks)
+	if n := debug.SetMemoryLimit(-1); n == math.MaxInt64 {
+		b.WriteString("memory_limit: off\n")
+	} else {
+		fmt.Fprintf(&b, "memory_limit: %d\n", n)
+	}
 	fmt.Fprintf(&b, "rcu_grace_periods: %d\n", st.GracePeriods)
 	fmt.Fprintf(&b, "rcu_grace_period_p50: %v\nrcu_grace_period_p99: %v\nrcu_grace_period_max: %v\n",
 		st.GracePeriodLatency.P50, st.GracePeriodLatency.P99, st.GracePeriodLatency.Max)

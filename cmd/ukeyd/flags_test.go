@@ -21,6 +21,8 @@ func TestBadSettingsAreRejected(t *testing.T) {
 		{[]string{"UKEYD_GC_DELAY=5"}, nil, `UKEYD_GC_DELAY="5" is not a duration`},
 		{[]string{"UKEYD_UPCALL_TIMEOUT=soon"}, nil, `UKEYD_UPCALL_TIMEOUT="soon"`},
 		{nil, []string{"-max-conns-per-uid", "0"}, "-max-conns-per-uid 0: must be at least 1"},
+		{[]string{"UKEYD_MEMORY_LIMIT=lots"}, nil, `-memory-limit "lots" is not auto, off, or a size`},
+		{nil, []string{"-memory-limit", "0MiB"}, `-memory-limit "0MiB"`},
 	} {
 		cmd := exec.Command(os.Args[0], append([]string{childArg, "-socket", socket, "-request-key", ""}, tc.args...)...)
 		cmd.Env = append(os.Environ(), tc.env...)

@@ -78,6 +78,7 @@ func run(args []string) int {
 	detach := fs.Bool("detach", false, "with -takeover: start the new daemon in the background and exit once it has taken over (0) or failed (1), as systemd's ExecReload needs")
 	logins := fs.Bool("login-sessions", envBool("UKEYD_LOGIN_SESSIONS", true), "give a process that has no session keyring of its own its login's (one per uid and audit or POSIX session, made on first use), as pam_keyinit gives each login one; false keeps the kernel's fallback to the user-session keyring (env UKEYD_LOGIN_SESSIONS)")
 	lim := server.DefaultLimits(server.NoFile())
+	memLimit := fs.String("memory-limit", envOr("UKEYD_MEMORY_LIMIT", "auto"), "soft limit on the daemon's Go heap (GOMEMLIMIT): auto (twice root's quota, at 256 bytes a key beyond its quota bytes, and 64 MiB; unless GOMEMLIMIT is set), off, or a size such as 512MiB (env UKEYD_MEMORY_LIMIT)")
 	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
 	maxProcs := fs.Int("max-procs-per-uid", ev.int("UKEYD_MAX_PROCS_PER_UID", lim.MaxProcsPerUID), "client processes of one uid the daemon keeps keyrings for (env UKEYD_MAX_PROCS_PER_UID)")
 	maxBuf := fs.Int("max-buffer-per-uid", ev.int("UKEYD_MAX_BUFFER_PER_UID", lim.MaxBufferedPerUID), "bytes of large requests and answers one uid may have in flight (env UKEYD_MAX_BUFFER_PER_UID)")
@@ -95,6 +96,10 @@ func run(args []string) int {
 		if v < 1 {
 			ev.bad = append(ev.bad, fmt.Sprintf("%s %d: must be at least 1", name, v))
 		}
+	}
+	ml, err := parseMemoryLimit(*memLimit)
+	if err != nil {
+		ev.bad = append(ev.bad, "-memory-limit "+err.Error())
 	}
 	if len(ev.bad) > 0 {
 		slices.Sort(ev.bad)
@@ -132,6 +137,9 @@ func run(args []string) int {
 		upcaller = helperProg
 	}
 	keyOpts := []keys.Option{keys.WithUpcall(upcaller), keys.WithUpcallTimeout(*upcallTimeout)}
+	if hook := ml.start(log); hook != nil {
+		keyOpts = append(keyOpts, keys.WithTunablesChanged(hook))
+	}
 	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
 	// The agent is made further down; a hand-over asks it then.
 	var agent *server.Agent
