@@ -119,3 +119,25 @@ func TestMemoryLimit(t *testing.T) {
 		}
 	}
 }
+
+// FuzzParseMemoryLimit: any text either fails or gives auto, off, or a
+// positive size that reads back the same when it was a plain number.
+func FuzzParseMemoryLimit(f *testing.F) {
+	for _, s := range []string{"auto", "off", "512MiB", "1", "0", "-1", "9223372036854775807", "8388608TiB", " 2GiB ", "KiB"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, s string) {
+		m, err := parseMemoryLimit(s)
+		if err != nil {
+			return
+		}
+		if !m.auto && m.bytes < 1 {
+			t.Fatalf("parseMemoryLimit(%q) = %+v", s, m)
+		}
+		if v := strings.TrimSpace(s); !m.auto && v != "off" && strings.TrimLeft(v, "0123456789") == "" && fmt.Sprint(m.bytes) != strings.TrimLeft(v, "+") {
+			if strings.TrimLeft(v, "0") != fmt.Sprint(m.bytes) {
+				t.Fatalf("parseMemoryLimit(%q) = %d", s, m.bytes)
+			}
+		}
+	})
+}
