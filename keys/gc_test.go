@@ -411,3 +411,35 @@ func TestGCCloseWithSharedQueue(t *testing.T) {
 		}
 	}
 }
+
+// Unregistering a type returns once its keys' links are gone, as the
+// kernel's unregister_key_type waits for its collector: a keyring that
+// grows afterwards (its trie positions splitting) lists only live keys,
+// and nothing of the type is left.
+func TestGCUnregisterTypeThenGrow(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(0, 0)
+	custom := &Type{Name: "custom", Preparse: userPreparse}
+	noErr(t, e.s.RegisterType(custom))
+	ring := must(c.AddKey("keyring", "r", nil, SessionKeyring))(t)
+	var doomed []*Key
+	for i := range 40 {
+		id := must(c.AddKey("custom", fmt.Sprint("c", i), []byte("x"), ring))(t)
+		doomed = append(doomed, e.s.lookup(id))
+	}
+	noErr(t, e.s.UnregisterType("custom"))
+	const n = 4000
+	for i := range n {
+		must(c.AddKey("user", fmt.Sprint("u", i), []byte("live"), ring))(t)
+	}
+	e.settle()
+	if got := len(must(c.Read(ring))(t)) / 4; got != n {
+		t.Fatalf("keyring holds %d links, want the %d live ones", got, n)
+	}
+	for _, k := range doomed {
+		if e.s.lookup(k.serial) == k {
+			t.Fatalf("key %d of the unregistered type still indexed", k.serial)
+		}
+	}
+	noErr(t, e.s.Check())
+}

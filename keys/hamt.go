@@ -36,6 +36,12 @@ func indexHash(typ, desc string) uint64 {
 // keyHash is the index hash of a key's own type and description.
 func keyHash(k *Key) uint64 { return indexHash(k.typeName(), k.desc) }
 
+// ownHash is a key's index hash as it was worked out when the key was
+// made, which is where a keyring links it and where the collector looks
+// for the link (hdelKey): keyHash differs once the key's type is
+// unregistered, and costs two hashes where this costs a load.
+func ownHash(k *Key) uint64 { return k.hash }
+
 // link is one entry of a keyring.
 type link struct {
 	key  *Key

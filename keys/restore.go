@@ -413,10 +413,6 @@ func (rs *Restore) keyAt(d *stateReader, what string) *Key {
 	return rs.byPos[pos]
 }
 
-// ownHash is a key's index hash as it was worked out when the key was
-// made: the keys of a restore are all of live types.
-func ownHash(k *Key) uint64 { return k.hash }
-
 // checkAcyclic refuses keyrings that link each other in a loop, which
 // every search would walk forever: the kernel never lets one be made.
 func (rs *Restore) checkAcyclic() error {

@@ -68,7 +68,7 @@ func (r *ringSnap) with(k *Key) (*ringSnap, link, bool) {
 		r = &ringSnap{}
 	}
 	l := &link{key: k, slot: r.orderSlot()}
-	root, old, replacing := hsetp(r.root, keyHash(k), l, 0, keyHash)
+	root, old, replacing := hsetp(r.root, k.hash, l, 0, ownHash)
 	nr := &ringSnap{root: root, used: r.used, next: r.next, n: r.n, nested: r.nested}
 	if replacing {
 		// A replaced link keeps its slot. l is not published yet.
