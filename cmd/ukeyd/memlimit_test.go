@@ -55,27 +55,6 @@ func TestQuotaMemoryLimit(t *testing.T) {
 	}
 }
 
-// statusLimit returns the memory_limit line of the daemon's status.
-func statusLimit(t *testing.T, socket string) string {
-	t.Helper()
-	c, err := client.Dial(socket)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer c.Close()
-	st, err := c.Status()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for line := range strings.SplitSeq(st, "\n") {
-		if v, ok := strings.CutPrefix(line, "memory_limit: "); ok {
-			return v
-		}
-	}
-	t.Fatalf("no memory_limit in the status:\n%s", st)
-	return ""
-}
-
 // The daemon's Go memory limit follows -memory-limit: a size as given,
 // off, GOMEMLIMIT where it is set, and otherwise the quotas, including
 // when a sysctl write changes them.
@@ -93,7 +72,7 @@ func TestMemoryLimit(t *testing.T) {
 	} {
 		socket := filepath.Join(dir, fmt.Sprintf("ukeyd%d.sock", i))
 		startChild(t, socket, childOpts{env: append([]string{"GOMEMLIMIT="}, tc.env...), args: tc.args})
-		if got := statusLimit(t, socket); got != tc.want {
+		if got := statusField(t, socket, "memory_limit"); got != tc.want {
 			t.Errorf("%v %v: memory_limit %s, want %s", tc.env, tc.args, got, tc.want)
 		}
 		if tc.env != nil || tc.args != nil {
@@ -114,7 +93,7 @@ func TestMemoryLimit(t *testing.T) {
 		c.Close()
 		tun := keys.DefaultTunables()
 		tun.RootMaxKeys = 2_000_000
-		if got, want := statusLimit(t, socket), fmt.Sprint(quotaMemoryLimit(tun)); got != want {
+		if got, want := statusField(t, socket, "memory_limit"), fmt.Sprint(quotaMemoryLimit(tun)); got != want {
 			t.Errorf("after root_maxkeys 2000000: memory_limit %s, want %s", got, want)
 		}
 	}

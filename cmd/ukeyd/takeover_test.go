@@ -20,6 +20,16 @@ import (
 // daemonPID asks the daemon at socket for its pid.
 func daemonPID(t *testing.T, socket string) int {
 	t.Helper()
+	pid, err := strconv.Atoi(statusField(t, socket, "pid"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pid
+}
+
+// statusField returns the value of the daemon's status line name.
+func statusField(t *testing.T, socket, name string) string {
+	t.Helper()
 	c, err := client.Dial(socket)
 	if err != nil {
 		t.Fatal(err)
@@ -30,13 +40,12 @@ func daemonPID(t *testing.T, socket string) int {
 		t.Fatal(err)
 	}
 	for line := range strings.Lines(st) {
-		if v, ok := strings.CutPrefix(line, "pid: "); ok {
-			pid, _ := strconv.Atoi(strings.TrimSpace(v))
-			return pid
+		if v, ok := strings.CutPrefix(line, name+": "); ok {
+			return strings.TrimSpace(v)
 		}
 	}
-	t.Fatalf("no pid in the status:\n%s", st)
-	return 0
+	t.Fatalf("no %s in the status:\n%s", name, st)
+	return ""
 }
 
 // ukeyd -takeover replaces a running daemon while clients loop on their
