@@ -161,8 +161,10 @@ func splice(dst, src []unsafe.Pointer, om, nm, bit uint32, p unsafe.Pointer) int
 	return bits.OnesCount32(nm)
 }
 
-// hbit is the bitmap bit that trie hash h selects at level lv. Levels
-// past the trie hash's end all select position 0.
+// hbit is the bitmap bit that hash h selects at level lv. Only levels
+// below hamtLevels hold positions (a node past them is a collision node),
+// so hbit reads the trie hash's bits alone; only comparisons of hashes
+// (hsetp) must mask the rest off.
 func hbit(h uint64, lv int) uint32 { return 1 << ((h >> (lv * hamtBits)) & hamtMask) }
 
 // rank is the index in a dense array of the position bit in bitmap m.
@@ -196,7 +198,6 @@ func (n *hnode) collisionWith(i int, l *link) *hnode {
 
 // hget finds the entry for (typ, desc), whose hash is h.
 func hget(n *hnode, h uint64, typ, desc string) (link, bool) {
-	h = trieHash(h)
 	for lv := 0; n != nil; lv++ {
 		if n.collision() {
 			for _, p := range n.kids {
@@ -229,7 +230,7 @@ func hset(n *hnode, h uint64, l link, lv int, rehash func(*Key) uint64) (*hnode,
 }
 
 func hsetp(n *hnode, h uint64, l *link, lv int, rehash func(*Key) uint64) (*hnode, link, bool) {
-	h = trieHash(h)
+	h = trieHash(h) // compared with rehash's below
 	bit := hbit(h, lv)
 	if n == nil {
 		nn := newNode(0, bit, 1)
@@ -313,7 +314,6 @@ func (m delMatch) is(e *link) bool {
 // node on the path is copied; with a batch's fresh set, nodes the batch
 // already copied are edited in place.
 func hdelWhere(n *hnode, h uint64, lv int, m delMatch, fresh freshNodes) (*hnode, link, bool) {
-	h = trieHash(h)
 	if n == nil {
 		return nil, link{}, false
 	}

@@ -15,18 +15,16 @@ import (
 // visits positions by the trie hash's 5-bit groups, level 0's first, so a
 // position is a trie hash with its groups reversed (trieOrder), and a
 // step stops only at the start of a position, leaving the lower groups
-// zero. Between
-// steps the keyring may change: links added before the cursor are new and
-// wait for the next pass; a subtree that has collapsed into a leaf at the
-// cursor's position is visited again, which is harmless, since removing
-// the dead is idempotent.
+// zero. Between steps the keyring may change: links added before the
+// cursor are new and wait for the next pass; a subtree that has collapsed
+// into a leaf at the cursor's position is visited again, which is
+// harmless, since removing the dead is idempotent.
 
 // trieOrder maps a key's hash to its place in the trie's in-order walk:
 // its trie hash's 5-bit groups reversed, level 0's on top (bits 59 to
 // 63), the last level's at bits 4 to 8; bits 0 to 3 are zero.
 func trieOrder(h uint64) uint64 {
-	h = trieHash(h)
-	var o uint64
+	var o uint64 // the loop reads the trie hash's bits alone
 	for lv := range hamtLevels {
 		o |= (h >> (lv * hamtBits) & hamtMask) << orderShift(lv)
 	}
