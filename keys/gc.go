@@ -318,7 +318,14 @@ func (g *collector) run(t *rcu.Task) {
 	if budget <= 0 {
 		budget = math.MaxInt
 	}
-	if !g.destroy.active {
+	if !g.destroy.active && !g.scan.active && !g.passOwed() {
+		// Only burials: the buried keys are out of the index already, so
+		// a scan of it (what the kernel needs to find its unused keys)
+		// would find none of them. They go to the destroy phase as a pass
+		// would send them.
+		g.startDestroy()
+	}
+	if !g.destroy.active && (g.scan.active || g.passOwed()) {
 		if !g.scan.active {
 			g.beginPass()
 		}
@@ -358,6 +365,14 @@ func (g *collector) run(t *rcu.Task) {
 	if again {
 		g.wq.Schedule(g.work)
 	}
+}
+
+// passOwed reports whether a full pass has been asked for: keys may have
+// expired or been revoked, or a type is being unregistered.
+func (g *collector) passOwed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.reapRequested || g.deadStage != typeReapNone
 }
 
 // GCStats returns the collector's statistics.

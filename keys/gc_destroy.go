@@ -67,9 +67,20 @@ func (g *collector) buriedAll(ks []*Key) {
 	for _, k := range ks {
 		g.graveyard.push(graveEntry{k: k, died: now})
 	}
-	g.reapRequested = true
 	g.mu.Unlock()
 	g.kick()
+}
+
+// startDestroy begins the destroy phase for the keys buried so far: they
+// are destroyed once a grace period that begins now has passed.
+func (g *collector) startDestroy() {
+	g.mu.Lock()
+	g.destroy.batch.moveFrom(&g.graveyard)
+	g.mu.Unlock()
+	if g.destroy.batch.n > 0 {
+		g.destroy.cookie = g.s.dom.Start()
+		g.destroy.active = true
+	}
 }
 
 // destroyChunk destroys up to budget keys of the batch once a grace period

@@ -171,10 +171,6 @@ func (g *collector) endPass() {
 		g.deadType = nil
 		close(g.deadDone)
 	}
-	g.destroy.batch.moveFrom(&g.graveyard)
 	g.mu.Unlock()
-	if g.destroy.batch.n > 0 {
-		g.destroy.cookie = g.s.dom.Start()
-		g.destroy.active = true
-	}
+	g.startDestroy()
 }

@@ -226,6 +226,41 @@ func TestGCChunksAndRequestsDuringPass(t *testing.T) {
 	}
 }
 
+// Keys whose last reference goes are already out of the index, so
+// destroying them costs no scan of it: a keyring of thousands cleared
+// among many other keys is reaped with no pass and no key examined (each
+// burial used to cost a pass over every key).
+func TestGCUnusedKeysNeedNoPass(t *testing.T) {
+	const n = 3000
+	e := newEnv(t, withChunkSize(64))
+	c := e.caller(0, 0)
+	ring := must(c.AddKey("keyring", "bulk", nil, SessionKeyring))(t)
+	keep := must(c.AddKey("keyring", "keep", nil, SessionKeyring))(t)
+	for i := range n {
+		must(c.AddKey("user", fmt.Sprint("k", i), []byte("payload"), ring))(t)
+		must(c.AddKey("user", fmt.Sprint("k", i), []byte("payload"), keep))(t)
+	}
+	e.settle()
+	before := e.s.GCStats()
+	keysBefore := e.s.Keys()
+	noErr(t, c.Clear(ring))
+	for i := range 10 { // and one at a time
+		id := must(c.Search(keep, "user", fmt.Sprint("k", i), 0))(t)
+		noErr(t, c.Unlink(id, keep))
+	}
+	e.settle()
+	st := e.s.GCStats()
+	if got := st.Destroyed - before.Destroyed; got != n+10 {
+		t.Fatalf("%d keys destroyed, want %d", got, n+10)
+	}
+	if got := e.s.Keys(); got != keysBefore-n-10 {
+		t.Fatalf("%d keys indexed, want %d", got, keysBefore-n-10)
+	}
+	if st.Passes != before.Passes || st.Scanned != before.Scanned {
+		t.Fatalf("reaping unused keys ran %d passes examining %d keys", st.Passes-before.Passes, st.Scanned-before.Scanned)
+	}
+}
+
 // TestGCSweepOrDefer reaps links from two large keyrings: one where half
 // the links die at once, which the collector sweeps in steps, and one
 // where one link in a hundred dies, which it prunes key by key once the
