@@ -33,20 +33,20 @@ func (s *Service) revoke(k *Key) {
 		s.adjust(k.quota, -c)
 		k.quotalen -= int32(c)
 	}
-	var links []link
+	// A revoked keyring is cleared, its links dropped by the collector.
+	var links *ringSnap
 	if k.isKeyring() {
-		if snap := k.ring.Swap(&ringSnap{}); snap != nil {
-			links = snap.links()
+		if snap := k.ring.Load(); snap != nil {
+			s.detachLinks(snap.n)
+			k.ring.Store(&ringSnap{})
 			s.chargeLink(k, -linkCost*snap.n)
-			for _, l := range links {
-				l.key.removeParent(k)
-			}
+			links = snap
 		}
 	}
 	k.mu.Unlock()
 	s.retire(k, old)
-	for _, l := range links {
-		l.key.put()
+	if links != nil {
+		s.releaseLinks(k, links.root, links.n)
 	}
 	notify(k, NotifyRevoked, 0)
 	s.keyDied(k)

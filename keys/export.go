@@ -247,7 +247,7 @@ func (s *Service) exportOrder(emit func(*Key)) (*exportSet, error) {
 			if k.isKeyring() {
 				continue
 			}
-			first, twice := k.parents()
+			first, twice := s.linkingParents(k)
 			if first != ring || !add(k) {
 				continue
 			}
@@ -258,7 +258,7 @@ func (s *Service) exportOrder(emit func(*Key)) (*exportSet, error) {
 		}
 	}
 	for _, k := range others {
-		if p, _ := k.parents(); p != nil {
+		if p, _ := s.linkingParents(k); p != nil {
 			if _, written := x.pos[p]; written && p.isKeyring() {
 				continue // in p's group
 			}
@@ -281,6 +281,25 @@ func (k *Key) parents() (first *Key, more bool) {
 	defer k.parentsMu.Unlock()
 	e := k.ext.Load()
 	return k.parent, e != nil && len(e.parents) > 0
+}
+
+// linkingParents is parents for Export: while a keyring's detached links
+// wait for the collector (gc_release.go), a key may still list a keyring
+// that no longer links it, and only those that do count.
+func (s *Service) linkingParents(k *Key) (first *Key, more bool) {
+	if s.gcol.releasing.Load() == 0 {
+		return k.parents()
+	}
+	for _, p := range k.parentList() {
+		if !linksKey(p, k) {
+			continue
+		}
+		if first != nil {
+			return first, true
+		}
+		first = p
+	}
+	return first, false
 }
 
 // exportKey writes one key's record. The caller is in a read section.

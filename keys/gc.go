@@ -113,6 +113,9 @@ type collector struct {
 	deadType      *Type
 	deadStage     typeReapStage
 	deadDone      chan struct{}
+	// releases are keyrings' detached links whose references the
+	// collector drops a chunk at a time (gc_release.go).
+	releases []*release
 	// closed is set by close before it cancels the item: from then on
 	// nothing schedules the item or arms the timer again (kick checks it
 	// under mu), so that no item of a collector whose queue outlives it
@@ -131,6 +134,10 @@ type collector struct {
 	// while a scan is under way. WaitGC watches both.
 	outstanding atomic.Int64
 	inPass      atomic.Bool
+	// releasing counts detached links whose references are not yet
+	// dropped; relKeys is releaseChunk's scratch.
+	releasing atomic.Int64
+	relKeys   []*Key
 
 	meter gcMeter
 }
@@ -186,6 +193,9 @@ func (g *collector) close() {
 		g.deadType = nil
 		close(g.deadDone)
 	}
+	g.mu.Unlock()
+	g.closeReleases() // what they bury is destroyed at once: the service is closed
+	g.mu.Lock()
 	rest := g.destroy.batch
 	rest.moveFrom(&g.graveyard)
 	g.destroy.batch = graves{}
@@ -221,10 +231,10 @@ func (s *Service) WaitGC(ctx context.Context) error {
 		if err := s.dom.Barrier(ctx); err != nil {
 			return err
 		}
-		if g.outstanding.Load() == 0 && !g.inPass.Load() && !g.work.Pending() {
+		if g.outstanding.Load() == 0 && g.releasing.Load() == 0 && !g.inPass.Load() && !g.work.Pending() {
 			break
 		}
-		if g.outstanding.Load() > 0 && !g.work.Pending() {
+		if (g.outstanding.Load() > 0 || g.releasing.Load() > 0) && !g.work.Pending() {
 			time.Sleep(100 * time.Microsecond) // a continuation may be queued behind a grace period
 		}
 	}
@@ -318,6 +328,16 @@ func (g *collector) run(t *rcu.Task) {
 	if budget <= 0 {
 		budget = math.MaxInt
 	}
+	// Detached links first: what they bury joins this item's destroy
+	// phase, and until they are dropped their keys' reverse links name
+	// keyrings that no longer link them.
+	if g.releasesPending() {
+		work += g.releaseChunk(t, budget)
+		if g.releasesPending() {
+			g.wq.Schedule(g.work)
+			return
+		}
+	}
 	if !g.destroy.active && !g.scan.active && !g.passOwed() {
 		// Only burials: the buried keys are out of the index already, so
 		// a scan of it (what the kernel needs to find its unused keys)
@@ -360,7 +380,7 @@ func (g *collector) run(t *rcu.Task) {
 		return // rescheduled by destroyChunk
 	}
 	g.mu.Lock()
-	again := g.reapRequested || g.graveyard.n > 0 || g.deadStage != typeReapNone
+	again := g.reapRequested || g.graveyard.n > 0 || g.deadStage != typeReapNone || len(g.releases) > 0
 	g.mu.Unlock()
 	if again {
 		g.wq.Schedule(g.work)

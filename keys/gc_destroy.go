@@ -177,14 +177,13 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 			d(p)
 		}
 	}
-	var links []link
-	// Only keyrings have links: a load first spares every other key an
-	// atomic exchange (and, while Go's collector marks, a write barrier).
-	if k.ring.Load() != nil {
-		if snap := k.ring.Swap(nil); snap != nil && snap.n > 0 {
-			links = make([]link, 0, snap.n)
-			hwalk(snap.root, func(l link) bool { links = append(links, l); return true })
-		}
+	// Only keyrings have links: a load first spares every other key a
+	// store (and, while Go's collector marks, a write barrier).
+	var links *ringSnap
+	if snap := k.ring.Load(); snap != nil {
+		s.detachLinks(snap.n)
+		k.ring.Store(nil)
+		links = snap
 	}
 	if k.typ.Load() == keyringType && k.desc[0] != '.' {
 		s.unpublishName(k)
@@ -207,14 +206,12 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	}
 	r.add(u, inQuota, ql, instantiated)
 	s.destroyed.Add(1)
-	// A destroyed keyring drops its links.
-	keys := make([]*Key, len(links))
-	for i, l := range links {
-		l.key.removeParent(k)
-		keys[i] = l.key
+	// A destroyed keyring drops its links, through the collector (a
+	// keyring may hold a million).
+	if links != nil {
+		s.releaseLinks(k, links.root, links.n)
 	}
 	if trusted != nil {
-		keys = append(keys, trusted)
+		s.putAll([]*Key{trusted})
 	}
-	s.putAll(keys)
 }

@@ -193,11 +193,16 @@ func (s *Service) pruneFrom(ring *Key, dead []deadKey, pruned *[reapReasons]uint
 		}
 	}
 	ring.mu.Unlock()
-	for _, d := range dead {
-		d.k.removeParent(ring)
-	}
 	if removed == 0 {
 		return
+	}
+	// Only the links removed here: a key not linked from ring may still
+	// list it until a release of ring's old links drops it (and if the
+	// key was linked again since, it lists ring twice, one for each).
+	for _, d := range dead {
+		if d.unlinked {
+			d.k.removeParent(ring)
+		}
 	}
 	var dying []*Key
 	for _, d := range dead {

@@ -1,9 +1,11 @@
 package keys
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -477,4 +479,88 @@ func TestGCUnregisterTypeThenGrow(t *testing.T) {
 		}
 	}
 	noErr(t, e.s.Check())
+}
+
+// Clearing a keyring returns at once: the collector drops its links'
+// references later, as the kernel drops them in an RCU callback. Until it
+// does, keys still list the cleared keyring among their parents. Nothing
+// that reads those reverse links may be misled: a key linked again into
+// the cleared keyring is pruned from it when it expires, a key that
+// another keyring links is exported in that keyring's group, and once
+// the collector has run every key lists exactly its keyrings.
+func TestGCClearReleasesLater(t *testing.T) {
+	dom := rcu.New(rcu.WithName("gc-release"))
+	defer dom.Close()
+	wq := workqueue.New(dom, workqueue.WithName("gc-release"), workqueue.WithWorkers(1))
+	defer wq.Close()
+	e := newEnv(t, WithDomain(dom), WithGCTuning(tuning.GC{ChunkSize: 64, ChunkSizeSet: true, Queue: wq}))
+	c := e.caller(0, 0)
+	ring := must(c.AddKey("keyring", "cleared", nil, SessionKeyring))(t)
+	other := must(c.AddKey("keyring", "other", nil, SessionKeyring))(t)
+	const n = 500
+	ids := make([]Serial, n)
+	for i := range n {
+		ids[i] = must(c.AddKey("user", fmt.Sprint("k", i), []byte("payload"), ring))(t)
+	}
+	noErr(t, c.Link(ids[0], other)) // linked twice: survives the clear
+	// Linkable once the clear has taken away its possession.
+	noErr(t, c.SetPerm(ids[1], PossAll|UserAll))
+	e.settle()
+	destroyed := e.s.GCStats().Destroyed
+
+	// Hold the collector's queue.
+	hold, held := make(chan struct{}), make(chan struct{})
+	wq.Schedule(workqueue.NewWork("hold", func() { close(held); <-hold }))
+	<-held
+	var once sync.Once
+	unhold := func() { once.Do(func() { close(hold) }) }
+	defer unhold() // a failure must not leave the queue held
+	noErr(t, c.Clear(ring))
+	if got := must(ringSerials(c, ring))(t); len(got) != 0 {
+		t.Fatalf("cleared keyring lists %v", got)
+	}
+	if e.s.gcol.releasing.Load() != n {
+		t.Fatalf("%d links releasing, want %d", e.s.gcol.releasing.Load(), n)
+	}
+	// Linked again while its old link waits: it lists ring twice.
+	noErr(t, c.Link(ids[1], ring))
+	noErr(t, c.SetTimeout(ids[1], 1))
+	var buf bytes.Buffer
+	noErr(t, e.s.Export(&buf))
+	unhold()
+
+	// The export taken while the release waited has the doubly linked key
+	// in the other keyring (read before the clock moves: the restored
+	// service reaps expired keys).
+	rs, err := Import(&buf, WithClock(e.clock.now))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rs.Service().Close()
+	rc, err := rs.Caller(c.State())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Release()
+	rs.Done()
+	if got := must(ringSerials(rc, other))(t); !slices.Equal(got, []Serial{ids[0]}) {
+		t.Fatalf("restored keyring lists %v, want [%d]", got, ids[0])
+	}
+	if got := must(ringSerials(rc, ring))(t); !slices.Equal(got, []Serial{ids[1]}) {
+		t.Fatalf("restored cleared keyring lists %v, want [%d]", got, ids[1])
+	}
+
+	e.clock.advance(2*time.Second + e.s.Tunables().GCDelay)
+	e.gcNow()
+	if got := must(ringSerials(c, ring))(t); len(got) != 0 {
+		t.Fatalf("the expired key is still linked: %v", got)
+	}
+	if got := e.s.GCStats().Destroyed - destroyed; got != n-1 {
+		t.Fatalf("%d keys destroyed, want %d", got, n-1)
+	}
+	idx := map[Serial]*Key{}
+	for k := range e.s.index.all() {
+		idx[k.serial] = k
+	}
+	checkParents(t, idx)
 }

@@ -258,20 +258,19 @@ func (s *Service) unlinkSilently(ring, k *Key) (*Key, error) {
 // clearRing drops every link of ring.
 func (s *Service) clearRing(ring *Key) {
 	ring.mu.Lock()
-	old := ring.ring.Swap(&ringSnap{})
+	old := ring.ring.Load()
+	if old != nil {
+		s.detachLinks(old.n)
+	}
+	ring.ring.Store(&ringSnap{})
 	if old != nil {
 		s.chargeLink(ring, -linkCost*old.n)
 	}
-	var keys []*Key
-	if old != nil && old.n > 0 {
-		keys = make([]*Key, 0, old.n)
-		hwalk(old.root, func(l link) bool { keys = append(keys, l.key); return true })
-	}
-	for _, k := range keys {
-		k.removeParent(ring)
-	}
 	ring.mu.Unlock()
-	s.putAll(keys)
+	if old != nil {
+		// The collector drops the references (see gc_release.go).
+		s.releaseLinks(ring, old.root, old.n)
+	}
 }
 
 // putAll drops one reference to each of keys, burying those that lose
