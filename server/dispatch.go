@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"runtime"
 	"runtime/debug"
 	"strconv"
 	"strings"
@@ -394,6 +395,7 @@ func (s *Server) status() string {
 	fmt.Fprintf(&b, "connections: %d\nprocesses: %d\n", ss.Conns, ss.Procs)
 	fmt.Fprintf(&b, "buffered_bytes: %d\nexpensive_running: %d\nbig_key_files: %d\n", ss.BufferedBytes, ss.ExpensiveRunning, keys.BigKeyFiles())
 	fmt.Fprintf(&b, "follows_forks: %t\n", ss.FollowsForks)
+	fmt.Fprintf(&b, "procs: %d\n", runtime.GOMAXPROCS(0))
 	if n := debug.SetMemoryLimit(-1); n == math.MaxInt64 {
 		b.WriteString("memory_limit: off\n")
 	} else {

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"github.com/ukeys/ukeys/internal/tuning"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,6 +12,7 @@ import (
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
+	"github.com/ukeys/ukeys/internal/tuning"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/rcu"
 	"github.com/ukeys/ukeys/workqueue"

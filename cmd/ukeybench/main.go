@@ -47,6 +47,8 @@ import (
 	"time"
 
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
+
+	"github.com/ukeys/ukeys/internal/procs"
 )
 
 // row is one line of results, in the shape scripts rely on.
@@ -123,6 +125,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	plotFormats := fs.String("plot-formats", "svg,png", "image formats of -plot (svg, png)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a profile of mutex contention during the run to this file")
+	procsFlag := fs.String("procs", "", "Go processors of the run (GOMAXPROCS): auto (ukeyd's default, one more than Go's), go (Go's default) or a count; unset: auto for gc and daemon, which measure what ukeyd runs, go for the others")
 	blockProfile := fs.String("blockprofile", "", "write a profile of blocking (channels, mutexes, sleeps excluded) to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ukeybench [flags] %s\n", strings.Join(scenarios, "|"))
@@ -180,10 +183,25 @@ func run(args []string, stdout, stderr io.Writer) int {
 			}
 		}()
 	}
+	procSetting := *procsFlag
+	if procSetting == "" {
+		procSetting = "go"
+		if fs.Arg(0) == "gc" || fs.Arg(0) == "daemon" {
+			procSetting = "auto"
+		}
+	}
+	procSet, err := procs.Parse(procSetting)
+	if err != nil {
+		fmt.Fprintln(stderr, "ukeybench: -procs", err)
+		return 2
+	}
+	// run is called more than once in a process by the tests: leave
+	// GOMAXPROCS as found.
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	gomaxprocs := procSet.Apply()
 	prog := newProgress(stderr)
 	loadBefore := loadAverage()
 	var rep report
-	var err error
 	switch fs.Arg(0) {
 	case "gc":
 		p := gcParams{Keys: *keysN, Chunk: *chunk, Foreground: *fg, ItemCPU: *itemCPU, TraceDir: *traceDir}
@@ -300,11 +318,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case *asMarkdown:
 		// The machine is shared: say how busy it was, so that a reader
 		// can tell a noisy run from a slow program.
-		fmt.Fprintf(stdout, "Load average (1 min) %s before, %s after; GOMAXPROCS %d.\n\n",
-			loadBefore, loadAverage(), runtime.GOMAXPROCS(0))
+		fmt.Fprintf(stdout, "Load average (1 min) %s before, %s after; GOMAXPROCS %d (-procs %s) on %d processors.\n\n",
+			loadBefore, loadAverage(), gomaxprocs, procSet, runtime.NumCPU())
 		printMarkdown(stdout, rep)
 	default:
 		printTable(stdout, rep)
+		fmt.Fprintf(stdout, "\nGOMAXPROCS %d (-procs %s) on %d processors.\n", gomaxprocs, procSet, runtime.NumCPU())
 	}
 	return 0
 }

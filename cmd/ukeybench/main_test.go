@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -228,6 +229,13 @@ func TestTableAndMarkdown(t *testing.T) {
 	}
 	if !strings.Contains(errb.String(), "ukeybench: read [") {
 		t.Errorf("no progress on stderr:\n%s", errb.String())
+	}
+	// read measures with Go's processors unless told; the run says so.
+	if want := fmt.Sprintf("GOMAXPROCS %d (-procs go)", runtime.GOMAXPROCS(0)); !strings.Contains(out.String(), want) {
+		t.Errorf("table does not say %q:\n%s", want, out.String())
+	}
+	if code := run([]string{"-quick", "-procs", "0", "read"}, &out, &errb); code != 2 {
+		t.Errorf("-procs 0: exit %d, want 2", code)
 	}
 	out.Reset()
 	if code := run([]string{"-quick", "-markdown", "-duration", "5ms", "read"}, &out, &errb); code != 0 {

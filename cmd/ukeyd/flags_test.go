@@ -23,6 +23,8 @@ func TestBadSettingsAreRejected(t *testing.T) {
 		{nil, []string{"-max-conns-per-uid", "0"}, "-max-conns-per-uid 0: must be at least 1"},
 		{[]string{"UKEYD_MEMORY_LIMIT=lots"}, nil, `-memory-limit "lots" is not auto, off, or a size`},
 		{nil, []string{"-memory-limit", "0MiB"}, `-memory-limit "0MiB"`},
+		{nil, []string{"-procs", "0"}, `-procs "0" is not auto, go, or a count of processors`},
+		{[]string{"UKEYD_PROCS=many"}, nil, `-procs "many"`},
 	} {
 		cmd := exec.Command(os.Args[0], append([]string{childArg, "-socket", socket, "-request-key", ""}, tc.args...)...)
 		cmd.Env = append(os.Environ(), tc.env...)

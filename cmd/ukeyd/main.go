@@ -39,6 +39,7 @@ import (
 
 	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/internal/procs"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/server/metrics"
@@ -79,6 +80,7 @@ func run(args []string) int {
 	logins := fs.Bool("login-sessions", envBool("UKEYD_LOGIN_SESSIONS", true), "give a process that has no session keyring of its own its login's (one per uid and audit or POSIX session, made on first use), as pam_keyinit gives each login one; false keeps the kernel's fallback to the user-session keyring (env UKEYD_LOGIN_SESSIONS)")
 	lim := server.DefaultLimits(server.NoFile())
 	memLimit := fs.String("memory-limit", envOr("UKEYD_MEMORY_LIMIT", "auto"), "soft limit on the daemon's Go heap (GOMEMLIMIT): auto (twice root's quota, at 256 bytes a key beyond its quota bytes, and 64 MiB; unless GOMEMLIMIT is set), off, or a size such as 512MiB (env UKEYD_MEMORY_LIMIT)")
+	procsFlag := fs.String("procs", envOr("UKEYD_PROCS", "auto"), "Go processors (GOMAXPROCS): auto (one more than the processors the daemon may use, so that the kernel, not Go's 10 ms slices, shares them between busy requests and the key collector; Go's default under a CPU quota or when GOMAXPROCS is set), go (Go's default), or a count (env UKEYD_PROCS)")
 	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
 	maxProcs := fs.Int("max-procs-per-uid", ev.int("UKEYD_MAX_PROCS_PER_UID", lim.MaxProcsPerUID), "client processes of one uid the daemon keeps keyrings for (env UKEYD_MAX_PROCS_PER_UID)")
 	maxBuf := fs.Int("max-buffer-per-uid", ev.int("UKEYD_MAX_BUFFER_PER_UID", lim.MaxBufferedPerUID), "bytes of large requests and answers one uid may have in flight (env UKEYD_MAX_BUFFER_PER_UID)")
@@ -101,6 +103,10 @@ func run(args []string) int {
 	if err != nil {
 		ev.bad = append(ev.bad, "-memory-limit "+err.Error())
 	}
+	procSet, err := procs.Parse(*procsFlag)
+	if err != nil {
+		ev.bad = append(ev.bad, "-procs "+err.Error())
+	}
 	if len(ev.bad) > 0 {
 		slices.Sort(ev.bad)
 		fmt.Fprintf(os.Stderr, "ukeyd: %s\n", strings.Join(ev.bad, "; "))
@@ -112,6 +118,7 @@ func run(args []string) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	log.Debug("ukeyd: Go processors", "setting", procSet.String(), "gomaxprocs", procSet.Apply())
 
 	// Hardening that needs no option: no core dumps or ptrace by other
 	// users of this process's memory, which holds every payload.
