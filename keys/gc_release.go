@@ -115,8 +115,12 @@ func (g *collector) releasesPending() bool {
 	return len(g.releases) > 0
 }
 
-// releaseChunk drops up to budget detached references, oldest release
-// first, and returns how many it dropped.
+// releaseChunk drops detached references, oldest release first, within
+// budget, and returns the units it spent: one for each reference, and one
+// more for each key that lost its last and left the index, a removal
+// that costs more than the rest together (a table probe in a random
+// shard, a miss in any cache: with both counted as one, an item of 1,024
+// took 1.3-1.8 ms of CPU, where other items take under one).
 func (g *collector) releaseChunk(t *rcu.Task, budget int) int {
 	work := 0
 	for work < budget {
@@ -127,7 +131,7 @@ func (g *collector) releaseChunk(t *rcu.Task, budget int) int {
 		}
 		r := g.releases[0]
 		g.mu.Unlock()
-		ks := r.it.next(g.relKeys[:0], min(budget-work, graveBlock))
+		ks := r.it.next(g.relKeys[:0], min((budget-work+1)/2, graveBlock))
 		var dying []*Key
 		for _, k := range ks {
 			t.Quiescent()
@@ -140,7 +144,7 @@ func (g *collector) releaseChunk(t *rcu.Task, budget int) int {
 		// Only now, with the dying counted as outstanding: WaitGC never
 		// sees neither.
 		g.releasing.Add(-int64(len(ks)))
-		work += len(ks)
+		work += len(ks) + len(dying)
 		clear(ks)
 		g.relKeys = ks[:0]
 		if r.it.done() {
