@@ -131,7 +131,7 @@ func (g *collector) releaseChunk(t *rcu.Task, budget int) int {
 		}
 		r := g.releases[0]
 		g.mu.Unlock()
-		ks := r.it.next(g.relKeys[:0], min((budget-work+1)/2, graveBlock))
+		ks := r.it.next(g.relKeys[:0], min((budget-work)/2+1, graveBlock))
 		var dying []*Key
 		for _, k := range ks {
 			t.Quiescent()

@@ -233,8 +233,14 @@ func TestGCChunksAndRequestsDuringPass(t *testing.T) {
 // among many other keys is reaped with no pass and no key examined (each
 // burial used to cost a pass over every key).
 func TestGCUnusedKeysNeedNoPass(t *testing.T) {
+	for _, chunk := range []int{64, 0} { // 0: unbounded items
+		t.Run(fmt.Sprint("chunk=", chunk), func(t *testing.T) { testUnusedKeysNeedNoPass(t, chunk) })
+	}
+}
+
+func testUnusedKeysNeedNoPass(t *testing.T, chunk int) {
 	const n = 3000
-	e := newEnv(t, withChunkSize(64))
+	e := newEnv(t, withChunkSize(chunk))
 	c := e.caller(0, 0)
 	ring := must(c.AddKey("keyring", "bulk", nil, SessionKeyring))(t)
 	keep := must(c.AddKey("keyring", "keep", nil, SessionKeyring))(t)
