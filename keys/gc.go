@@ -116,6 +116,8 @@ type collector struct {
 	// releases are keyrings' detached links whose references the
 	// collector drops a chunk at a time (gc_release.go).
 	releases []*release
+	// spare holds emptied blocks of graves for reuse (recycle).
+	spare [][]graveEntry
 	// closed is set by close before it cancels the item: from then on
 	// nothing schedules the item or arms the timer again (kick checks it
 	// under mu), so that no item of a collector whose queue outlives it
@@ -204,7 +206,10 @@ func (g *collector) close() {
 		return
 	}
 	_ = g.s.dom.Synchronize(context.Background())
-	for _, b := range rest.blocks {
+	for i, b := range rest.blocks {
+		if i == 0 {
+			b = b[rest.head:] // destroyed already
+		}
 		var r quotaReturns
 		for _, e := range b {
 			g.s.destroyInto(e.k, &r)
@@ -332,8 +337,26 @@ func (g *collector) run(t *rcu.Task) {
 	// phase, and until they are dropped their keys' reverse links name
 	// keyrings that no longer link them.
 	if g.releasesPending() {
-		work += g.releaseChunk(t, budget)
+		// Outside a pass, what the releases bury is destroyed as they
+		// go, half the budget each: the graveyard then holds a few
+		// blocks, reused, instead of a million keys' worth (16 MB)
+		// allocated by the items, which Go's collector charged to them
+		// as mark assists (5.7 ms of CPU at p99.9, in ukeybench gc).
+		interleave := !g.scan.active
+		relBudget := budget
+		if interleave && g.destroy.active {
+			relBudget = max(budget/2, 1)
+		}
+		work += g.releaseChunk(t, relBudget)
 		if g.releasesPending() {
+			if interleave {
+				if !g.destroy.active {
+					g.startDestroy()
+				}
+				if n, _ := g.destroyChunk(t, max(budget-work, 0)); n > 0 {
+					destroyed, work = n, work+n
+				}
+			}
 			g.wq.Schedule(g.work)
 			return
 		}

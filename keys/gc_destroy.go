@@ -22,21 +22,32 @@ type graveEntry struct {
 // burier takes, stalled the collector and the buriers alike.
 type graves struct {
 	blocks [][]graveEntry
+	head   int // entries of blocks[0] already handled (front and drop)
 	n      int
 }
 
 const graveBlock = 1024
 
-func (q *graves) push(e graveEntry) {
+// push appends e, taking a new block from spare if it has one.
+func (q *graves) push(e graveEntry, spare *[][]graveEntry) {
 	if len(q.blocks) == 0 || len(q.blocks[len(q.blocks)-1]) == graveBlock {
-		q.blocks = append(q.blocks, make([]graveEntry, 0, graveBlock))
+		var b []graveEntry
+		if n := len(*spare); n > 0 {
+			b = (*spare)[n-1]
+			(*spare)[n-1] = nil
+			*spare = (*spare)[:n-1]
+		} else {
+			b = make([]graveEntry, 0, graveBlock)
+		}
+		q.blocks = append(q.blocks, b)
 	}
 	last := &q.blocks[len(q.blocks)-1]
 	*last = append(*last, e)
 	q.n++
 }
 
-// moveFrom appends o's entries to q and empties o.
+// moveFrom appends o's entries to q and empties o, which has had none
+// handled.
 func (q *graves) moveFrom(o *graves) {
 	q.blocks = append(q.blocks, o.blocks...)
 	q.n += o.n
@@ -46,17 +57,27 @@ func (q *graves) moveFrom(o *graves) {
 // front returns up to max entries from the head of the queue (from one
 // block); drop removes that many once they are handled.
 func (q *graves) front(max int) []graveEntry {
-	b := q.blocks[0]
+	b := q.blocks[0][q.head:]
 	return b[:min(max, len(b))]
 }
 
-func (q *graves) drop(k int) {
-	q.blocks[0] = q.blocks[0][k:]
+// drop removes k entries from the head, and returns the block they
+// emptied, if they did, cleared for reuse.
+func (q *graves) drop(k int) []graveEntry {
+	q.head += k
 	q.n -= k
-	if len(q.blocks[0]) == 0 {
-		q.blocks[0] = nil
-		q.blocks = q.blocks[1:]
+	b := q.blocks[0]
+	if q.head < len(b) {
+		return nil
 	}
+	q.blocks[0] = nil
+	q.blocks = q.blocks[1:]
+	q.head = 0
+	if cap(b) != graveBlock {
+		return nil
+	}
+	clear(b)
+	return b[:0]
 }
 
 // buriedAll takes keys whose last reference went (already counted in
@@ -65,11 +86,25 @@ func (g *collector) buriedAll(ks []*Key) {
 	now := g.s.now()
 	g.mu.Lock()
 	for _, k := range ks {
-		g.graveyard.push(graveEntry{k: k, died: now})
+		g.graveyard.push(graveEntry{k: k, died: now}, &g.spare)
 	}
 	g.mu.Unlock()
 	g.kick()
 }
+
+// recycle keeps an emptied block of graves for the next burials, up to
+// spareBlocks of them.
+func (g *collector) recycle(b []graveEntry) {
+	g.mu.Lock()
+	if len(g.spare) < spareBlocks {
+		g.spare = append(g.spare, b)
+	}
+	g.mu.Unlock()
+}
+
+// spareBlocks is how many emptied blocks of graves the collector keeps
+// (1 MiB of them).
+const spareBlocks = 64
 
 // startDestroy begins the destroy phase for the keys buried so far: they
 // are destroyed once a grace period that begins now has passed.
@@ -116,7 +151,9 @@ func (g *collector) destroyChunk(t *rcu.Task, budget int) (int, bool) {
 		clear(r)
 		g.destroy.quota = r[:0]
 		g.outstanding.Add(-int64(len(es)))
-		g.destroy.batch.drop(len(es))
+		if b := g.destroy.batch.drop(len(es)); b != nil {
+			g.recycle(b)
+		}
 		n += len(es)
 	}
 	g.meter.mu.Lock()

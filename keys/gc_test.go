@@ -570,3 +570,50 @@ func TestGCClearReleasesLater(t *testing.T) {
 	}
 	checkParents(t, idx)
 }
+
+// The graveyard's blocks come back for reuse once their keys are
+// destroyed, emptied, and a queue handed out in pieces gives every entry
+// once, in order.
+func TestGravesReuseBlocks(t *testing.T) {
+	var spare [][]graveEntry
+	keys := make([]*Key, 2500)
+	for i := range keys {
+		keys[i] = &Key{serial: Serial(i + 3)}
+	}
+	var yard, batch graves
+	for _, k := range keys[:2000] {
+		yard.push(graveEntry{k: k}, &spare)
+	}
+	batch.moveFrom(&yard)
+	for _, k := range keys[2000:] {
+		yard.push(graveEntry{k: k}, &spare)
+	}
+	batch.moveFrom(&yard)
+	var got []*Key
+	var back [][]graveEntry
+	for batch.n > 0 {
+		es := batch.front(300)
+		for _, e := range es {
+			got = append(got, e.k)
+		}
+		if b := batch.drop(len(es)); b != nil {
+			back = append(back, b)
+		}
+	}
+	if !slices.Equal(got, keys) {
+		t.Fatalf("%d entries handed out, not the %d pushed in order", len(got), len(keys))
+	}
+	if len(back) != 3 { // 1,024 + 976, then 500
+		t.Fatalf("%d blocks came back, want 3", len(back))
+	}
+	for _, b := range back {
+		if len(b) != 0 || cap(b) != graveBlock || b[:cap(b)][0].k != nil {
+			t.Fatalf("a block came back with len %d, cap %d, or a key in it", len(b), cap(b))
+		}
+	}
+	spare = back
+	yard.push(graveEntry{k: keys[0]}, &spare)
+	if len(spare) != 2 {
+		t.Fatalf("a push took %d spare blocks, want 1", 3-len(spare))
+	}
+}
