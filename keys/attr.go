@@ -36,18 +36,13 @@ func (s *Service) revoke(k *Key) {
 	// A revoked keyring is cleared, its links dropped by the collector.
 	var links *ringSnap
 	if k.isKeyring() {
-		if snap := k.ring.Load(); snap != nil {
-			s.detachLinks(snap.n)
-			k.ring.Store(&ringSnap{})
-			s.chargeLink(k, -linkCost*snap.n)
-			links = snap
+		if links = s.detachRing(k, &ringSnap{}); links != nil {
+			s.chargeLink(k, -linkCost*links.n)
 		}
 	}
 	k.mu.Unlock()
 	s.retire(k, old)
-	if links != nil {
-		s.releaseLinks(k, links.root, links.n)
-	}
+	s.releaseLinks(k, links)
 	notify(k, NotifyRevoked, 0)
 	s.keyDied(k)
 }

@@ -189,15 +189,13 @@ func (g *collector) close() {
 	} else {
 		g.wq.Cancel(g.work)
 	}
+	g.closeReleases() // what they bury is destroyed at once: the service is closed
 	g.mu.Lock()
 	if g.deadType != nil {
 		// An unregistration waits for stages no item will run now.
 		g.deadType = nil
 		close(g.deadDone)
 	}
-	g.mu.Unlock()
-	g.closeReleases() // what they bury is destroyed at once: the service is closed
-	g.mu.Lock()
 	rest := g.destroy.batch
 	rest.moveFrom(&g.graveyard)
 	g.destroy.batch = graves{}
@@ -353,9 +351,8 @@ func (g *collector) run(t *rcu.Task) {
 				if !g.destroy.active {
 					g.startDestroy()
 				}
-				if n, _ := g.destroyChunk(t, max(budget-work, 0)); n > 0 {
-					destroyed, work = n, work+n
-				}
+				destroyed, _ = g.destroyChunk(t, max(budget-work, 0))
+				work += destroyed
 			}
 			g.wq.Schedule(g.work)
 			return

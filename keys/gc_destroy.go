@@ -73,9 +73,6 @@ func (q *graves) drop(k int) []graveEntry {
 	q.blocks[0] = nil
 	q.blocks = q.blocks[1:]
 	q.head = 0
-	if cap(b) != graveBlock {
-		return nil
-	}
 	clear(b)
 	return b[:0]
 }
@@ -214,14 +211,8 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 			d(p)
 		}
 	}
-	// Only keyrings have links: a load first spares every other key a
-	// store (and, while Go's collector marks, a write barrier).
-	var links *ringSnap
-	if snap := k.ring.Load(); snap != nil {
-		s.detachLinks(snap.n)
-		k.ring.Store(nil)
-		links = snap
-	}
+	// Only keyrings have links (detachRing stores nothing for the rest).
+	links := s.detachRing(k, nil)
 	if k.typ.Load() == keyringType && k.desc[0] != '.' {
 		s.unpublishName(k)
 	}
@@ -245,9 +236,7 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	s.destroyed.Add(1)
 	// A destroyed keyring drops its links, through the collector (a
 	// keyring may hold a million).
-	if links != nil {
-		s.releaseLinks(k, links.root, links.n)
-	}
+	s.releaseLinks(k, links)
 	if trusted != nil {
 		s.putAll([]*Key{trusted})
 	}

@@ -67,31 +67,37 @@ func (it *trieIter) next(out []*Key, max int) []*Key {
 
 func (it *trieIter) done() bool { return len(it.stack) == 0 }
 
-// detachLinks counts the n links of ring's trie root as being released;
-// the caller then publishes the keyring without them and passes root to
-// releaseLinks. Counting before the trie is replaced means that whoever
-// sees the keyring without the links also sees the release pending.
-func (s *Service) detachLinks(n int) {
-	s.gcol.releasing.Add(int64(n))
+// detachRing replaces ring's links by next (empty, or nil for a
+// keyring being destroyed) and returns the old ones, which the caller
+// passes to releaseLinks once it has let go of ring.mu, which it holds.
+// The old links are counted as being released before they are replaced,
+// so that whoever sees the keyring without them also sees the release
+// pending.
+func (s *Service) detachRing(ring *Key, next *ringSnap) *ringSnap {
+	old := ring.ring.Load()
+	if old == nil {
+		return nil // not a keyring, or destroyed already
+	}
+	s.gcol.releasing.Add(int64(old.n))
+	ring.ring.Store(next)
+	return old
 }
 
-// releaseLinks hands the detached trie root of ring (counted by
-// detachLinks) to the collector, or drops its references at once if the
-// service is closing.
-func (s *Service) releaseLinks(ring *Key, root *hnode, n int) {
-	if n == 0 {
+// releaseLinks hands ring's links detached by detachRing to the
+// collector, or drops their references at once if the service is
+// closing.
+func (s *Service) releaseLinks(ring *Key, old *ringSnap) {
+	if old == nil || old.n == 0 {
 		return
 	}
 	g := s.gcol
+	r := &release{ring: ring, it: newTrieIter(old.root)}
 	s.deferUnlessClosed(func() {
 		g.mu.Lock()
-		g.releases = append(g.releases, &release{ring: ring, it: newTrieIter(root)})
+		g.releases = append(g.releases, r)
 		g.mu.Unlock()
 		g.kick()
-	}, func() {
-		r := release{ring: ring, it: newTrieIter(root)}
-		g.releaseAll(&r)
-	})
+	}, func() { g.releaseAll(r) })
 }
 
 // releaseAll drops every reference r still holds, burying the keys that

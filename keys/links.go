@@ -258,19 +258,12 @@ func (s *Service) unlinkSilently(ring, k *Key) (*Key, error) {
 // clearRing drops every link of ring.
 func (s *Service) clearRing(ring *Key) {
 	ring.mu.Lock()
-	old := ring.ring.Load()
-	if old != nil {
-		s.detachLinks(old.n)
-	}
-	ring.ring.Store(&ringSnap{})
+	old := s.detachRing(ring, &ringSnap{})
 	if old != nil {
 		s.chargeLink(ring, -linkCost*old.n)
 	}
 	ring.mu.Unlock()
-	if old != nil {
-		// The collector drops the references (see gc_release.go).
-		s.releaseLinks(ring, old.root, old.n)
-	}
+	s.releaseLinks(ring, old) // the collector drops the references
 }
 
 // putAll drops one reference to each of keys, burying those that lose

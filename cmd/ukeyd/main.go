@@ -118,7 +118,8 @@ func run(args []string) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
-	log.Debug("ukeyd: Go processors", "setting", procSet.String(), "gomaxprocs", procSet.Apply())
+	gomaxprocs := procSet.Apply()
+	log.Debug("ukeyd: Go processors", "setting", procSet.String(), "gomaxprocs", gomaxprocs)
 
 	// Hardening that needs no option: no core dumps or ptrace by other
 	// users of this process's memory, which holds every payload.
