@@ -21,28 +21,42 @@ type gpParams struct {
 // gpWaiter waits for the grace period of a trial in one way.
 type gpWaiter struct {
 	name string
-	wait func(d *rcu.Domain, c rcu.Cookie) error // c: a grace period begun before the holdout was released
+	// wait is called with c, a grace period begun while the holdout is
+	// online, and must call release once to let the holdout run its delay.
+	wait func(d *rcu.Domain, c rcu.Cookie, release func()) error
 }
 
 // The waiters. The pollers use rcu's polling cookies, so all three wait
 // for the same grace period of the same domain; only how often they look
-// differs. The pollers look once at once (the kernel's first scan of its
-// holdout list) and then after each sleep.
+// differs. The pollers look once before the holdout is released (the
+// kernel's first scan of its holdout list, taken as the grace period
+// begins) and then after each sleep. Looking first after the release would
+// let a waiter descheduled for longer than the holdout's delay see the
+// grace period done without sleeping at all.
 var gpWaiters = []gpWaiter{
-	{"poll-1s", func(d *rcu.Domain, c rcu.Cookie) error {
-		for !d.Done(c) {
+	{"poll-1s", func(d *rcu.Domain, c rcu.Cookie, release func()) error {
+		done := d.Done(c)
+		release()
+		for !done {
 			time.Sleep(time.Second) // schedule_timeout_interruptible(HZ)
+			done = d.Done(c)
 		}
 		return nil
 	}},
-	{"poll-backoff", func(d *rcu.Domain, c rcu.Cookie) error {
+	{"poll-backoff", func(d *rcu.Domain, c rcu.Cookie, release func()) error {
+		done := d.Done(c)
+		release()
 		// The kernel after Rostedt's patch: HZ/10, then HZ/9, … HZ/1.
-		for fract := 10; !d.Done(c); fract = max(fract-1, 1) {
+		for fract := 10; !done; fract = max(fract-1, 1) {
 			time.Sleep(time.Second / time.Duration(fract))
+			done = d.Done(c)
 		}
 		return nil
 	}},
-	{"synchronize", func(d *rcu.Domain, _ rcu.Cookie) error { return d.Synchronize(context.Background()) }},
+	{"synchronize", func(d *rcu.Domain, _ rcu.Cookie, release func()) error {
+		release()
+		return d.Synchronize(context.Background())
+	}},
 }
 
 // runGP measures how long each waiter takes to see the grace period of a
@@ -106,8 +120,7 @@ func runGP(p gpParams, maxDelay time.Duration, prog *progress) (report, error) {
 			// nothing.
 			t0 := time.Now()
 			c := d.Start()
-			close(tr.begin)
-			if err := w.wait(d, c); err != nil {
+			if err := w.wait(d, c, func() { close(tr.begin) }); err != nil {
 				return report{}, fmt.Errorf("gp %s: %w", w.name, err)
 			}
 			t1 := time.Now()
