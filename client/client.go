@@ -42,6 +42,18 @@ type Client struct {
 	pl *pipeline
 
 	sessionErr error // see SessionLost
+
+	// pending, for a client dialled WithDeferredHandshake, holds what
+	// the handshake still has to read: the hello and the session
+	// attach's answer go out with the first call's request and are read
+	// before its answer. Under mu.
+	pending *pendingHandshake
+}
+
+// pendingHandshake is what a deferred handshake still has to read.
+type pendingHandshake struct {
+	attachTag uint32 // the session attach's tag, or 0 if none was sent
+	helper    bool   // the attach carried a request-key helper's token
 }
 
 // handshakeTimeout bounds the wait for the daemon's hello.
@@ -106,26 +118,37 @@ func Dial(path string, opts ...Option) (*Client, error) {
 		c.req.Tag = c.tag
 		attach = &c.req
 	}
+	// A request-key helper's token is checked before anything else is
+	// sent: a request that went out with a token the daemon refuses
+	// would be served with the helper's own authority, and leave its
+	// effects behind a failed call.
+	if cfg.deferred && !cfg.pipelined && helper == "" {
+		// Nothing is written yet: the hello and the attach wait in the
+		// output buffer for the first call's request.
+		sc.Out.Body(wire.EncodeHello(version))
+		c.pending = &pendingHandshake{helper: helper != ""}
+		if attach != nil {
+			if err := sc.Out.Request(attach); err != nil {
+				c.forget()
+				f.Close()
+				return nil, err
+			}
+			c.pending.attachTag = attach.Tag
+		}
+		c.forget()
+		return c, nil
+	}
 	if err := handshake(sc, version, attach); err != nil {
 		c.forget()
 		f.Close()
-		return nil, err
+		return nil, &HandshakeError{Err: err}
 	}
 	if attach != nil {
 		_, err := c.receive(wire.OpSessionAttach)
 		c.forget()
-		switch {
-		case err != nil && helper != "":
-			f.Close()
-			return nil, fmt.Errorf("client: helper token refused: %w", err)
-		case err != nil && errors.Is(err, ErrProtocol):
+		if err := c.attached(err, helper != ""); err != nil {
 			f.Close()
 			return nil, err
-		case err != nil:
-			// The session is gone (the daemon restarted): the daemon
-			// gave this process a revoked session keyring, so that what
-			// it adds to @s fails instead of being lost.
-			c.sessionErr = err
 		}
 	}
 	if cfg.pipelined {
@@ -134,24 +157,45 @@ func Dial(path string, opts ...Option) (*Client, error) {
 	return c, nil
 }
 
+// attached applies the answer to the session attach that went out with
+// the hello (err: its error, if any; helper: the token was a request-key
+// helper's) and returns an error if the client cannot go on.
+func (c *Client) attached(err error, helper bool) error {
+	switch {
+	case err != nil && helper:
+		return fmt.Errorf("client: helper token refused: %w", err)
+	case err != nil && errors.Is(err, ErrProtocol):
+		return err
+	case err != nil:
+		// The session is gone (the daemon restarted): the daemon
+		// gave this process a revoked session keyring, so that what
+		// it adds to @s fails instead of being lost.
+		c.sessionErr = err
+	}
+	return nil
+}
+
+// setTimeout bounds the wait for the daemon's next bytes to d (0: no
+// bound), by the socket's receive timeout or the poller's deadline.
+func setTimeout(sc *sock.Conn, d time.Duration) {
+	s := sc.Stream()
+	if sc.Blocking() {
+		setReceiveTimeout(s, d)
+	} else if d > 0 {
+		s.SetReadDeadline(time.Now().Add(d))
+	} else {
+		s.SetReadDeadline(time.Time{})
+	}
+}
+
 // handshake sends the hello for version, with first (if not nil) in the
 // same write, and reads the daemon's hello.
 func handshake(sc *sock.Conn, version uint16, first *wire.Request) error {
 	// A daemon answers the hello at once; one that does not (its
 	// descriptor table is full and this connection waits in its backlog)
 	// is reported rather than waited for forever.
-	s := sc.Stream()
-	timeout := func(d time.Duration) {
-		if sc.Blocking() {
-			setReceiveTimeout(s, d)
-		} else if d > 0 {
-			s.SetReadDeadline(time.Now().Add(d))
-		} else {
-			s.SetReadDeadline(time.Time{})
-		}
-	}
-	timeout(handshakeTimeout)
-	defer timeout(0)
+	setTimeout(sc, handshakeTimeout)
+	defer setTimeout(sc, 0)
 	sc.Out.Body(wire.EncodeHello(version))
 	if first != nil {
 		if err := sc.Out.Request(first); err != nil {
@@ -164,8 +208,14 @@ func handshake(sc *sock.Conn, version uint16, first *wire.Request) error {
 		// A daemon that refuses this process writes why and closes at
 		// once, perhaps before the hello arrived (EPIPE): the refusal is
 		// still there to read, briefly.
-		timeout(time.Second)
+		setTimeout(sc, time.Second)
 	}
+	return readHello(sc, werr)
+}
+
+// readHello reads the daemon's hello, or its refusal; werr is the error,
+// if any, of the write that sent the client's hello.
+func readHello(sc *sock.Conn, werr error) error {
 	// Nothing larger than a hello is read before the daemon's hello.
 	sc.In.SetLimit(wire.MaxHello)
 	hello, err := sc.In.Next()
@@ -253,13 +303,96 @@ func (c *Client) call(op wire.Op, args ...wire.Value) (*wire.Response, error) {
 	// The frame is built in place and goes out in one write, after which
 	// the answer is waited for without a read that would fail.
 	err := c.sc.Out.Request(&c.req)
-	if err == nil {
-		_, _, err = c.sc.FlushAndWait(nil)
-	}
 	if err != nil {
 		return nil, err
 	}
+	if p := c.pending; p != nil {
+		return c.callFirst(op, p)
+	}
+	if _, _, err = c.sc.FlushAndWait(nil); err != nil {
+		return nil, err
+	}
 	return c.receive(op)
+}
+
+// callFirst is call for the first request of a client dialled
+// WithDeferredHandshake: the hello, the attach and the request go out in
+// one write, and their answers are read in that order. mu is held.
+func (c *Client) callFirst(op wire.Op, p *pendingHandshake) (*wire.Response, error) {
+	if err := c.finishHandshake(p); err != nil {
+		return nil, err
+	}
+	return c.receive(op)
+}
+
+// finishHandshake writes what the output buffer holds (the hello, the
+// attach and perhaps a request) and reads the daemon's hello and the
+// attach's answer. A client whose handshake fails is closed: every later
+// call fails too. mu is held.
+func (c *Client) finishHandshake(p *pendingHandshake) error {
+	c.pending = nil
+	err := c.handshakeReply(p)
+	if err != nil {
+		c.sc.Out.Reset()
+		c.sc.Stream().Close()
+		return &HandshakeError{Err: err}
+	}
+	return nil
+}
+
+// HandshakeError reports a connection the daemon did not take up: it
+// refused the process (Err is then an *Error with Op "connect": EDQUOT
+// when the uid holds its share of the daemon, EMFILE when the daemon is
+// full), or its hello did not come. Dial returns it, or, WithDeferredHandshake,
+// the first call.
+type HandshakeError struct {
+	Err error
+}
+
+func (e *HandshakeError) Error() string { return e.Err.Error() }
+func (e *HandshakeError) Unwrap() error { return e.Err }
+
+func (c *Client) handshakeReply(p *pendingHandshake) error {
+	setTimeout(c.sc, handshakeTimeout)
+	defer setTimeout(c.sc, 0)
+	_, _, werr := c.sc.FlushAndWait(nil)
+	switch {
+	case werr == nil:
+	case errors.Is(werr, syscall.EAGAIN) || errors.Is(werr, os.ErrDeadlineExceeded):
+		// The wait for the hello timed out.
+		return fmt.Errorf("client: handshake: %w", os.ErrDeadlineExceeded)
+	default:
+		// A daemon that refuses this process writes why and closes at
+		// once, perhaps before the hello arrived (EPIPE): the refusal is
+		// still there to read, briefly.
+		setTimeout(c.sc, time.Second)
+	}
+	if err := readHello(c.sc, werr); err != nil {
+		return err
+	}
+	if p.attachTag == 0 {
+		return nil
+	}
+	return c.attached(c.receiveAttach(p.attachTag), p.helper)
+}
+
+// receiveAttach reads the answer to the session attach with tag and
+// returns its error. mu is held.
+func (c *Client) receiveAttach(tag uint32) error {
+	body, err := c.sc.In.Next()
+	defer c.sc.In.Done()
+	if err == nil {
+		err = c.resp.Decode(body)
+	}
+	defer clear(c.resp.Bufs)
+	if err == nil && c.resp.Tag != tag {
+		err = ErrProtocol
+	}
+	if err != nil {
+		return err
+	}
+	_, err = answer(wire.OpSessionAttach, &c.resp)
+	return err
 }
 
 // receive reads the answer to the request in c.req. mu is held.

@@ -251,6 +251,13 @@ func (c *Client) Intercept(listener int) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	defer c.forget()
+	// The descriptor goes with the request's own write: a deferred
+	// handshake is finished first.
+	if p := c.pending; p != nil {
+		if err := c.finishHandshake(p); err != nil {
+			return err
+		}
+	}
 	if err := c.req.Set(wire.OpIntercept); err != nil {
 		return err
 	}

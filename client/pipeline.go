@@ -15,6 +15,7 @@ type Option func(*dialConfig)
 type dialConfig struct {
 	pipelined bool
 	blocking  bool
+	deferred  bool
 }
 
 // WithBlockingIO keeps the socket blocking: a call waits for its answer
@@ -26,6 +27,14 @@ type dialConfig struct {
 // It is for a program that calls from one goroutine at a time, and
 // excludes WithPipelining. Close does not interrupt a call in progress.
 func WithBlockingIO() Option { return func(c *dialConfig) { c.blocking = true } }
+
+// WithDeferredHandshake saves a short-lived program a round trip: Dial
+// connects and checks the daemon's credentials but writes nothing, and
+// the hello (with the session token, if any) goes out with the first
+// call's request, in one write. A refusal, or a daemon that does not
+// answer the hello, is then reported by the first call instead of by
+// Dial. It has no effect WithPipelining.
+func WithDeferredHandshake() Option { return func(c *dialConfig) { c.deferred = true } }
 
 // WithPipelining makes the client send requests from concurrent goroutines
 // without waiting for each other's answers: requests that meet go out in

@@ -31,6 +31,7 @@ type app struct {
 	unbuf   bool          // flush after every write
 	stderr  io.Writer
 	cl      *client.Client
+	path    string // the daemon's socket, once connect has chosen it
 
 	credsLoaded bool
 	euid, egid  uint32
@@ -98,7 +99,14 @@ func (a *app) eprintf(format string, args ...any) {
 }
 
 // perror prints "msg: strerror(errno)" as perror(3) does.
+// A connection whose handshake the first call carried (ukeyctl defers
+// it, client.WithDeferredHandshake) fails there, and says so as a
+// failed connect does.
 func (a *app) perror(msg string, err error) {
+	if he := (*client.HandshakeError)(nil); errors.As(err, &he) {
+		a.eprintf("ukeyctl: %v\n", handshakeFailure(a.path, err))
+		a.exit(1)
+	}
 	a.eprintf("%s: %s\n", msg, strerror(err))
 }
 

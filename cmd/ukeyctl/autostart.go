@@ -25,13 +25,14 @@ var autostartWait = 10 * time.Second
 // dialOpts: ukeyctl is a process per command that calls from one
 // goroutine at a time, which blocking reads serve with fewer hand-offs
 // (client.WithBlockingIO).
-var dialOpts = []client.Option{client.WithBlockingIO()}
+var dialOpts = []client.Option{client.WithBlockingIO(), client.WithDeferredHandshake()}
 
 // connect dials the daemon on its default socket. If nothing answers
 // there (no socket, or a stale one) and UKEYS_NO_AUTOSTART is not set, it
 // starts ukeyd in the background, waits for it to answer, and says so.
 func (a *app) connect() (*client.Client, error) {
 	path := client.DefaultSocket()
+	a.path = path
 	cl, err := client.Dial(path, dialOpts...)
 	if err == nil {
 		return cl, nil
@@ -43,26 +44,19 @@ func (a *app) connect() (*client.Client, error) {
 			"ukeyctl: another user may be impersonating ukeyd there: nothing was sent to it and no daemon was started; "+
 			"use a directory of your own (set XDG_RUNTIME_DIR or UKEYS_SOCKET)", ue.Path, ue.Reason)
 	}
-	if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Op == "connect" {
-		// The daemon answered, and refused this process.
-		why := "it is full"
-		if ce.Errno == keyctl.EDQUOT {
-			why = "your uid holds its share of its connections and client processes already"
-		}
-		return nil, fmt.Errorf("ukeyd at %s refuses this process: %s (%v)", path, why, ce.Errno)
-	}
-	if !daemonAbsent(err) {
-		return nil, fmt.Errorf("cannot talk to ukeyd at %s: %v", path, err)
+	if he := (*client.HandshakeError)(nil); errors.As(err, &he) || !daemonAbsent(err) {
+		return nil, handshakeFailure(path, err)
 	}
 	if path == endpoint.System() && os.Getenv(endpoint.SocketEnv) == "" && os.Geteuid() != 0 {
 		// The system daemon's socket is there but nobody answers: this
 		// user's own daemon, if one runs, or one started now.
 		path = endpoint.User()
+		a.path = path
 		if cl, err = client.Dial(path, dialOpts...); err == nil {
 			return cl, nil
 		}
 		if !daemonAbsent(err) {
-			return nil, fmt.Errorf("cannot talk to ukeyd at %s: %v", path, err)
+			return nil, handshakeFailure(path, err)
 		}
 	}
 	if v := os.Getenv("UKEYS_NO_AUTOSTART"); v != "" && v != "0" {
@@ -99,6 +93,21 @@ func (a *app) connect() (*client.Client, error) {
 		}
 		time.Sleep(delay)
 	}
+}
+
+// handshakeFailure says why the daemon at path did not take up a
+// connection that reached it: err is Dial's error, or the first call's
+// (client.HandshakeError) when the handshake was deferred to it.
+func handshakeFailure(path string, err error) error {
+	if ce := (*client.Error)(nil); errors.As(err, &ce) && ce.Op == "connect" {
+		// The daemon answered, and refused this process.
+		why := "it is full"
+		if ce.Errno == keyctl.EDQUOT {
+			why = "your uid holds its share of its connections and client processes already"
+		}
+		return fmt.Errorf("ukeyd at %s refuses this process: %s (%v)", path, why, ce.Errno)
+	}
+	return fmt.Errorf("cannot talk to ukeyd at %s: %v", path, err)
 }
 
 // daemonPID asks the daemon cl talks to for its pid (`ukeyctl status`).
