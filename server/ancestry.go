@@ -76,6 +76,30 @@ func (s *Server) inheritance(pid int) (start string, ancestors []procID) {
 	})
 }
 
+// ghostStart is inheritance for a process that connects for the first
+// time while the daemon keeps a ghost of its pid (forks.go): when h, the
+// connection's own pidfd, and the ghost's both say their process is
+// alive, they are one process, and the start time read when it forked
+// is its start. A pid is another process's only once the process that
+// had it has exited and been reaped: the ghost's process was forked
+// before the daemon looked it up, and lives after h was checked, so it
+// had the pid all along, while the peer had it too. That saves reading
+// /proc for the process and its parent on every short-lived command run
+// from a shell the daemon keeps (`id=$(ukeyctl add ...)` in a script).
+// Without a pidfd from the socket (SO_PEERPIDFD, Linux 6.5) the ancestry
+// is read as for any other process.
+func (s *Server) ghostStart(g *proc, h *procHandle) (start string, ancestors []procID) {
+	if h.isPeer() && !h.exited() {
+		s.mu.Lock()
+		same := s.procs[g.handle.pid] == g && g.ghost && !g.handle.exited()
+		s.mu.Unlock()
+		if same {
+			return g.start, nil
+		}
+	}
+	return s.inheritance(h.pid)
+}
+
 // inheritedLocked returns the process the daemon knows that is the
 // nearest of ancestors, or nil. s.mu is held.
 func (s *Server) inheritedLocked(ancestors []procID) *proc {

@@ -135,6 +135,14 @@ func (c *conn) run2(version uint16, unread []byte) {
 		}
 		version = min(v, wire.Version)
 		sc.Out.Body(wire.EncodeHello(version))
+		sc.In.SetLimit(wire.MaxFrame)
+		// A client that sent its first requests with its hello
+		// (client.WithDeferredHandshake) gets the hello with their
+		// answers, in one write (see the loop below): one wake-up for a
+		// process that makes one call, instead of one per answer.
+		if sc.In.WholeFrameBuffered() {
+			break
+		}
 		if _, err := sc.Flush(); err != nil {
 			return
 		}

@@ -246,3 +246,59 @@ func TestExpensiveOperationsBounded(t *testing.T) {
 		t.Fatalf("a wait at shutdown: %v, want EINTR", err)
 	}
 }
+
+// A client that sends its first request with its hello (as
+// client.WithDeferredHandshake does) gets the hello and the answer in
+// one write: one read returns both. A client that sends the hello alone
+// gets it at once.
+func TestHelloGoesWithTheFirstAnswer(t *testing.T) {
+	_, path := serveTemp(t, Config{})
+	c, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	out, _ := wire.AppendFrame(nil, wire.EncodeHello(wire.Version))
+	body, _ := wire.AppendRequest(nil, &wire.Request{Tag: 7, Op: wire.OpGetKeyringID, Ints: []int64{int64(keys.UserKeyring), 1}})
+	out, _ = wire.AppendFrame(out, body)
+	if _, err := c.Write(out); err != nil {
+		t.Fatal(err)
+	}
+	c.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 4096)
+	n, err := c.Read(buf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	hello, err := wire.ReadFrame(bytes.NewReader(buf[:n]), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, err := wire.DecodeHello(hello); err != nil || v != wire.Version {
+		t.Fatalf("hello: %v, %v", v, err)
+	}
+	rest := buf[4+len(hello) : n]
+	if len(rest) == 0 {
+		t.Fatal("the hello came alone, before the answer to the request sent with it")
+	}
+	b, err := wire.ReadFrame(bytes.NewReader(rest), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r, err := wire.DecodeResponse(b); err != nil || r.Tag != 7 || r.Errno != 0 || len(r.Ints) != 1 || r.Ints[0] <= 0 {
+		t.Fatalf("the answer with the hello: %+v, %v", r, err)
+	}
+
+	c2, err := net.Dial("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c2.Close()
+	if err := wire.WriteFrame(c2, wire.EncodeHello(wire.Version)); err != nil {
+		t.Fatal(err)
+	}
+	c2.SetReadDeadline(time.Now().Add(10 * time.Second))
+	if _, err := wire.ReadFrame(c2, nil); err != nil {
+		t.Fatalf("a hello sent alone got no answer: %v", err)
+	}
+}

@@ -34,6 +34,10 @@ type procHandle struct {
 	gone *atomic.Bool // the exit was seen; the kqueue reports it only once
 }
 
+// isPeer: a handle here is opened by pid, which a process that exited
+// and whose pid was reused since it connected could have given another.
+func (h *procHandle) isPeer() bool { return false }
+
 // openProc identifies the process whose pid the kernel reported as pid
 // for a connection (LOCAL_PEERPID, or the xucred's cr_pid).
 func openProc(_ *net.UnixConn, pid int) procHandle {

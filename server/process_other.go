@@ -19,6 +19,10 @@ type procHandle struct {
 	file *os.File // always nil: nothing to wait for on the poller
 }
 
+// isPeer: a handle here is opened by pid, which a process that exited
+// and whose pid was reused since it connected could have given another.
+func (h *procHandle) isPeer() bool { return false }
+
 func openProc(_ *net.UnixConn, pid int) procHandle { return procHandle{pid: pid, fd: -1} }
 
 func (h *procHandle) exited() bool {

@@ -248,12 +248,25 @@ func (s *Server) accept(uc *net.UnixConn) {
 	s.mu.Lock()
 	p := s.procs[cred.PID]
 	known := p != nil && !p.ghost && p.caller.Cred().UID == cred.UID && !p.handle.exited()
+	ghostAlive := p != nil && p.ghost && p.start != "" && !p.handle.exited()
 	s.mu.Unlock()
 	var start string
 	var ancestors []procID
+	var handle procHandle // opened early for a ghost; closed below if unused
+	opened := false
 	if !known && cred.PID > 0 {
-		start, ancestors = s.inheritance(cred.PID)
+		if ghostAlive {
+			handle, opened = openProc(uc, cred.PID), true
+			start, ancestors = s.ghostStart(p, &handle)
+		} else {
+			start, ancestors = s.inheritance(cred.PID)
+		}
 	}
+	defer func() {
+		if opened {
+			handle.close()
+		}
+	}()
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
@@ -297,7 +310,11 @@ func (s *Server) accept(uc *net.UnixConn) {
 		}
 		p = &proc{tracked: true}
 		if cred.PID > 0 {
-			p.handle = openProc(uc, cred.PID)
+			if opened {
+				p.handle, opened = handle, false
+			} else {
+				p.handle = openProc(uc, cred.PID)
+			}
 			// The kernel checks capabilities, not uid 0: learnt once,
 			// when the daemon first meets the process.
 			cred.Caps, cred.CapsKnown = p.handle.capabilities()
