@@ -254,7 +254,7 @@ func cut(s string) (string, string, bool) {
 
 // SessionLost returns why the session that SessionEnv named could not be
 // joined when the client was dialled (nil if it was, or if there was
-// none). The process then has a revoked session keyring: operations on
+// none; WithDeferredHandshake, nil until the first call has returned). The process then has a revoked session keyring: operations on
 // @s fail with EKEYREVOKED until it joins another session.
 func (c *Client) SessionLost() error { return c.sessionErr }
 

@@ -32,8 +32,11 @@ func WithBlockingIO() Option { return func(c *dialConfig) { c.blocking = true } 
 // connects and checks the daemon's credentials but writes nothing, and
 // the hello (with the session token, if any) goes out with the first
 // call's request, in one write. A refusal, or a daemon that does not
-// answer the hello, is then reported by the first call instead of by
-// Dial. It has no effect WithPipelining.
+// answer the hello, is then reported by the first call (a
+// *HandshakeError) instead of by Dial, and SessionLost says whether the
+// session was joined only once the first call has returned. A
+// request-key helper's token is never deferred. It has no effect
+// WithPipelining.
 func WithDeferredHandshake() Option { return func(c *dialConfig) { c.deferred = true } }
 
 // WithPipelining makes the client send requests from concurrent goroutines
