@@ -50,10 +50,11 @@ type Client struct {
 	pending *pendingHandshake
 }
 
-// pendingHandshake is what a deferred handshake still has to read.
+// pendingHandshake is what a deferred handshake still has to read. A
+// request-key helper's token is never deferred (Dial), so an attach here
+// is always a session's.
 type pendingHandshake struct {
 	attachTag uint32 // the session attach's tag, or 0 if none was sent
-	helper    bool   // the attach carried a request-key helper's token
 }
 
 // handshakeTimeout bounds the wait for the daemon's hello.
@@ -126,7 +127,7 @@ func Dial(path string, opts ...Option) (*Client, error) {
 		// Nothing is written yet: the hello and the attach wait in the
 		// output buffer for the first call's request.
 		sc.Out.Body(wire.EncodeHello(version))
-		c.pending = &pendingHandshake{helper: helper != ""}
+		c.pending = &pendingHandshake{}
 		if attach != nil {
 			if err := sc.Out.Request(attach); err != nil {
 				c.forget()
@@ -254,8 +255,9 @@ func cut(s string) (string, string, bool) {
 
 // SessionLost returns why the session that SessionEnv named could not be
 // joined when the client was dialled (nil if it was, or if there was
-// none; WithDeferredHandshake, nil until the first call has returned). The process then has a revoked session keyring: operations on
-// @s fail with EKEYREVOKED until it joins another session.
+// none; WithDeferredHandshake, nil until the first call has returned).
+// The process then has a revoked session keyring: operations on @s fail
+// with EKEYREVOKED until it joins another session.
 func (c *Client) SessionLost() error { return c.sessionErr }
 
 // Close closes the connection; the daemon releases the process's keyrings
@@ -343,8 +345,8 @@ func (c *Client) finishHandshake(p *pendingHandshake) error {
 // HandshakeError reports a connection the daemon did not take up: it
 // refused the process (Err is then an *Error with Op "connect": EDQUOT
 // when the uid holds its share of the daemon, EMFILE when the daemon is
-// full), or its hello did not come. Dial returns it, or, WithDeferredHandshake,
-// the first call.
+// full), or its hello did not come. Dial returns it; WithDeferredHandshake,
+// the first call does.
 type HandshakeError struct {
 	Err error
 }
@@ -352,6 +354,7 @@ type HandshakeError struct {
 func (e *HandshakeError) Error() string { return e.Err.Error() }
 func (e *HandshakeError) Unwrap() error { return e.Err }
 
+// handshakeReply is finishHandshake's exchange. mu is held.
 func (c *Client) handshakeReply(p *pendingHandshake) error {
 	setTimeout(c.sc, handshakeTimeout)
 	defer setTimeout(c.sc, 0)
@@ -373,7 +376,7 @@ func (c *Client) handshakeReply(p *pendingHandshake) error {
 	if p.attachTag == 0 {
 		return nil
 	}
-	return c.attached(c.receiveAttach(p.attachTag), p.helper)
+	return c.attached(c.receiveAttach(p.attachTag), false)
 }
 
 // receiveAttach reads the answer to the session attach with tag and
