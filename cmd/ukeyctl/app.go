@@ -98,10 +98,10 @@ func (a *app) eprintf(format string, args ...any) {
 	fmt.Fprintf(a.stderr, format, args...)
 }
 
-// perror prints "msg: strerror(errno)" as perror(3) does.
-// A connection whose handshake the first call carried (ukeyctl defers
-// it, client.WithDeferredHandshake) fails there, and says so as a
-// failed connect does.
+// perror prints "msg: strerror(errno)" as perror(3) does. A connection
+// whose handshake the first call carried (ukeyctl defers it,
+// client.WithDeferredHandshake) fails there instead, and then ukeyctl
+// says why and exits as a failed connect does.
 func (a *app) perror(msg string, err error) {
 	if he := (*client.HandshakeError)(nil); errors.As(err, &he) {
 		a.eprintf("ukeyctl: %v\n", handshakeFailure(a.path, err))
