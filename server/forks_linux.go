@@ -7,69 +7,68 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// followForks subscribes to the process events connector and hands each
-// fork to forked until Shutdown closes the socket. Without CAP_NET_ADMIN
-// the subscription fails, and the daemon says so once, at debug level:
-// it then learns ancestry when it meets a process.
-func (s *Server) followForks() {
+// subscribeForks subscribes to the process events connector and returns
+// the socket, or nil where the daemon cannot follow forks: outside the
+// host's namespaces, without CAP_NET_ADMIN, or without the connector.
+// why says which, once, at debug level.
+func (s *Server) subscribeForks(quiet bool) *os.File {
+	debug := func(msg string, args ...any) {
+		if !quiet {
+			s.log.Debug(msg, args...)
+		}
+	}
 	if !inHostNamespaces() {
-		s.log.Debug("ukeyd: in a pid or user namespace of its own, whose pids the process events connector does not report; forks are not followed")
-		return
+		debug("ukeyd: in a pid or user namespace of its own, whose pids the process events connector does not report; forks are not followed")
+		return nil
 	}
 	fd, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, unix.NETLINK_CONNECTOR)
 	if err != nil {
-		s.log.Debug("ukeyd: process events connector unavailable; forks are not followed", "err", err)
-		return
+		debug("ukeyd: process events connector unavailable; forks are not followed", "err", err)
+		return nil
 	}
 	if err := unix.Bind(fd, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Groups: cnIdxProc}); err != nil {
 		unix.Close(fd)
-		s.log.Debug("ukeyd: cannot bind to the process events connector; forks are not followed", "err", err)
-		return
+		debug("ukeyd: cannot bind to the process events connector; forks are not followed", "err", err)
+		return nil
 	}
 	// The kernel reports every thread's birth and death on the host, and
 	// every change of ids, session or name: the daemon needs only
 	// processes' forks and exits and execs, a few of the events a busy
 	// host sends. A filter drops the rest before they wake the daemon.
 	if err := attachProcFilter(fd); err != nil {
-		s.log.Debug("ukeyd: cannot filter process events; every one is read", "err", err)
+		debug("ukeyd: cannot filter process events; every one is read", "err", err)
 	}
 	if err := unix.Sendto(fd, listenMessage(), 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK}); err != nil {
 		unix.Close(fd)
-		s.log.Debug("ukeyd: cannot subscribe to process events; forks are not followed", "err", err)
-		return
+		debug("ukeyd: cannot subscribe to process events; forks are not followed", "err", err)
+		return nil
 	}
 	// A larger receive buffer rides out bursts of forks elsewhere on the
 	// host; the daemon reads only what it needs from each event.
 	_ = unix.SetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_RCVBUF, 1<<20)
-	f := os.NewFile(uintptr(fd), "proc-connector")
-	s.mu.Lock()
-	if s.closing {
-		s.mu.Unlock()
-		f.Close()
-		return
-	}
-	s.forks = f
-	s.watchers.Add(1)
-	s.mu.Unlock()
-	go func() {
-		defer s.watchers.Done()
-		buf := make([]byte, 64<<10)
-		for {
-			n, err := f.Read(buf)
-			if err != nil {
-				if errIsNoBufs(err) {
-					// Events were lost: those children learn their
-					// ancestry when they connect, as without the
-					// connector.
-					continue
-				}
-				return // closed by Shutdown
+	return os.NewFile(uintptr(fd), "proc-connector")
+}
+
+// readForks hands each event on f to handle until f is closed (by
+// Shutdown, a hand-over, or the daemon going idle). watchers counts it.
+func (s *Server) readForks(f *os.File) {
+	defer s.watchers.Done()
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := f.Read(buf)
+		if err != nil {
+			if errIsNoBufs(err) {
+				// Events were lost: those children learn their
+				// ancestry when they connect, as without the
+				// connector.
+				continue
 			}
-			for _, ev := range parseProcEvents(buf[:n]) {
-				s.handle(ev)
-			}
+			return // closed
 		}
-	}()
+		for _, ev := range parseProcEvents(buf[:n]) {
+			s.handle(ev)
+		}
+	}
 }
 
 // The inode numbers the kernel gives its initial pid and user namespaces

@@ -383,6 +383,9 @@ func (s *Server) endHandover(ho *handover, ok bool) {
 			s.forks.Close()
 			s.forks = nil
 		}
+		if s.forksIdle != nil {
+			s.forksIdle.Stop()
+		}
 		for _, p := range s.procs {
 			p.handle.close() // ends its awaitExit
 			released = append(released, p)

@@ -266,7 +266,7 @@ func (s *Server) Stats() Stats {
 	defer s.mu.Unlock()
 	// A slot of heavy is held exactly while an expensive operation runs.
 	return Stats{Conns: len(s.conns), Procs: s.nprocs, BufferedBytes: s.nbuffered,
-		ExpensiveRunning: len(s.heavy), FollowsForks: s.forks != nil, Limits: s.lim}
+		ExpensiveRunning: len(s.heavy), FollowsForks: s.forksAble, Limits: s.lim}
 }
 
 // rateLimiter lets through at most burst events per interval and counts

@@ -68,6 +68,7 @@ func (s *Server) dropProcLocked(p *proc) {
 		delete(s.procs, p.handle.pid)
 	}
 	s.dropProc(p.caller.Cred().UID)
+	s.idleForksLocked()
 }
 
 // linger keeps a process that has closed its last connection, until it

@@ -98,7 +98,11 @@ type Server struct {
 	wg        sync.WaitGroup
 	watchers  sync.WaitGroup
 	forks     *os.File                             // the process events connector, while followed (forks.go)
-	forksOnce sync.Once                            // followForks, on the first Serve
+	forksAble bool                                 // it can be followed here (probeForks)
+	forkHolds int                                  // accepts that need it until their process is kept (holdForks)
+	forksIdle *time.Timer                          // gives it up once no process is kept (idleForksLocked)
+	forkSubs  int                                  // subscriptions made, for tests
+	forksOnce sync.Once                            // probeForks, on the first Serve
 	tombs     map[int]tomb                         // exited processes kept for their queued forks (forks.go)
 	listeners map[*intercept.Listener]listenerInfo // seccomp listeners served (intercept.go)
 	exitSeen  map[int]time.Time                    // exits the connector told of before the daemon noticed them
@@ -170,7 +174,7 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 	s.mu.Unlock()
 	s.forksOnce.Do(func() {
 		s.checkProc()
-		s.followForks()
+		s.probeForks()
 	})
 	var delay time.Duration
 	for {
@@ -242,6 +246,11 @@ func (s *Server) accept(uc *net.UnixConn) {
 		s.logRefusal("ukeyd: cannot learn peer credentials; closing", "err", err)
 		uc.Close()
 		return
+	}
+	if cred.PID > 0 {
+		// Forks are followed from before the process is kept.
+		s.holdForks()
+		defer s.unholdForks()
 	}
 	// A process the daemon meets for the first time inherits from its
 	// ancestry (ancestry.go), which is read before the lock is taken.
@@ -396,8 +405,11 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		ln.Close()
 	}
 	if s.forks != nil {
-		s.forks.Close() // ends followForks' reader
+		s.forks.Close() // ends its reader
 		s.forks = nil
+	}
+	if s.forksIdle != nil {
+		s.forksIdle.Stop()
 	}
 	listeners := make([]*intercept.Listener, 0, len(s.listeners))
 	for l := range s.listeners {
