@@ -147,6 +147,9 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 		}
 		return p, nil
 	}
+	// Forks are followed from before the process is kept, as accept's.
+	s.holdForks()
+	defer s.unholdForks()
 	h, ok := openPid(pid, start)
 	if !ok {
 		return nil, keys.EPERM

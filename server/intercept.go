@@ -236,6 +236,9 @@ func (s *Server) interceptedProc(cred keys.Cred) (*proc, error) {
 	if known {
 		return p, nil
 	}
+	// Forks are followed from before the process is kept, as accept's.
+	s.holdForks()
+	defer s.unholdForks()
 	start, ancestors := s.inheritance(pid)
 	if start == "" {
 		return nil, keys.EPERM // gone
