@@ -50,11 +50,11 @@ type Client struct {
 	pending *pendingHandshake
 }
 
-// pendingHandshake is what a deferred handshake still has to read. A
-// request-key helper's token is never deferred (Dial), so an attach here
-// is always a session's.
+// pendingHandshake is what a handshake whose frames wait in the output
+// buffer still has to read.
 type pendingHandshake struct {
-	attachTag uint32 // the session attach's tag, or 0 if none was sent
+	attachTag uint32 // the token's attach's tag, or 0 if none was sent
+	helper    bool   // the token is a request-key helper's
 }
 
 // handshakeTimeout bounds the wait for the daemon's hello.
@@ -119,38 +119,30 @@ func Dial(path string, opts ...Option) (*Client, error) {
 		c.req.Tag = c.tag
 		attach = &c.req
 	}
+	// The hello and the attach wait in the output buffer, to go out in
+	// one write: now, or with the first call's request
+	// (WithDeferredHandshake).
+	sc.Out.Body(wire.EncodeHello(version))
+	p := &pendingHandshake{helper: helper != ""}
+	if attach != nil {
+		if err := sc.Out.Request(attach); err != nil {
+			c.forget()
+			f.Close()
+			return nil, err
+		}
+		p.attachTag = attach.Tag
+	}
+	c.forget()
 	// A request-key helper's token is checked before anything else is
 	// sent: a request that went out with a token the daemon refuses
 	// would be served with the helper's own authority, and leave its
 	// effects behind a failed call.
 	if cfg.deferred && !cfg.pipelined && helper == "" {
-		// Nothing is written yet: the hello and the attach wait in the
-		// output buffer for the first call's request.
-		sc.Out.Body(wire.EncodeHello(version))
-		c.pending = &pendingHandshake{}
-		if attach != nil {
-			if err := sc.Out.Request(attach); err != nil {
-				c.forget()
-				f.Close()
-				return nil, err
-			}
-			c.pending.attachTag = attach.Tag
-		}
-		c.forget()
+		c.pending = p
 		return c, nil
 	}
-	if err := handshake(sc, version, attach); err != nil {
-		c.forget()
-		f.Close()
-		return nil, &HandshakeError{Err: err}
-	}
-	if attach != nil {
-		_, err := c.receive(wire.OpSessionAttach)
-		c.forget()
-		if err := c.attached(err, helper != ""); err != nil {
-			f.Close()
-			return nil, err
-		}
+	if err := c.finishHandshake(p, false); err != nil {
+		return nil, err // the socket is closed
 	}
 	if cfg.pipelined {
 		c.pl = newPipeline(sc)
@@ -187,31 +179,6 @@ func setTimeout(sc *sock.Conn, d time.Duration) {
 	} else {
 		s.SetReadDeadline(time.Time{})
 	}
-}
-
-// handshake sends the hello for version, with first (if not nil) in the
-// same write, and reads the daemon's hello.
-func handshake(sc *sock.Conn, version uint16, first *wire.Request) error {
-	// A daemon answers the hello at once; one that does not (its
-	// descriptor table is full and this connection waits in its backlog)
-	// is reported rather than waited for forever.
-	setTimeout(sc, handshakeTimeout)
-	defer setTimeout(sc, 0)
-	sc.Out.Body(wire.EncodeHello(version))
-	if first != nil {
-		if err := sc.Out.Request(first); err != nil {
-			sc.Out.Reset()
-			return err
-		}
-	}
-	_, werr := sc.Flush()
-	if werr != nil {
-		// A daemon that refuses this process writes why and closes at
-		// once, perhaps before the hello arrived (EPIPE): the refusal is
-		// still there to read, briefly.
-		setTimeout(sc, time.Second)
-	}
-	return readHello(sc, werr)
 }
 
 // readHello reads the daemon's hello, or its refusal; werr is the error,
@@ -321,7 +288,7 @@ func (c *Client) call(op wire.Op, args ...wire.Value) (*wire.Response, error) {
 // WithDeferredHandshake: the hello, the attach and the request go out in
 // one write, and their answers are read in that order. mu is held.
 func (c *Client) callFirst(op wire.Op, p *pendingHandshake) (*wire.Response, error) {
-	if err := c.finishHandshake(p); err != nil {
+	if err := c.finishHandshake(p, true); err != nil {
 		return nil, err
 	}
 	return c.receive(op)
@@ -329,11 +296,11 @@ func (c *Client) callFirst(op wire.Op, p *pendingHandshake) (*wire.Response, err
 
 // finishHandshake writes what the output buffer holds (the hello, the
 // attach and perhaps a request) and reads the daemon's hello and the
-// attach's answer. A client whose handshake fails is closed: every later
-// call fails too. mu is held.
-func (c *Client) finishHandshake(p *pendingHandshake) error {
+// attach's answer; request: a request's answer follows. A client whose
+// handshake fails is closed: every later call fails too. mu is held.
+func (c *Client) finishHandshake(p *pendingHandshake, request bool) error {
 	c.pending = nil
-	err := c.handshakeReply(p)
+	err := c.handshakeReply(p, request)
 	if err != nil {
 		c.sc.Out.Reset()
 		c.sc.Stream().Close()
@@ -355,7 +322,7 @@ func (e *HandshakeError) Error() string { return e.Err.Error() }
 func (e *HandshakeError) Unwrap() error { return e.Err }
 
 // handshakeReply is finishHandshake's exchange. mu is held.
-func (c *Client) handshakeReply(p *pendingHandshake) error {
+func (c *Client) handshakeReply(p *pendingHandshake, request bool) error {
 	setTimeout(c.sc, handshakeTimeout)
 	defer setTimeout(c.sc, 0)
 	_, _, werr := c.sc.FlushAndWait(nil)
@@ -376,40 +343,30 @@ func (c *Client) handshakeReply(p *pendingHandshake) error {
 	if p.attachTag == 0 {
 		return nil
 	}
-	return c.attached(c.receiveAttach(p.attachTag), false)
+	_, err := c.receiveTag(wire.OpSessionAttach, p.attachTag, !request)
+	return c.attached(err, p.helper)
 }
 
-// receiveAttach reads the answer to the session attach with tag and
-// returns its error. mu is held.
-func (c *Client) receiveAttach(tag uint32) error {
+// receive reads the answer to the request in c.req. mu is held.
+func (c *Client) receive(op wire.Op) (*wire.Response, error) {
+	return c.receiveTag(op, c.req.Tag, true)
+}
+
+// receiveTag reads the answer to an earlier request of op, tagged tag;
+// last: no other answer may follow it (the daemon answers each request
+// once), where the attach's answer is followed by the first call's. mu
+// is held.
+func (c *Client) receiveTag(op wire.Op, tag uint32, last bool) (*wire.Response, error) {
 	body, err := c.sc.In.Next()
-	defer c.sc.In.Done()
+	defer c.sc.In.Done() // the copy is the caller's; wipe the frame
+	if err == nil && last && c.sc.In.Buffered() > 0 {
+		err = ErrProtocol
+	}
 	if err == nil {
 		err = c.resp.Decode(body)
 	}
 	defer clear(c.resp.Bufs)
 	if err == nil && c.resp.Tag != tag {
-		err = ErrProtocol
-	}
-	if err != nil {
-		return err
-	}
-	_, err = answer(wire.OpSessionAttach, &c.resp)
-	return err
-}
-
-// receive reads the answer to the request in c.req. mu is held.
-func (c *Client) receive(op wire.Op) (*wire.Response, error) {
-	body, err := c.sc.In.Next()
-	defer c.sc.In.Done() // the copy is the caller's; wipe the frame
-	if err == nil && c.sc.In.Buffered() > 0 {
-		err = ErrProtocol // the daemon answers each request once
-	}
-	if err == nil {
-		err = c.resp.Decode(body)
-	}
-	defer clear(c.resp.Bufs)
-	if err == nil && c.resp.Tag != c.req.Tag {
 		err = ErrProtocol
 	}
 	if err != nil {

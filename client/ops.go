@@ -254,7 +254,7 @@ func (c *Client) Intercept(listener int) error {
 	// The descriptor goes with the request's own write: a deferred
 	// handshake is finished first.
 	if p := c.pending; p != nil {
-		if err := c.finishHandshake(p); err != nil {
+		if err := c.finishHandshake(p, false); err != nil {
 			return err
 		}
 	}
