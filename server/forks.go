@@ -335,10 +335,17 @@ func (s *Server) unholdForks() {
 	}
 }
 
+// forksIdleLocked reports whether the daemon follows forks for nobody:
+// it keeps no process, no exited one waits for its exit event, and no
+// accept is about to keep one. s.mu is held.
+func (s *Server) forksIdleLocked() bool {
+	return s.forks != nil && !s.closing && len(s.procs) == 0 && len(s.tombs) == 0 && s.forkHolds == 0
+}
+
 // idleForksLocked arms the timer that gives up following forks, if the
-// daemon keeps no process. s.mu is held.
+// daemon follows them for nobody. s.mu is held.
 func (s *Server) idleForksLocked() {
-	if s.forks == nil || s.closing || len(s.procs) > 0 || len(s.tombs) > 0 || s.forkHolds > 0 {
+	if !s.forksIdleLocked() {
 		return
 	}
 	if s.forksIdle == nil {
@@ -353,7 +360,7 @@ func (s *Server) idleForksLocked() {
 func (s *Server) forksIdleCheck() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.forks == nil || s.closing || len(s.procs) > 0 || len(s.tombs) > 0 || s.forkHolds > 0 {
+	if !s.forksIdleLocked() {
 		return
 	}
 	s.forks.Close() // ends its reader

@@ -247,11 +247,6 @@ func (s *Server) accept(uc *net.UnixConn) {
 		uc.Close()
 		return
 	}
-	if cred.PID > 0 {
-		// Forks are followed from before the process is kept.
-		s.holdForks()
-		defer s.unholdForks()
-	}
 	// A process the daemon meets for the first time inherits from its
 	// ancestry (ancestry.go), which is read before the lock is taken.
 	s.mu.Lock()
@@ -264,6 +259,11 @@ func (s *Server) accept(uc *net.UnixConn) {
 	var handle procHandle // opened early for a ghost; closed below if unused
 	opened := false
 	if !known && cred.PID > 0 {
+		// Forks are followed from before a new process is kept. (A
+		// known one keeps them followed; if it turns out gone below, its
+		// successor is kept long before the idle delay runs out.)
+		s.holdForks()
+		defer s.unholdForks()
 		if ghostAlive {
 			handle, opened = openProc(uc, cred.PID), true
 			start, ancestors = s.ghostStart(p, &handle)
