@@ -6,7 +6,7 @@ import (
 )
 
 // BenchmarkUnlink unlinks keys one keyctl_unlink at a time from a
-// keyring that holds 100,000 user keys (ukeybench gc's combined case
+// keyring that holds 100,000 user keys (ukeybench gc's mixed case
 // unlinks half a million from a million). The keys are added outside
 // the timer, in rounds of 100,000.
 func BenchmarkUnlink(b *testing.B) {

@@ -9,9 +9,12 @@
 // Scenarios:
 //
 //	gc      the keygcbench shape: N keys become garbage ("unused",
-//	        "expired", "combined") while foreground goroutines add, read and
-//	        search keys; the collector chunked, unchunked (ChunkSize 0, the
-//	        kernel before the patch) and a baseline with nothing to reap.
+//	        "expired"; "combined" pools their samples, as keygcbench
+//	        does) while foreground goroutines add, read and search keys;
+//	        the collector chunked, unchunked (ChunkSize 0, the kernel
+//	        before the patch) and a baseline with nothing to reap. "mixed"
+//	        is ukeybench's own: half the keys unlinked one at a time
+//	        during the run, the other half expired after.
 //	gp      a holdout task passes its quiescent state after a random delay;
 //	        waited for by a poller that checks once a second (the kernel
 //	        before 2018), a poller that starts at 100 ms and backs off to a

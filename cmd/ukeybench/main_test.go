@@ -261,12 +261,14 @@ func TestGCQuickJSONShape(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatalf("output is not JSON: %v\n%s", err, out.String())
 	}
-	if rep.Scenario != "gc" || len(rep.Results) != 9 {
-		t.Fatalf("scenario %q with %d rows, want gc with 9", rep.Scenario, len(rep.Results))
+	if rep.Scenario != "gc" || len(rep.Results) != 12 {
+		t.Fatalf("scenario %q with %d rows, want gc with 12", rep.Scenario, len(rep.Results))
 	}
 	seen := map[string]bool{}
+	byName := map[string]row{}
 	for _, r := range rep.Results {
 		seen[r.Case+"/"+r.Variant] = true
+		byName[r.Case+"/"+r.Variant] = r
 		if r.Unit != "us" || r.N == 0 || r.Min > r.P50 || r.P50 > r.P999 || r.P999 > r.Max {
 			t.Errorf("row %s/%s inconsistent: %+v", r.Case, r.Variant, r)
 		}
@@ -281,12 +283,32 @@ func TestGCQuickJSONShape(t *testing.T) {
 			}
 		}
 	}
-	for _, c := range []string{"unused", "expired", "combined"} {
+	for _, c := range []string{"unused", "expired", "combined", "mixed"} {
 		for _, v := range []string{"chunked", "unchunked", "baseline"} {
 			if !seen[c+"/"+v] {
 				t.Errorf("missing row %s/%s", c, v)
 			}
 		}
+	}
+	// combined is keygcbench's: the unused and expired samples pooled.
+	for _, v := range []string{"chunked", "unchunked", "baseline"} {
+		u, e, c := byName["unused/"+v], byName["expired/"+v], byName["combined/"+v]
+		if c.N != u.N+e.N || c.Min != min(u.Min, e.Min) || c.Max != max(u.Max, e.Max) ||
+			c.Avg < min(u.Avg, e.Avg) || c.Avg > max(u.Avg, e.Avg) {
+			t.Errorf("combined/%s is not unused and expired pooled:\n%+v\n%+v\n%+v", v, c, u, e)
+		}
+		for _, k := range []string{"max_queue_wait_ms", "reap_all_s"} {
+			if c.Extra[k] != max(u.Extra[k].(float64), e.Extra[k].(float64)) {
+				t.Errorf("combined/%s %s = %v, want the larger of %v and %v", v, k, c.Extra[k], u.Extra[k], e.Extra[k])
+			}
+		}
+	}
+	// mixed's reap counts the benchmark's own unlinks; the part after
+	// them is reported apart.
+	if m := byName["mixed/chunked"]; m.Extra["make_garbage_s"].(float64) <= 0 ||
+		m.Extra["reap_after_made_s"].(float64) > m.Extra["reap_all_s"].(float64) {
+		t.Errorf("mixed/chunked: made in %v, reaped %v after, %v in all",
+			m.Extra["make_garbage_s"], m.Extra["reap_after_made_s"], m.Extra["reap_all_s"])
 	}
 }
 
@@ -310,7 +332,7 @@ func TestGCChunkSweepShape(t *testing.T) {
 		}
 	}
 	want := "unused/chunked-64 unused/chunked-512 unused/baseline expired/chunked-64 expired/chunked-512 expired/baseline " +
-		"combined/chunked-64 combined/chunked-512 combined/baseline"
+		"combined/chunked-64 combined/chunked-512 combined/baseline mixed/chunked-64 mixed/chunked-512 mixed/baseline"
 	if strings.Join(got, " ") != want {
 		t.Fatalf("rows %v, want %s", got, want)
 	}
