@@ -140,6 +140,12 @@ type collector struct {
 	// dropped; relKeys is releaseChunk's scratch.
 	releasing atomic.Int64
 	relKeys   []*Key
+	// dying is the scratch of the items that drop references (sweeps,
+	// prunes, releases) for the keys that lost their last: a slice grown
+	// afresh in each step of a million-link sweep allocated 17 MB per
+	// reap, and every allocation an item makes while Go's collector
+	// marks may charge the item a mark assist or a sweep of spans.
+	dying []*Key
 
 	meter gcMeter
 }

@@ -110,7 +110,7 @@ func (g *collector) sweepStep(t *rcu.Task, budget int) int {
 		g.prune.sweeping = g.prune.sweeping[1:]
 	}
 	var pruned [reapReasons]uint64
-	var dying []*Key
+	dying := g.dying[:0]
 	for _, r := range w.removed {
 		t.Quiescent()
 		r.l.key.removeParent(ring)
@@ -120,6 +120,7 @@ func (g *collector) sweepStep(t *rcu.Task, budget int) int {
 		}
 	}
 	g.bury(t, dying)
+	g.dying = scratch(dying)
 	g.addPruned(&pruned)
 	g.meter.mu.Lock()
 	g.meter.stats.SweptLinks += uint64(w.used - len(w.removed))
@@ -180,7 +181,8 @@ type deadKey struct {
 // pruneFrom removes ring's links to the keys dead, counting them by
 // reason in pruned. Each removed link's reference to its key is dropped;
 // a last one sends the key to the graveyard. fresh is scratch space for
-// the batch (see freshNodes), empty on entry.
+// the batch (see freshNodes), empty on entry. Only the collector's worker
+// calls it: it uses the collector's scratch.
 func (s *Service) pruneFrom(ring *Key, dead []deadKey, pruned *[reapReasons]uint64, fresh freshNodes) {
 	ring.mu.Lock()
 	var removed int
@@ -204,7 +206,8 @@ func (s *Service) pruneFrom(ring *Key, dead []deadKey, pruned *[reapReasons]uint
 			d.k.removeParent(ring)
 		}
 	}
-	var dying []*Key
+	g := s.gcol
+	dying := g.dying[:0]
 	for _, d := range dead {
 		if !d.unlinked {
 			continue
@@ -215,4 +218,12 @@ func (s *Service) pruneFrom(ring *Key, dead []deadKey, pruned *[reapReasons]uint
 		}
 	}
 	s.unusedBatch(dying)
+	g.dying = scratch(dying)
+}
+
+// scratch returns ks emptied for reuse, its keys cleared so that the
+// scratch holds none of them alive.
+func scratch(ks []*Key) []*Key {
+	clear(ks)
+	return ks[:0]
 }

@@ -138,7 +138,7 @@ func (g *collector) releaseChunk(t *rcu.Task, budget int) int {
 		r := g.releases[0]
 		g.mu.Unlock()
 		ks := r.it.next(g.relKeys[:0], min((budget-work)/2+1, graveBlock))
-		var dying []*Key
+		dying := g.dying[:0]
 		for _, k := range ks {
 			t.Quiescent()
 			k.removeParent(r.ring)
@@ -147,6 +147,7 @@ func (g *collector) releaseChunk(t *rcu.Task, budget int) int {
 			}
 		}
 		g.bury(t, dying)
+		g.dying = scratch(dying)
 		// Only now, with the dying counted as outstanding: WaitGC never
 		// sees neither.
 		g.releasing.Add(-int64(len(ks)))
