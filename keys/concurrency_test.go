@@ -241,6 +241,7 @@ func TestConcurrentReadersAndWriters(t *testing.T) {
 // across table rebuilds; a lookup must find exactly that key.
 func TestSerialIndexConcurrent(t *testing.T) {
 	var x serialIndex
+	defer x.close()
 	const (
 		workers = 4
 		rounds  = 3000
@@ -304,6 +305,7 @@ func TestSerialIndexConcurrent(t *testing.T) {
 	if n != 0 {
 		t.Fatalf("%d keys left in an index emptied by its writers", n)
 	}
+	waitShrinker(t, &x)
 	for i := range x.shards {
 		if tab := x.shards[i].tab.Load(); tab != nil && len(tab.slots) > indexMinSlots {
 			t.Fatalf("shard %d kept %d slots after emptying", i, len(tab.slots))

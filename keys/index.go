@@ -2,6 +2,7 @@ package keys
 
 import (
 	"iter"
+	"math/bits"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -41,6 +42,19 @@ func (s *Service) allocSerial(k *Key) {
 // to 16 bytes) and a lookup boxes nothing.
 type serialIndex struct {
 	shards [indexShards]indexShard
+
+	// Shrinking a table that has emptied is left to a goroutine of its
+	// own (shrinker), started when a removal finds one due: the removal
+	// is most often the collector's, and a new table allocated in its
+	// work item while Go's collector marks charged the item a mark assist
+	// (one rebuild of an 8,192-slot table took 6 ms of CPU there, others
+	// 0.15 ms), which every item queued behind it waited for. shrinkDue
+	// has a bit for each shard waiting; mu guards running and closed.
+	shrinkDue [indexShards / 64]atomic.Uint64
+	mu        sync.Mutex
+	running   bool
+	closed    bool
+	shrinking sync.WaitGroup
 }
 
 const (
@@ -209,9 +223,84 @@ func (x *serialIndex) remove(k *Key) bool {
 		}
 	}
 	if len(t.slots) > indexMinSlots && shrinkFactor(h)*t.live < len(t.slots) {
-		sh.rebuild(t, 2*t.live)
+		x.wantShrink(int(h >> (64 - indexShardBits)))
 	}
 	return true
+}
+
+// wantShrink marks shard i's table as due to shrink, and starts the
+// shrinker if it is not running.
+func (x *serialIndex) wantShrink(i int) {
+	bit := uint64(1) << (i % 64)
+	if x.shrinkDue[i/64].Or(bit)&bit != 0 {
+		return // marked already
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.running || x.closed {
+		return
+	}
+	x.running = true
+	x.shrinking.Add(1)
+	go x.shrinker()
+}
+
+// shrinker rebuilds the tables marked due until none is. The mark is
+// set before wantShrink takes mu, and the shrinker looks for marks
+// under mu before it stops, so no mark is left without a shrinker.
+func (x *serialIndex) shrinker() {
+	defer x.shrinking.Done()
+	for {
+		for w := range x.shrinkDue {
+			for m := x.shrinkDue[w].Swap(0); m != 0; m &= m - 1 {
+				x.shrink(w*64 + bits.TrailingZeros64(m))
+			}
+		}
+		x.mu.Lock()
+		idle := true
+		for w := range x.shrinkDue {
+			idle = idle && x.shrinkDue[w].Load() == 0
+		}
+		if idle || x.closed {
+			x.running = false
+			x.mu.Unlock()
+			return
+		}
+		x.mu.Unlock()
+	}
+}
+
+// shrink rebuilds shard i's table smaller if it is still mostly empty.
+// The new arrays are allocated before the shard's lock is taken, so that
+// whatever Go's collector charges the allocation, the shard's writers do
+// not wait for it; only the copy happens under the lock.
+func (x *serialIndex) shrink(i int) {
+	sh := &x.shards[i]
+	sh.mu.Lock()
+	t := sh.tab.Load()
+	if t == nil || len(t.slots) <= indexMinSlots || shrinkFactor(uint64(i)<<(64-indexShardBits))*t.live >= len(t.slots) {
+		sh.mu.Unlock()
+		return
+	}
+	want := 2 * t.live
+	sh.mu.Unlock()
+	fresh := newIndexTable(want)
+	sh.mu.Lock()
+	defer sh.mu.Unlock()
+	if sh.tab.Load() != t || 4*t.live > 3*len(fresh.slots) {
+		// Rebuilt or refilled meanwhile: the next removal that finds the
+		// table too empty marks it again.
+		return
+	}
+	sh.rebuildInto(t, fresh)
+}
+
+// close stops the shrinking of tables and waits for the shrinker.
+func (x *serialIndex) close() {
+	x.mu.Lock()
+	x.closed = true
+	x.mu.Unlock()
+	x.shrinking.Wait()
 }
 
 // shrinkFactor is how empty a shard's table gets before it is rebuilt
@@ -225,11 +314,21 @@ func shrinkFactor(h uint64) int { return 8 + int(h>>(64-indexShardBits))>>5 }
 // rebuild publishes a table of at least want slots (at least twice the
 // live keys) holding old's keys. Called with the shard's mu held.
 func (sh *indexShard) rebuild(old *indexTable, want int) *indexTable {
+	return sh.rebuildInto(old, newIndexTable(want))
+}
+
+// newIndexTable returns an empty table of at least want slots.
+func newIndexTable(want int) *indexTable {
 	b := uint(4)
 	for 1<<b < want || 1<<b < indexMinSlots {
 		b++
 	}
-	t := &indexTable{slots: make([]atomic.Pointer[Key], 1<<b), serials: make([]Serial, 1<<b), bits: b}
+	return &indexTable{slots: make([]atomic.Pointer[Key], 1<<b), serials: make([]Serial, 1<<b), bits: b}
+}
+
+// rebuildInto fills t, empty and large enough, with old's keys and
+// publishes it. Called with the shard's mu held.
+func (sh *indexShard) rebuildInto(old, t *indexTable) *indexTable {
 	if old != nil {
 		mask := uint64(len(t.slots) - 1)
 		for i := range old.slots {

@@ -212,6 +212,7 @@ func (s *Service) Close() error {
 	}
 	s.closeMu.Unlock()
 	s.gcol.close()
+	s.index.close()
 	s.coarse.close()
 	if s.ownDom {
 		return s.dom.Close()
