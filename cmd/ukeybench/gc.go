@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"runtime"
 	"runtime/trace"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -28,6 +29,9 @@ type gcParams struct {
 	// foreground's worst operation, the probe's wait and the reap time.
 	Chunks     []int `json:"chunks,omitempty"`
 	Foreground int   `json:"foreground"`
+	// Cases, if set, runs only these of gcCases; the pooled combined rows
+	// come only with both unused and expired.
+	Cases []string `json:"cases,omitempty"`
 	// ItemCPU measures work items' CPU time (tuning.GC.ItemCPUTime).
 	ItemCPU bool `json:"item_cpu"`
 	// TraceDir, if set, receives a runtime trace of each measuring window
@@ -68,10 +72,11 @@ func runGC(p gcParams, progress func(string)) ([]row, error) {
 		}
 	}
 	plan = append(plan, run{"baseline", p.Chunk, false})
+	want := func(cs string) bool { return len(p.Cases) == 0 || slices.Contains(p.Cases, cs) }
 	var rows []row
-	for _, cs := range []string{"unused", "expired", "mixed"} {
-		if cs == "mixed" {
-			rows = append(rows, pooled(rows, len(plan))...)
+	for _, cs := range gcCases {
+		if !want(cs) {
+			continue
 		}
 		var longest time.Duration
 		for _, v := range plan {
@@ -85,9 +90,16 @@ func runGC(p gcParams, progress func(string)) ([]row, error) {
 			}
 			rows = append(rows, r)
 		}
+		if cs == "expired" && want("unused") {
+			rows = append(rows, pooled(rows, len(plan))...)
+		}
 	}
 	return rows, nil
 }
+
+// gcCases are the cases runGC runs, in order; keygcbench's combined is
+// made from the first two.
+var gcCases = []string{"unused", "expired", "mixed"}
 
 // pooled makes keygcbench's combined rows from the unused and expired
 // ones (the first 2*perCase rows, in the same variant order): each

@@ -114,6 +114,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	entries := fs.Int("entries", 1_000_000, "entries that expire at once (expiry)")
 	setEvery := fs.Int("set-every", 4, "one foreground operation in this many is a Set, the others Gets; 0: Gets only (expiry)")
 	only := fs.String("variants", "", "comma-separated subset of the variants to run (expiry; default all)")
+	cases := fs.String("cases", "", "comma-separated subset of the cases to run: unused, expired, mixed (gc; default all; combined needs unused and expired)")
 	window := fs.Duration("window", 0, "longest measurement after the expiry (expiry; default 4m, 12s with -quick)")
 	clients := fs.String("clients", "1,4,16,64", "comma-separated client counts (daemon)")
 	garbage := fs.Int("garbage", 500_000, "keys the collector reaps during the gc-busy variant (daemon)")
@@ -218,6 +219,17 @@ func run(args []string, stdout, stderr io.Writer) int {
 			for _, c := range p.Chunks {
 				if c <= 0 {
 					err = fmt.Errorf("chunk size %d: want a positive budget (-chunk 0 is the unchunked variant)", c)
+				}
+			}
+			if err != nil {
+				break
+			}
+		}
+		if *cases != "" {
+			p.Cases = strings.Split(*cases, ",")
+			for _, c := range p.Cases {
+				if !slices.Contains(gcCases, c) {
+					err = fmt.Errorf("gc case %q: want one of %s", c, strings.Join(gcCases, ", "))
 				}
 			}
 			if err != nil {

@@ -341,6 +341,39 @@ func TestGCChunkSweepShape(t *testing.T) {
 	}
 }
 
+// -cases runs a subset of the gc cases; combined comes only with both
+// of the cases it pools, and an unknown case is refused.
+func TestGCCases(t *testing.T) {
+	for _, tc := range []struct {
+		cases string
+		want  string
+	}{
+		{"expired", "expired/chunked expired/unchunked expired/baseline"},
+		{"unused,expired", "unused/chunked unused/unchunked unused/baseline expired/chunked expired/unchunked expired/baseline " +
+			"combined/chunked combined/unchunked combined/baseline"},
+	} {
+		var out, errb bytes.Buffer
+		if code := run([]string{"-quick", "-json", "-keys", "1000", "-cases", tc.cases, "gc"}, &out, &errb); code != 0 {
+			t.Fatalf("-cases %s: exit %d: %s", tc.cases, code, errb.String())
+		}
+		var rep report
+		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+			t.Fatalf("output is not JSON: %v\n%s", err, out.String())
+		}
+		var got []string
+		for _, r := range rep.Results {
+			got = append(got, r.Case+"/"+r.Variant)
+		}
+		if strings.Join(got, " ") != tc.want {
+			t.Errorf("-cases %s: rows %v, want %s", tc.cases, got, tc.want)
+		}
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"-quick", "-cases", "unused,bogus", "gc"}, &out, &errb); code != 1 || !strings.Contains(errb.String(), `"bogus"`) {
+		t.Fatalf("an unknown case: exit %d, %q", code, errb.String())
+	}
+}
+
 func TestUsage(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := run(nil, &out, &errb); code != 2 {
