@@ -86,9 +86,10 @@
 // A pass has three phases, one file each:
 //
 //   - Scan (gc_scan.go) walks the serial index a chunk at a time from a
-//     saved cursor. The index is sharded and a shard whose table was
-//     rebuilt since the cursor entered it is walked again from its start,
-//     so every key indexed for the whole pass is seen at least once. For
+//     saved cursor, in the order of its registry of keys (the order they
+//     were indexed, a freed position going to a later key): a key keeps
+//     its position while it is indexed, so every key indexed for the
+//     whole pass is seen once. For
 //     each dead key the scan looks up the keyrings that link it (each key
 //     records its parents, so the cost is proportional to its own links,
 //     not to the number of keyrings) and routes each link to the prune

@@ -79,7 +79,13 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, int) {
 	// keys are all dead would otherwise cost an item several times what a
 	// chunk of live keys does. What the budget leaves is kept for the next
 	// item.
-	units, n := 0, 0
+	// Free positions walked count too, sixteen to a unit: after a mass
+	// removal a chunk may find few keys among many of them.
+	units, n := g.scan.cursor.visited/16, 0
+	g.scan.cursor.visited = 0
+	if len(ks) == 0 && !g.scan.done {
+		units = max(units, 1)
+	}
 	for ; n < len(ks) && units < budget; n++ {
 		k := ks[n]
 		units++

@@ -2,6 +2,7 @@ package keys
 
 import (
 	"iter"
+	"math"
 	"math/bits"
 	"math/rand/v2"
 	"sync"
@@ -29,8 +30,8 @@ func (s *Service) allocSerial(k *Key) {
 
 // serialIndex maps serials to keys, the kernel's key_serial_tree. Readers
 // take no lock: the index is split into 256 shards by a hash of the
-// serial, each an open-addressed table of atomic pointers probed
-// linearly. Writers (allocation, removal) hold their shard's mutex and
+// serial, each an open-addressed table probed linearly, whose slots hold
+// the keys' positions in the registry (keyRegistry), not pointers. Writers (allocation, removal) hold their shard's mutex and
 // store into the current table; a table that fills up (or empties) is
 // rebuilt at its new size and published with one atomic store, which
 // stalls only that shard's writers, for a 256th of the index. A reader
@@ -39,9 +40,13 @@ func (s *Service) allocSerial(k *Key) {
 // reference is dropped after the lookup.
 //
 // Compared with a sync.Map it allocates nothing per key (a slot costs 8
-// to 16 bytes) and a lookup boxes nothing.
+// bytes, a position and a serial, and a key 8 more in the registry) and
+// a lookup boxes nothing.
 type serialIndex struct {
 	shards [indexShards]indexShard
+	// reg holds the keys themselves, in the order they were indexed; the
+	// tables hold positions in it (see keyRegistry).
+	reg keyRegistry
 
 	// Shrinking a table that has emptied is left to a goroutine of its
 	// own (shrinker), started when a removal finds one due: the removal
@@ -66,14 +71,17 @@ const (
 type indexShard struct {
 	mu  sync.Mutex
 	tab atomic.Pointer[indexTable]
-	_   [64 - 16]byte // one cache line per shard
+	// free holds registry positions this shard's removals freed, for its
+	// next insertions. Guarded by mu.
+	free []uint32
+	_    [64 - 40]byte // one cache line per shard
 }
 
 // indexTable is one version of a shard's table: a power-of-two number of
-// slots, each nil (free, ends a probe), tombstone (removed, probes go on)
-// or a key.
+// slots, each slotFree (ends a probe), slotRemoved (probes go on) or a
+// key's position in the registry, plus one.
 type indexTable struct {
-	slots []atomic.Pointer[Key]
+	slots []atomic.Uint32
 	bits  uint
 	// Guarded by the shard's mu. serials holds the serial of the key in
 	// each slot, for writers: probing and rebuilding a table then reads
@@ -85,8 +93,11 @@ type indexTable struct {
 	live    int // slots holding keys
 }
 
-// tombstone marks a removed entry.
-var tombstone = new(Key)
+// The values of a table's slot that are not a position.
+const (
+	slotFree    = 0
+	slotRemoved = math.MaxUint32
+)
 
 func serialHash(id Serial) uint64 { return uint64(uint32(id)) * 0x9e3779b97f4a7c15 }
 
@@ -103,11 +114,16 @@ func (x *serialIndex) load(id Serial) *Key {
 	}
 	mask := uint64(len(t.slots) - 1)
 	for i := t.home(h); ; i = (i + 1) & mask {
-		k := t.slots[i].Load()
-		if k == nil {
+		v := t.slots[i].Load()
+		if v == slotFree {
 			return nil
 		}
-		if k.serial == id && k != tombstone {
+		if v == slotRemoved {
+			continue
+		}
+		// A position freed and handed to another key since the slot was
+		// read holds a key of another serial, or none.
+		if k := x.reg.get(v - 1); k != nil && k.serial == id {
 			return k
 		}
 	}
@@ -119,7 +135,7 @@ func (x *serialIndex) insert(k *Key, id Serial) {
 	for {
 		h := x.shard(serialHash(id))
 		h.mu.Lock()
-		if h.insertLocked(k, id) {
+		if h.insertLocked(&x.reg, k, id) {
 			h.mu.Unlock()
 			return
 		}
@@ -138,11 +154,11 @@ func (x *serialIndex) insertExact(k *Key, id Serial) bool {
 	sh := x.shard(serialHash(id))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	return sh.insertLocked(k, id)
+	return sh.insertLocked(&x.reg, k, id)
 }
 
 // insertLocked stores k under id unless id is taken.
-func (sh *indexShard) insertLocked(k *Key, id Serial) bool {
+func (sh *indexShard) insertLocked(reg *keyRegistry, k *Key, id Serial) bool {
 	h := serialHash(id)
 	t := sh.tab.Load()
 	if t == nil || 4*(t.used+1) > 3*len(t.slots) {
@@ -155,15 +171,15 @@ func (sh *indexShard) insertLocked(k *Key, id Serial) bool {
 	mask := uint64(len(t.slots) - 1)
 	free := -1
 	for i := t.home(h); ; i = (i + 1) & mask {
-		e := t.slots[i].Load()
-		if e == nil {
+		v := t.slots[i].Load()
+		if v == slotFree {
 			if free < 0 {
 				free = int(i)
 				t.used++
 			}
 			break
 		}
-		if e == tombstone {
+		if v == slotRemoved {
 			if free < 0 {
 				free = int(i)
 			}
@@ -173,9 +189,10 @@ func (sh *indexShard) insertLocked(k *Key, id Serial) bool {
 			return false
 		}
 	}
-	k.serial = id // before the store that publishes k
+	k.serial = id // before the stores that publish k
+	pos := reg.add(k, &sh.free)
 	t.serials[free] = id
-	t.slots[free].Store(k)
+	t.slots[free].Store(pos + 1)
 	t.live++
 	return true
 }
@@ -212,13 +229,14 @@ func (x *serialIndex) remove(k *Key) bool {
 	}
 	mask := uint64(len(t.slots) - 1)
 	for i := t.home(h); ; i = (i + 1) & mask {
-		e := t.slots[i].Load()
-		if e == nil {
+		v := t.slots[i].Load()
+		if v == slotFree {
 			return false
 		}
-		if e == k {
-			t.slots[i].Store(tombstone)
+		if v != slotRemoved && t.serials[i] == k.serial && x.reg.get(v-1) == k {
+			t.slots[i].Store(slotRemoved)
 			t.live--
+			x.reg.remove(v-1, &sh.free)
 			break
 		}
 	}
@@ -323,7 +341,7 @@ func newIndexTable(want int) *indexTable {
 	for 1<<b < want || 1<<b < indexMinSlots {
 		b++
 	}
-	return &indexTable{slots: make([]atomic.Pointer[Key], 1<<b), serials: make([]Serial, 1<<b), bits: b}
+	return &indexTable{slots: make([]atomic.Uint32, 1<<b), serials: make([]Serial, 1<<b), bits: b}
 }
 
 // rebuildInto fills t, empty and large enough, with old's keys and
@@ -332,17 +350,17 @@ func (sh *indexShard) rebuildInto(old, t *indexTable) *indexTable {
 	if old != nil {
 		mask := uint64(len(t.slots) - 1)
 		for i := range old.slots {
-			k := old.slots[i].Load()
-			if k == nil || k == tombstone {
+			v := old.slots[i].Load()
+			if v == slotFree || v == slotRemoved {
 				continue
 			}
 			id := old.serials[i]
 			j := t.home(serialHash(id))
-			for t.slots[j].Load() != nil {
+			for t.slots[j].Load() != slotFree {
 				j = (j + 1) & mask
 			}
 			t.serials[j] = id
-			t.slots[j].Store(k)
+			t.slots[j].Store(v)
 			t.used++
 			t.live++
 		}
@@ -352,42 +370,39 @@ func (sh *indexShard) rebuildInto(old, t *indexTable) *indexTable {
 }
 
 // indexCursor is a place in a scan of the index: the collector's, which
-// resumes from it item after item while keys come and go.
+// resumes from it item after item while keys come and go. It is a
+// position in the registry.
 type indexCursor struct {
-	shard int
-	tab   *indexTable // the shard's table when the scan entered it
-	slot  int
+	pos uint32
+	// visited counts the positions the scans from this cursor walked,
+	// holding a key or not, for the caller to charge and reset.
+	visited int
 }
 
 // scan appends to out up to n keys from the cursor on, advancing it, and
-// reports whether the scan has passed the last shard. Every key indexed
-// for the whole of a scan is returned at least once: a shard whose table
-// was rebuilt since the cursor entered it is scanned again from its start
-// (returning some keys twice, which the collector tolerates). Keys added
-// or removed during the scan may or may not be returned, as with the
-// kernel's walk of its serial tree.
+// reports whether the scan has passed the last position. It walks the
+// registry, in the order the keys were indexed: a key stays at its
+// position while it is indexed, so every key indexed for the whole of a
+// scan is returned once. Keys added or removed during the scan may or may
+// not be returned (a new key may take a position the scan has passed), as
+// with the kernel's walk of its serial tree.
+//
+// A call visits at most 16n positions, so that the free positions a mass
+// removal leaves behind do not make one chunk of a scan unbounded.
 func (x *serialIndex) scan(c *indexCursor, n int, out []*Key) ([]*Key, bool) {
-	for ; c.shard < indexShards; c.shard, c.tab, c.slot = c.shard+1, nil, 0 {
-		t := x.shards[c.shard].tab.Load()
-		if t != c.tab {
-			c.tab, c.slot = t, 0
+	end := x.reg.end()
+	visits := 16 * max(n, 1)
+	if n > math.MaxInt/16 {
+		visits = math.MaxInt
+	}
+	for ; c.pos < end; c.pos++ {
+		if len(out) == n || visits == 0 {
+			return out, false
 		}
-		if t == nil {
-			continue
-		}
-		for c.slot < len(t.slots) {
-			k := t.slots[c.slot].Load()
-			c.slot++
-			if k == nil || k == tombstone {
-				continue
-			}
+		visits--
+		c.visited++
+		if k := x.reg.get(c.pos); k != nil {
 			out = append(out, k)
-			if len(out) == n {
-				if c.slot == len(t.slots) {
-					c.shard, c.tab, c.slot = c.shard+1, nil, 0
-				}
-				return out, c.shard == indexShards
-			}
 		}
 	}
 	return out, true
@@ -398,19 +413,10 @@ func (x *serialIndex) scan(c *indexCursor, n int, out []*Key) ([]*Key, bool) {
 // cursor: it is for checks and views that walk the index in one go.
 func (x *serialIndex) all() iter.Seq[*Key] {
 	return func(yield func(*Key) bool) {
-		for i := range x.shards {
-			t := x.shards[i].tab.Load()
-			if t == nil {
-				continue
-			}
-			for j := range t.slots {
-				k := t.slots[j].Load()
-				if k == nil || k == tombstone {
-					continue
-				}
-				if !yield(k) {
-					return
-				}
+		end := x.reg.end()
+		for pos := range end {
+			if k := x.reg.get(pos); k != nil && !yield(k) {
+				return
 			}
 		}
 	}
