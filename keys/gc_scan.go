@@ -83,9 +83,6 @@ func (g *collector) scanChunk(t *rcu.Task, budget int) (int, int) {
 	// removal a chunk may find few keys among many of them.
 	units, n := g.scan.cursor.visited/16, 0
 	g.scan.cursor.visited = 0
-	if len(ks) == 0 && !g.scan.done {
-		units = max(units, 1)
-	}
 	for ; n < len(ks) && units < budget; n++ {
 		k := ks[n]
 		units++

@@ -31,10 +31,12 @@ func (s *Service) allocSerial(k *Key) {
 // serialIndex maps serials to keys, the kernel's key_serial_tree. Readers
 // take no lock: the index is split into 256 shards by a hash of the
 // serial, each an open-addressed table probed linearly, whose slots hold
-// the keys' positions in the registry (keyRegistry), not pointers. Writers (allocation, removal) hold their shard's mutex and
-// store into the current table; a table that fills up (or empties) is
-// rebuilt at its new size and published with one atomic store, which
-// stalls only that shard's writers, for a 256th of the index. A reader
+// the keys' positions in the registry (keyRegistry), not pointers.
+// Writers (allocation, removal) hold their shard's mutex and store into
+// the current table; a table that fills up is rebuilt at its new size and
+// published with one atomic store, which stalls only that shard's
+// writers, for a 256th of the index (one that empties, by the shrinker,
+// see below). A reader
 // still probing a table that was replaced sees the keys it held then;
 // callers vet what they find with tryGet, as they would a key whose last
 // reference is dropped after the lookup.
@@ -101,7 +103,10 @@ const (
 
 func serialHash(id Serial) uint64 { return uint64(uint32(id)) * 0x9e3779b97f4a7c15 }
 
-func (x *serialIndex) shard(h uint64) *indexShard { return &x.shards[h>>(64-indexShardBits)] }
+// shardOf is the shard that serial hash h falls in.
+func shardOf(h uint64) int { return int(h >> (64 - indexShardBits)) }
+
+func (x *serialIndex) shard(h uint64) *indexShard { return &x.shards[shardOf(h)] }
 
 // home is the first slot a probe for hash h looks at.
 func (t *indexTable) home(h uint64) uint64 { return (h << indexShardBits) >> (64 - t.bits) }
@@ -240,8 +245,8 @@ func (x *serialIndex) remove(k *Key) bool {
 			break
 		}
 	}
-	if len(t.slots) > indexMinSlots && shrinkFactor(h)*t.live < len(t.slots) {
-		x.wantShrink(int(h >> (64 - indexShardBits)))
+	if i := shardOf(h); t.tooEmpty(i) {
+		x.wantShrink(i)
 	}
 	return true
 }
@@ -296,7 +301,7 @@ func (x *serialIndex) shrink(i int) {
 	sh := &x.shards[i]
 	sh.mu.Lock()
 	t := sh.tab.Load()
-	if t == nil || len(t.slots) <= indexMinSlots || shrinkFactor(uint64(i)<<(64-indexShardBits))*t.live >= len(t.slots) {
+	if t == nil || !t.tooEmpty(i) {
 		sh.mu.Unlock()
 		return
 	}
@@ -327,7 +332,12 @@ func (x *serialIndex) close() {
 // fraction for all, a mass reap emptied every shard past it within a few
 // thousand removals, and the collector's work item that made them
 // rebuilt dozens of tables: 1.3-2.9 ms of CPU where the others took 0.4.
-func shrinkFactor(h uint64) int { return 8 + int(h>>(64-indexShardBits))>>5 }
+func shrinkFactor(shard int) int { return 8 + shard>>5 }
+
+// tooEmpty reports whether t, shard's table, is due to shrink.
+func (t *indexTable) tooEmpty(shard int) bool {
+	return len(t.slots) > indexMinSlots && shrinkFactor(shard)*t.live < len(t.slots)
+}
 
 // rebuild publishes a table of at least want slots (at least twice the
 // live keys) holding old's keys. Called with the shard's mu held.

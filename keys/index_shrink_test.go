@@ -79,7 +79,7 @@ func TestIndexShrinksOffTheRemover(t *testing.T) {
 	}
 	for i := range x.shards {
 		tab := x.shards[i].tab.Load()
-		if len(tab.slots) > indexMinSlots && shrinkFactor(uint64(i)<<(64-indexShardBits))*tab.live < len(tab.slots) {
+		if tab.tooEmpty(i) {
 			t.Errorf("shard %d left due: %d keys in %d slots", i, tab.live, len(tab.slots))
 		}
 	}

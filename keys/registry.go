@@ -11,7 +11,7 @@ import (
 // not pointers, so the registry is how Go's collector reaches the keys,
 // block by block in the order they were allocated, which lets it mark
 // the keys of one span together: with pointers in the tables (in hash
-// order) a million keys cost 1.5 times the mark (BenchmarkMillionKeys).
+// order) a million keys cost 1.7 times the mark (BenchmarkMillionKeys).
 //
 // A position freed by a removal goes back to its shard (indexShard.free)
 // and to the next key that shard indexes, so that neither side takes a

@@ -109,8 +109,7 @@ func pooled(rows []row, perCase int) []row {
 	out := make([]row, 0, perCase)
 	for i := range perCase {
 		u, e := rows[i], rows[perCase+i]
-		h := hdrhistogram.New(1, int64(10*time.Second), 3)
-		h.Merge(u.hist)
+		h := hdrhistogram.Import(u.hist.Export()) // unused's range and precision
 		h.Merge(e.hist)
 		r := histRow("combined", u.Variant, u.Unit, h, u.div)
 		r.Extra = map[string]any{}

@@ -352,14 +352,7 @@ func TestGCCases(t *testing.T) {
 		{"unused,expired", "unused/chunked unused/unchunked unused/baseline expired/chunked expired/unchunked expired/baseline " +
 			"combined/chunked combined/unchunked combined/baseline"},
 	} {
-		var out, errb bytes.Buffer
-		if code := run([]string{"-quick", "-json", "-keys", "1000", "-cases", tc.cases, "gc"}, &out, &errb); code != 0 {
-			t.Fatalf("-cases %s: exit %d: %s", tc.cases, code, errb.String())
-		}
-		var rep report
-		if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-			t.Fatalf("output is not JSON: %v\n%s", err, out.String())
-		}
+		rep := runJSON(t, "-quick", "-keys", "1000", "-cases", tc.cases, "gc")
 		var got []string
 		for _, r := range rep.Results {
 			got = append(got, r.Case+"/"+r.Variant)
