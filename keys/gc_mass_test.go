@@ -149,7 +149,7 @@ func checkParents(t *testing.T, idx map[Serial]*Key) {
 	want := map[*Key]map[*Key]int{}
 	for _, ring := range idx {
 		if snap := ring.ring.Load(); snap != nil && ring.isKeyring() {
-			hwalk(snap.root, func(l link) bool {
+			hwalk(snap.ix, snap.root, func(l link) bool {
 				if want[l.key] == nil {
 					want[l.key] = map[*Key]int{}
 				}

@@ -28,6 +28,7 @@ type release struct {
 // trieIter visits the leaves of a trie that nobody modifies any more, a
 // few at a time.
 type trieIter struct {
+	ix    *serialIndex
 	stack []trieFrame
 }
 
@@ -36,11 +37,11 @@ type trieFrame struct {
 	i int // the next of n.kids to visit
 }
 
-func newTrieIter(root *hnode) trieIter {
+func newTrieIter(ix *serialIndex, root *hnode) trieIter {
 	if root == nil {
 		return trieIter{}
 	}
-	return trieIter{stack: []trieFrame{{n: root}}}
+	return trieIter{ix: ix, stack: []trieFrame{{n: root}}}
 }
 
 // next appends to out the keys of up to max more leaves; fewer only when
@@ -59,7 +60,8 @@ func (it *trieIter) next(out []*Key, max int) []*Key {
 			it.stack = append(it.stack, trieFrame{n: f.n.node(i)})
 			continue
 		}
-		out = append(out, (*link)(f.n.kids[i]).key)
+		// The detached links still hold their keys' references.
+		out = append(out, it.ix.mustKey((*leaf)(f.n.kids[i])))
 		added++
 	}
 	return out
@@ -91,7 +93,7 @@ func (s *Service) releaseLinks(ring *Key, old *ringSnap) {
 		return
 	}
 	g := s.gcol
-	r := &release{ring: ring, it: newTrieIter(old.root)}
+	r := &release{ring: ring, it: newTrieIter(old.ix, old.root)}
 	s.deferUnlessClosed(func() {
 		g.mu.Lock()
 		g.releases = append(g.releases, r)

@@ -9,11 +9,18 @@ import (
 	"pgregory.net/rapid"
 )
 
-// testKey makes a detached key for trie and ring tests: no service, no
-// serial index, just a type and a description.
-func testKey(t *Type, desc string, serial Serial) *Key {
-	k := &Key{desc: desc, serial: serial, hash: indexHash(t.Name, desc)}
+// testService returns a service that only holds detached keys in its
+// index, whose registry the tries of trie and ring tests name.
+func testService() *Service { return new(Service) }
+
+// testKey makes a detached key for trie and ring tests: a type, a
+// description and a serial, in s's index (and no more of a service).
+func testKey(s *Service, t *Type, desc string, serial Serial) *Key {
+	k := &Key{desc: desc, serial: serial, hash: indexHash(t.Name, desc), quota: &quotaUser{s: s}}
 	k.typ.Store(t)
+	if !s.index.insertExact(k, serial) {
+		panic(fmt.Sprintf("testKey: serial %d twice", serial))
+	}
 	return k
 }
 
@@ -31,10 +38,14 @@ func entryName(typ, desc string) string { return typ + "\x00" + desc }
 // replaced by its only leaf, collision nodes hold two or more entries of
 // one hash, every entry sits on the path its hash selects, no level goes
 // past the hash's end, and no (type, description) appears twice.
-func checkTrie(t tb, root *hnode, hash func(typ, desc string) uint64) map[string]link {
+func checkTrie(t tb, x *serialIndex, root *hnode, hash func(typ, desc string) uint64) map[string]link {
 	t.Helper()
 	out := map[string]link{}
-	add := func(l *link, lv int, prefix uint64) {
+	add := func(e *leaf, lv int, prefix uint64) {
+		l, ok := x.linkOf(e)
+		if !ok {
+			t.Fatalf("leaf %+v names no key", *e)
+		}
 		typ, desc := l.key.typeName(), l.key.desc
 		h := hash(typ, desc)
 		if lv*hamtBits < 64 {
@@ -46,7 +57,7 @@ func checkTrie(t tb, root *hnode, hash func(typ, desc string) uint64) map[string
 		if _, dup := out[name]; dup {
 			t.Fatalf("entry %q stored twice", desc)
 		}
-		out[name] = *l
+		out[name] = l
 	}
 	var walk func(n *hnode, lv int, prefix uint64)
 	walk = func(n *hnode, lv int, prefix uint64) {
@@ -57,10 +68,12 @@ func checkTrie(t tb, root *hnode, hash func(typ, desc string) uint64) map[string
 			if len(n.kids) < 2 {
 				t.Fatalf("collision node at level %d with %d entries", lv, len(n.kids))
 			}
-			h0 := trieHash(hash(n.leaf(0).key.typeName(), n.leaf(0).key.desc))
+			k0 := x.mustKey(n.leaf(0))
+			h0 := trieHash(hash(k0.typeName(), k0.desc))
 			for i := range n.kids {
 				l := n.leaf(i)
-				if h := trieHash(hash(l.key.typeName(), l.key.desc)); h != h0 {
+				k := x.mustKey(l)
+				if h := trieHash(hash(k.typeName(), k.desc)); h != h0 {
 					t.Fatalf("collision node mixes hashes %#x and %#x", h0, h)
 				}
 				add(l, lv, prefix)
@@ -108,9 +121,9 @@ type version struct {
 	model map[string]link
 }
 
-func checkVersion(t tb, v version, hash func(typ, desc string) uint64) {
+func checkVersion(t tb, x *serialIndex, v version, hash func(typ, desc string) uint64) {
 	t.Helper()
-	got := checkTrie(t, v.root, hash)
+	got := checkTrie(t, x, v.root, hash)
 	if len(got) != len(v.model) {
 		t.Fatalf("trie holds %d entries, model %d", len(got), len(v.model))
 	}
@@ -120,12 +133,12 @@ func checkVersion(t tb, v version, hash func(typ, desc string) uint64) {
 		}
 		l := want
 		typ, desc := l.key.typeName(), l.key.desc
-		if g, ok := hget(v.root, hash(typ, desc), typ, desc); !ok || g != want {
+		if g, ok := hget(x, v.root, hash(typ, desc), typ, desc); !ok || g != want {
 			t.Fatalf("hget %q = %+v, %v; want %+v", desc, g, ok, want)
 		}
 	}
 	n := 0
-	hwalk(v.root, func(l link) bool {
+	hwalk(x, v.root, func(l link) bool {
 		n++
 		if v.model[entryName(l.key.typeName(), l.key.desc)] != l {
 			t.Fatalf("hwalk yielded %q, not in the model", l.key.desc)
@@ -138,41 +151,42 @@ func checkVersion(t tb, v version, hash func(typ, desc string) uint64) {
 }
 
 func TestHamtBasics(t *testing.T) {
+	s := testService()
 	var root *hnode
 	keys := map[string]*Key{}
 	hash := func(typ, desc string) uint64 { return indexHash(typ, desc) }
 	for i := range 2000 {
 		d := fmt.Sprint("k", i)
-		k := testKey(userType, d, Serial(i+3))
+		k := testKey(s, userType, d, Serial(i+3))
 		keys[d] = k
 		var replaced bool
-		root, _, replaced = hset(root, hash("user", d), link{key: k, slot: uint64(i)}, 0, keyHash)
+		root, _, replaced = hset(&s.index, root, hash("user", d), link{key: k, slot: uint64(i)}, 0, keyHash)
 		if replaced {
 			t.Fatalf("insert of new %q reported a replacement", d)
 		}
 	}
-	if got := checkTrie(t, root, hash); len(got) != 2000 {
+	if got := checkTrie(t, &s.index, root, hash); len(got) != 2000 {
 		t.Fatalf("%d entries after 2000 inserts", len(got))
 	}
 	// A keyring of the same description is a different entry.
-	kr := testKey(keyringType, "k7", 99999)
-	root2, _, replaced := hset(root, hash("keyring", "k7"), link{key: kr}, 0, keyHash)
+	kr := testKey(s, keyringType, "k7", 99999)
+	root2, _, replaced := hset(&s.index, root, hash("keyring", "k7"), link{key: kr}, 0, keyHash)
 	if replaced {
 		t.Fatal("keyring k7 replaced user k7")
 	}
-	if l, ok := hget(root2, hash("user", "k7"), "user", "k7"); !ok || l.key != keys["k7"] {
+	if l, ok := hget(&s.index, root2, hash("user", "k7"), "user", "k7"); !ok || l.key != keys["k7"] {
 		t.Fatal("user k7 lost after adding keyring k7")
 	}
-	if _, ok := hget(root, hash("keyring", "k7"), "keyring", "k7"); ok {
+	if _, ok := hget(&s.index, root, hash("keyring", "k7"), "keyring", "k7"); ok {
 		t.Fatal("old version sees keyring k7")
 	}
 	// Replacing returns the old entry.
-	k7b := testKey(userType, "k7", 5)
-	root3, old, replaced := hset(root2, hash("user", "k7"), link{key: k7b, slot: 7}, 0, keyHash)
+	k7b := testKey(s, userType, "k7", 99998)
+	root3, old, replaced := hset(&s.index, root2, hash("user", "k7"), link{key: k7b, slot: 7}, 0, keyHash)
 	if !replaced || old.key != keys["k7"] {
 		t.Fatalf("replace returned %+v, %v", old, replaced)
 	}
-	if l, _ := hget(root3, hash("user", "k7"), "user", "k7"); l.key != k7b || l.slot != 7 {
+	if l, _ := hget(&s.index, root3, hash("user", "k7"), "user", "k7"); l.key != k7b || l.slot != 7 {
 		t.Fatalf("after replace %+v", l)
 	}
 	// Deleting everything leaves a nil trie; deleting the absent is a no-op.
@@ -180,29 +194,29 @@ func TestHamtBasics(t *testing.T) {
 	for i := range 2000 {
 		d := fmt.Sprint("k", i)
 		if i%2 == 0 {
-			if nr, _, ok := hdel(r, hash("user", d+"x"), "user", d+"x", 0); ok || nr != r {
+			if nr, _, ok := hdel(&s.index, r, hash("user", d+"x"), "user", d+"x", 0); ok || nr != r {
 				t.Fatal("delete of an absent entry changed the trie")
 			}
 		}
 		var l link
 		var ok bool
-		r, l, ok = hdel(r, hash("user", d), "user", d, 0)
+		r, l, ok = hdel(&s.index, r, hash("user", d), "user", d, 0)
 		if !ok || l.key != keys[d] {
 			t.Fatalf("delete %q: %+v %v", d, l, ok)
 		}
 		if i%97 == 0 {
-			checkTrie(t, r, hash)
+			checkTrie(t, &s.index, r, hash)
 		}
 	}
 	if r != nil {
 		t.Fatalf("trie not empty after deleting everything: %+v", r)
 	}
-	if got := checkTrie(t, root, hash); len(got) != 2000 {
+	if got := checkTrie(t, &s.index, root, hash); len(got) != 2000 {
 		t.Fatalf("original version changed: %d entries", len(got))
 	}
 	// hwalk stops when told to.
 	n := 0
-	hwalk(root, func(link) bool { n++; return n < 10 })
+	hwalk(&s.index, root, func(link) bool { n++; return n < 10 })
 	if n != 10 {
 		t.Fatalf("hwalk went on after false: %d calls", n)
 	}
@@ -221,6 +235,7 @@ func TestHamtHashEdges(t *testing.T) {
 	}
 	for name, hf := range cases {
 		t.Run(name, func(t *testing.T) {
+			s := testService()
 			hashes := map[string]uint64{}
 			hash := func(typ, desc string) uint64 { return hashes[entryName(typ, desc)] }
 			var root *hnode
@@ -229,9 +244,9 @@ func TestHamtHashEdges(t *testing.T) {
 			for i := range 40 {
 				d := fmt.Sprint("d", i)
 				hashes[entryName("user", d)] = hf(i)
-				k := testKey(userType, d, Serial(i+3))
+				k := testKey(s, userType, d, Serial(i+3))
 				l := link{key: k, slot: uint64(i)}
-				root, _, _ = hset(root, hf(i), l, 0, rehash(hash))
+				root, _, _ = hset(&s.index, root, hf(i), l, 0, rehash(hash))
 				model = cloneModel(model)
 				model[entryName("user", d)] = l
 				versions = append(versions, version{root, model})
@@ -239,7 +254,7 @@ func TestHamtHashEdges(t *testing.T) {
 			for i := 0; i < 40; i += 3 {
 				d := fmt.Sprint("d", i)
 				var ok bool
-				root, _, ok = hdel(root, hf(i), "user", d, 0)
+				root, _, ok = hdel(&s.index, root, hf(i), "user", d, 0)
 				if !ok {
 					t.Fatalf("delete %q failed", d)
 				}
@@ -248,7 +263,7 @@ func TestHamtHashEdges(t *testing.T) {
 				versions = append(versions, version{root, model})
 			}
 			for _, v := range versions {
-				checkVersion(t, v, hash)
+				checkVersion(t, &s.index, v, hash)
 			}
 		})
 	}
@@ -271,6 +286,7 @@ func cloneModel(m map[string]link) map[string]link {
 // every version ever published still matches the model it had.
 func TestHamtProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
+		s := testService()
 		// A hash scheme: random bits under a mask, so that a mask with few
 		// bits gives many full collisions and long shared prefixes.
 		mask := rapid.SampledFrom([]uint64{
@@ -301,9 +317,9 @@ func TestHamtProperty(t *testing.T) {
 			switch rapid.IntRange(0, 2).Draw(rt, "op") {
 			case 0, 1: // set (insert or replace)
 				serial++
-				l := link{key: testKey(typ, desc, serial), slot: uint64(serial)}
+				l := link{key: testKey(s, typ, desc, serial), slot: uint64(serial)}
 				want, had := model[name]
-				nr, old, replaced := hset(root, h, l, 0, rehash(hash))
+				nr, old, replaced := hset(&s.index, root, h, l, 0, rehash(hash))
 				if replaced != had || (had && old != want) {
 					rt.Fatalf("hset %q: replaced %v (%+v), model had %v (%+v)", name, replaced, old, had, want)
 				}
@@ -312,7 +328,7 @@ func TestHamtProperty(t *testing.T) {
 				model[name] = l
 			case 2: // delete
 				want, had := model[name]
-				nr, old, ok := hdel(root, h, typ.Name, desc, 0)
+				nr, old, ok := hdel(&s.index, root, h, typ.Name, desc, 0)
 				if ok != had || (had && old != want) {
 					rt.Fatalf("hdel %q: %v (%+v), model had %v (%+v)", name, ok, old, had, want)
 				}
@@ -328,17 +344,17 @@ func TestHamtProperty(t *testing.T) {
 			// Lookups of absent entries fail.
 			probe := fmt.Sprint("d", rapid.IntRange(0, 40).Draw(rt, "probe"))
 			ptyp := typs[rapid.IntRange(0, 1).Draw(rt, "probe keyring")]
-			l, ok := hget(root, hash(ptyp.Name, probe), ptyp.Name, probe)
+			l, ok := hget(&s.index, root, hash(ptyp.Name, probe), ptyp.Name, probe)
 			if want, had := model[entryName(ptyp.Name, probe)]; ok != had || l != want {
 				rt.Fatalf("hget %q = %+v, %v; model %+v, %v", probe, l, ok, want, had)
 			}
 			versions = append(versions, version{root, model})
-			checkVersion(rt, versions[len(versions)-1], hash)
+			checkVersion(rt, &s.index, versions[len(versions)-1], hash)
 			// Persistence: an older version is untouched by later updates.
-			checkVersion(rt, versions[rapid.IntRange(0, len(versions)-1).Draw(rt, "old version")], hash)
+			checkVersion(rt, &s.index, versions[rapid.IntRange(0, len(versions)-1).Draw(rt, "old version")], hash)
 		}
 		for _, v := range versions {
-			checkVersion(rt, v, hash)
+			checkVersion(rt, &s.index, v, hash)
 		}
 	})
 }
@@ -366,8 +382,9 @@ func listing(r *ringSnap) []Serial {
 }
 
 func TestRingSnapKernelOrder(t *testing.T) {
+	s := testService()
 	var r *ringSnap
-	k := func(i int) *Key { return testKey(userType, fmt.Sprint("k", i), Serial(i)) }
+	k := func(i int) *Key { return testKey(s, userType, fmt.Sprint("k", i), Serial(i)) }
 	ks := []*Key{k(1), k(2), k(3), k(4)}
 	for _, x := range ks {
 		r, _, _ = r.with(x)
@@ -377,7 +394,7 @@ func TestRingSnapKernelOrder(t *testing.T) {
 		t.Fatalf("listing %v, want %v", got, want)
 	}
 	// Replacing k3 keeps its slot.
-	k3b := testKey(userType, "k3", 33)
+	k3b := testKey(s, userType, "k3", 33)
 	r, old, replaced := r.with(k3b)
 	if !replaced || old.key != ks[2] {
 		t.Fatalf("replace: %+v %v", old, replaced)
@@ -471,6 +488,7 @@ func (m *ringModel) order() []Serial {
 
 func TestRingSnapProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
+		s := testService()
 		var r *ringSnap
 		m := &ringModel{slot: map[string]uint64{}, key: map[string]*Key{}, next: 16}
 		// Insertion order of the links added while the ring held 16 or more.
@@ -483,7 +501,7 @@ func TestRingSnapProperty(t *testing.T) {
 			prev, prevListing := r, listing(r)
 			if rapid.IntRange(0, 3).Draw(rt, "op") < 3 {
 				serial++
-				k := testKey(typ, desc, serial)
+				k := testKey(s, typ, desc, serial)
 				_, had := m.slot[entryName(typ.Name, desc)]
 				if !had && len(m.slot) >= 16 {
 					late = append(late, serial)
@@ -545,12 +563,13 @@ func TestRingSnapProperty(t *testing.T) {
 // the published version untouched by the in-place edits of the batch.
 func TestRingSnapBatchDelete(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
+		s := testService()
 		var r *ringSnap
 		var linked []*Key
 		n := rapid.IntRange(0, 300).Draw(rt, "links")
 		for i := range n {
 			typ := []*Type{userType, keyringType}[rapid.IntRange(0, 4).Draw(rt, "keyring")/4]
-			k := testKey(typ, fmt.Sprint("d", i), Serial(10+i))
+			k := testKey(s, typ, fmt.Sprint("d", i), Serial(10+i))
 			r, _, _ = r.with(k)
 			linked = append(linked, k)
 		}
@@ -565,7 +584,7 @@ func TestRingSnapBatchDelete(t *testing.T) {
 			case 1:
 				// A key of the same type and description that is not the
 				// linked one: its "link" must stay.
-				dead = append(dead, deadKey{k: testKey(k.typ.Load(), k.desc, 1<<20+k.serial)})
+				dead = append(dead, deadKey{k: testKey(s, k.typ.Load(), k.desc, 1<<20+k.serial)})
 			}
 		}
 		for i := len(dead) - 1; i > 0; i-- {
@@ -591,10 +610,48 @@ func TestRingSnapBatchDelete(t *testing.T) {
 			rt.Fatalf("nested %v, want %v", gn, wn)
 		}
 		if got != nil {
-			checkTrie(rt, got.root, indexHash)
+			checkTrie(rt, &s.index, got.root, indexHash)
 		}
 		if l := listing(r); !slices.Equal(l, before) {
 			rt.Fatalf("published version changed: %v, was %v", l, before)
 		}
 	})
+}
+
+// TestTrieLeafOfAGoneKey is a reader still walking a version published
+// before the collector destroyed one of its keys (which rcu rules out for
+// readers inside protection, and which the leaves' serials make harmless
+// for any other): the gone key is no entry, and neither is a key given
+// its position since, even one of the same type and description.
+func TestTrieLeafOfAGoneKey(t *testing.T) {
+	s := testService()
+	a := testKey(s, userType, "a", 10)
+	other := testKey(s, userType, "other", 11)
+	var r *ringSnap
+	r, _, _ = r.with(a)
+	r, _, _ = r.with(other)
+	pos, ok := s.index.position(a)
+	if !ok {
+		t.Fatal("a linked key is not in the registry")
+	}
+	check := func(when string) {
+		t.Helper()
+		if l, ok := r.find("user", "a"); ok {
+			t.Fatalf("%s: found %+v", when, l)
+		}
+		if got := listing(r); !slices.Equal(got, []Serial{11}) {
+			t.Fatalf("%s: listing %v, want [11]", when, got)
+		}
+		if l, ok := r.find("user", "other"); !ok || l.key != other {
+			t.Fatalf("%s: the other key: %+v, %v", when, l, ok)
+		}
+	}
+	if !s.index.remove(a) {
+		t.Fatal("remove failed")
+	}
+	check("destroyed")
+	b := &Key{desc: "a", serial: 12, hash: indexHash("user", "a"), quota: &quotaUser{s: s}}
+	b.typ.Store(userType)
+	(*s.index.reg.blocks.Load())[pos>>registryBits][pos&(registryChunk-1)].Store(b)
+	check("its position given to another key of its name")
 }

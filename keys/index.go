@@ -134,6 +134,26 @@ func (x *serialIndex) load(id Serial) *Key {
 	}
 }
 
+// position returns k's position in the registry, false if k is not
+// indexed. It probes as load does, without a lock.
+func (x *serialIndex) position(k *Key) (uint32, bool) {
+	h := serialHash(k.serial)
+	t := x.shard(h).tab.Load()
+	if t == nil {
+		return 0, false
+	}
+	mask := uint64(len(t.slots) - 1)
+	for i := t.home(h); ; i = (i + 1) & mask {
+		v := t.slots[i].Load()
+		if v == slotFree {
+			return 0, false
+		}
+		if v != slotRemoved && x.reg.get(v-1) == k {
+			return v - 1, true
+		}
+	}
+}
+
 // insert gives k the first serial from id upward that is free (wrapping
 // from 2^31-1 to 3) and stores it.
 func (x *serialIndex) insert(k *Key, id Serial) {

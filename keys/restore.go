@@ -356,7 +356,7 @@ func (rs *Restore) readLinks(d *stateReader) error {
 	if ring.ring.Load().n != 0 {
 		return corrupt("keyring %d's links twice", ringID)
 	}
-	snap := &ringSnap{next: next}
+	snap := &ringSnap{ix: &rs.s.index, next: next}
 	for i := uint64(0); i < n; i++ {
 		k := rs.keyAt(d, "a linked key")
 		slot := d.uvarint(math.MaxInt64, "a slot")
@@ -374,15 +374,15 @@ func (rs *Restore) readLinks(d *stateReader) error {
 		} else if slot >= snap.next {
 			snap.next = slot + 1
 		}
-		l := &link{key: k, slot: slot}
-		root, _, replacing := hsetp(snap.root, k.hash, l, 0, ownHash)
+		l := snap.ix.leafFor(k, slot)
+		root, _, replacing := hsetp(snap.ix, snap.root, k.hash, l, 0, ownHash)
 		if replacing {
 			return corrupt("keyring %d links two keys of one type and description", ringID)
 		}
 		snap.root = root
 		snap.n++
 		if k.isKeyring() {
-			snap.nested = append(snap.nested, *l)
+			snap.nested = append(snap.nested, link{key: k, slot: slot})
 		}
 	}
 	slices.SortFunc(snap.nested, func(a, b link) int { return cmp.Compare(a.slot, b.slot) })
@@ -390,7 +390,7 @@ func (rs *Restore) readLinks(d *stateReader) error {
 		rs.s.chargeAnyway(ring, linkCost*int(snap.n))
 	}
 	ring.ring.Store(snap)
-	hwalk(snap.root, func(l link) bool {
+	hwalk(snap.ix, snap.root, func(l link) bool {
 		l.key.get()
 		l.key.addParent(ring)
 		return true

@@ -10,7 +10,10 @@ import (
 // it from Key.ring inside rcu protection and walk it without locks;
 // writers, holding the keyring's mu, build the next version.
 type ringSnap struct {
-	root   *hnode
+	root *hnode
+	// ix is the index whose registry the leaves name: the keyring's
+	// service's, set by the first link (an empty version needs none).
+	ix     *serialIndex
 	n      int
 	nested []link // the keyring-type links, in listing order
 	used   uint16 // listing slots 0..15 in use
@@ -38,7 +41,7 @@ func (r *ringSnap) find(typ, desc string) (link, bool) {
 	if r == nil || r.n == 0 {
 		return link{}, false
 	}
-	return hget(r.root, indexHash(typ, desc), typ, desc)
+	return hget(r.ix, r.root, indexHash(typ, desc), typ, desc)
 }
 
 // findHash is find for a caller that has computed indexHash(typ, desc).
@@ -46,7 +49,7 @@ func (r *ringSnap) findHash(h uint64, typ, desc string) (link, bool) {
 	if r == nil || r.n == 0 {
 		return link{}, false
 	}
-	return hget(r.root, h, typ, desc)
+	return hget(r.ix, r.root, h, typ, desc)
 }
 
 // links returns the links in listing order.
@@ -55,7 +58,7 @@ func (r *ringSnap) links() []link {
 		return nil
 	}
 	out := make([]link, 0, r.n)
-	hwalk(r.root, func(l link) bool { out = append(out, l); return true })
+	hwalk(r.ix, r.root, func(l link) bool { out = append(out, l); return true })
 	slices.SortFunc(out, func(a, b link) int { return cmp.Compare(a.slot, b.slot) })
 	return out
 }
@@ -67,9 +70,13 @@ func (r *ringSnap) with(k *Key) (*ringSnap, link, bool) {
 	if r == nil {
 		r = &ringSnap{}
 	}
-	l := &link{key: k, slot: r.orderSlot()}
-	root, old, replacing := hsetp(r.root, k.hash, l, 0, ownHash)
-	nr := &ringSnap{root: root, used: r.used, next: r.next, n: r.n, nested: r.nested}
+	ix := r.ix
+	if ix == nil {
+		ix = &k.quota.s.index
+	}
+	l := ix.leafFor(k, r.orderSlot())
+	root, old, replacing := hsetp(ix, r.root, k.hash, l, 0, ownHash)
+	nr := &ringSnap{root: root, ix: ix, used: r.used, next: r.next, n: r.n, nested: r.nested}
 	if replacing {
 		// A replaced link keeps its slot. l is not published yet.
 		l.slot = old.slot
@@ -84,7 +91,7 @@ func (r *ringSnap) with(k *Key) (*ringSnap, link, bool) {
 	if k.isKeyring() || (replacing && old.key.isKeyring()) {
 		nr.nested = slices.DeleteFunc(slices.Clone(r.nested), func(e link) bool { return replacing && e.key == old.key })
 		if k.isKeyring() {
-			nr.nested = append(nr.nested, *l)
+			nr.nested = append(nr.nested, link{key: k, slot: l.slot})
 			slices.SortFunc(nr.nested, func(a, b link) int { return cmp.Compare(a.slot, b.slot) })
 		}
 	}
@@ -96,11 +103,11 @@ func (r *ringSnap) without(typ, desc string) (*ringSnap, link, bool) {
 	if r == nil {
 		return r, link{}, false
 	}
-	root, old, ok := hdel(r.root, indexHash(typ, desc), typ, desc, 0)
+	root, old, ok := hdel(r.ix, r.root, indexHash(typ, desc), typ, desc, 0)
 	if !ok {
 		return r, link{}, false
 	}
-	nr := &ringSnap{root: root, n: r.n - 1, used: r.used, next: r.next, nested: r.nested}
+	nr := &ringSnap{root: root, ix: r.ix, n: r.n - 1, used: r.used, next: r.next, nested: r.nested}
 	if old.slot < 16 {
 		nr.used &^= 1 << old.slot
 	}
@@ -127,7 +134,7 @@ func (r *ringSnap) withoutKeys(dead []deadKey, fresh freshNodes) (*ringSnap, int
 		k := dead[i].k
 		// k.hash is where k was linked: only unregistering a type changes
 		// a key's type, and a key of a dead type is never linked.
-		nr, old, ok := hdelKey(root, k.hash, k, 0, fresh)
+		nr, old, ok := hdelKey(r.ix, root, k.hash, k, 0, fresh)
 		if !ok {
 			continue
 		}
@@ -145,7 +152,7 @@ func (r *ringSnap) withoutKeys(dead []deadKey, fresh freshNodes) (*ringSnap, int
 	if n == r.n {
 		return &ringSnap{}, n
 	}
-	nr := &ringSnap{root: root, n: r.n - n, used: used, next: r.next, nested: r.nested}
+	nr := &ringSnap{root: root, ix: r.ix, n: r.n - n, used: used, next: r.next, nested: r.nested}
 	if rings {
 		nr.nested = slices.DeleteFunc(slices.Clone(r.nested), func(e link) bool {
 			return slices.ContainsFunc(dead, func(d deadKey) bool { return d.unlinked && d.k == e.key })

@@ -54,6 +54,7 @@ type sweepWalk struct {
 	// hash, in practice never more than one).
 	budget int
 
+	ix      *serialIndex // the swept version's (set by sweep)
 	used    int
 	removed []sweptLink
 	stopped bool   // the budget ran out before the walk reached the end
@@ -67,6 +68,7 @@ func (r *ringSnap) sweep(from uint64, w *sweepWalk) *ringSnap {
 	if r == nil || r.n == 0 {
 		return r
 	}
+	w.ix = r.ix
 	mark := len(w.removed)
 	root := w.node(r.root, 0, 0, true, from)
 	gone := w.removed[mark:]
@@ -76,7 +78,7 @@ func (r *ringSnap) sweep(from uint64, w *sweepWalk) *ringSnap {
 	if len(gone) == r.n {
 		return &ringSnap{}
 	}
-	nr := &ringSnap{root: root, n: r.n - len(gone), used: r.used, next: r.next, nested: r.nested}
+	nr := &ringSnap{root: root, ix: r.ix, n: r.n - len(gone), used: r.used, next: r.next, nested: r.nested}
 	rings := false
 	for _, g := range gone {
 		if g.l.slot < 16 {
@@ -104,14 +106,15 @@ func (w *sweepWalk) spent(at uint64) bool {
 
 // visit examines one leaf and reports whether it stays.
 func (w *sweepWalk) visit(p unsafe.Pointer) bool {
-	l := (*link)(p)
+	e := (*leaf)(p)
+	k := w.ix.mustKey(e)
 	w.used++
-	why, dead := w.dead(l.key)
+	why, dead := w.dead(k)
 	if !dead {
 		return true
 	}
 	w.used++
-	w.removed = append(w.removed, sweptLink{l: *l, why: why})
+	w.removed = append(w.removed, sweptLink{l: link{key: k, slot: e.slot}, why: why})
 	return false
 }
 

@@ -11,14 +11,15 @@ import (
 // TestTrieOrder checks the premise of a sweep's cursor: the trie's
 // in-order walk visits entries in trieOrder of their hashes.
 func TestTrieOrder(t *testing.T) {
+	s := testService()
 	var root *hnode
 	for i := range 5000 {
-		k := testKey(userType, fmt.Sprint("k", i), Serial(i+3))
-		root, _, _ = hset(root, k.hash, link{key: k}, 0, keyHash)
+		k := testKey(s, userType, fmt.Sprint("k", i), Serial(i+3))
+		root, _, _ = hset(&s.index, root, k.hash, link{key: k}, 0, keyHash)
 	}
 	var prev uint64
 	n := 0
-	hwalk(root, func(l link) bool {
+	hwalk(&s.index, root, func(l link) bool {
 		o := trieOrder(l.key.hash)
 		if n > 0 && o <= prev {
 			t.Fatalf("entry %d: order %#x after %#x", n, o, prev)
@@ -47,6 +48,7 @@ func TestTrieOrder(t *testing.T) {
 // every version published on the way is untouched.
 func TestSweepProperty(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
+		s := testService()
 		mask := rapid.SampledFrom([]uint64{
 			^uint64(0), 0, 3, 0xf << 60, 1<<63 | 1, 0x1f | 0x1f<<55, 0x8421084210842108,
 		}).Draw(rt, "mask")
@@ -68,12 +70,12 @@ func TestSweepProperty(t *testing.T) {
 		serial := Serial(3)
 		add := func(desc string, isDead bool) *Key {
 			serial++
-			k := testKey(userType, desc, serial)
+			k := testKey(s, userType, desc, serial)
 			k.hash = hash("user", desc)
 			l := link{key: k, slot: uint64(serial)}
 			var old link
 			var replaced bool
-			root, old, replaced = hset(root, k.hash, l, 0, rehash(hash))
+			root, old, replaced = hset(&s.index, root, k.hash, l, 0, rehash(hash))
 			if replaced {
 				delete(mustGo, old.key)
 			}
@@ -99,7 +101,7 @@ func TestSweepProperty(t *testing.T) {
 			}
 			budget := rapid.IntRange(1, 64).Draw(rt, "budget")
 			w := sweepWalk{budget: budget, dead: func(k *Key) (ReapReason, bool) { return ReapExpired, dead[k] }}
-			snap := &ringSnap{root: root, n: len(model)}
+			snap := &ringSnap{root: root, ix: &s.index, n: len(model)}
 			c := largestCollision(root)
 			next := snap.sweep(cursor, &w)
 			if w.used > budget-1+2*c {
@@ -119,7 +121,7 @@ func TestSweepProperty(t *testing.T) {
 			}
 			root = next.root
 			versions = append(versions, version{root, model})
-			checkVersion(rt, versions[len(versions)-1], hash)
+			checkVersion(rt, &s.index, versions[len(versions)-1], hash)
 			if !w.stopped {
 				break
 			}
@@ -133,7 +135,7 @@ func TestSweepProperty(t *testing.T) {
 				if rapid.Bool().Draw(rt, "remove") {
 					name := entryName("user", desc)
 					if l, ok := model[name]; ok {
-						root, _, _ = hdel(root, hash("user", desc), "user", desc, 0)
+						root, _, _ = hdel(&s.index, root, hash("user", desc), "user", desc, 0)
 						model = cloneModel(model)
 						delete(model, name)
 						delete(mustGo, l.key)
@@ -157,7 +159,7 @@ func TestSweepProperty(t *testing.T) {
 			}
 		}
 		for _, v := range versions {
-			checkVersion(rt, v, hash)
+			checkVersion(rt, &s.index, v, hash)
 		}
 	})
 }
@@ -183,6 +185,7 @@ func largestCollision(n *hnode) int {
 // keyrings and count.
 func TestRingSnapSweep(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
+		s := testService()
 		var r *ringSnap
 		dead := map[*Key]bool{}
 		want := (*ringSnap)(nil)
@@ -190,7 +193,7 @@ func TestRingSnapSweep(t *testing.T) {
 		var linked []*Key
 		for i := range n {
 			typ := []*Type{userType, keyringType}[rapid.IntRange(0, 4).Draw(rt, "keyring")/4]
-			k := testKey(typ, fmt.Sprint("d", i), Serial(10+i))
+			k := testKey(s, typ, fmt.Sprint("d", i), Serial(10+i))
 			r, _, _ = r.with(k)
 			linked = append(linked, k)
 		}
@@ -229,13 +232,13 @@ func TestRingSnapSweep(t *testing.T) {
 		if gn, wn := nestedSerials(got), nestedSerials(want); !slices.Equal(gn, wn) {
 			rt.Fatalf("nested %v, want %v", gn, wn)
 		}
-		checkTrie(rt, got.root, indexHash)
+		checkTrie(rt, &s.index, got.root, indexHash)
 		if l := listing(r); !slices.Equal(l, before) {
 			rt.Fatalf("published version changed: %v, was %v", l, before)
 		}
 		// The next link added lists where it would have after removals one by
 		// one.
-		k := testKey(userType, "late", 5000)
+		k := testKey(s, userType, "late", 5000)
 		g2, _, _ := got.with(k)
 		w2, _, _ := want.with(k)
 		if g, w := listing(g2), listing(w2); !slices.Equal(g, w) {
