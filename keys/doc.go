@@ -40,7 +40,9 @@
 // # Concurrency
 //
 // Readers never lock. A keyring's links live in a persistent hash trie
-// that searches walk while writers build the next version; payloads are
+// that searches walk while writers build the next version (its leaves
+// name keys by their position in the service's registry of keys, not by
+// pointer, which keeps them out of the Go collector's scan); payloads are
 // published with an atomic pointer and a replaced or revoked payload is
 // wiped only after an rcu grace period, so a reader that loaded it sees it
 // intact until it lets go. A key whose last reference goes (its last link
