@@ -272,7 +272,7 @@ func TestGCQuickJSONShape(t *testing.T) {
 		if r.Unit != "us" || r.N == 0 || r.Min > r.P50 || r.P50 > r.P999 || r.P999 > r.Max {
 			t.Errorf("row %s/%s inconsistent: %+v", r.Case, r.Variant, r)
 		}
-		for _, k := range []string{"max_work_item_ms", "p999_work_item_ms", "reap_all_s"} {
+		for _, k := range []string{"max_work_item_ms", "p999_work_item_ms", "reap_all_s", "minor_faults"} {
 			if _, ok := r.Extra[k]; !ok {
 				t.Errorf("row %s/%s lacks extra %s", r.Case, r.Variant, k)
 			}
@@ -300,6 +300,11 @@ func TestGCQuickJSONShape(t *testing.T) {
 		for _, k := range []string{"max_queue_wait_ms", "reap_all_s"} {
 			if c.Extra[k] != max(u.Extra[k].(float64), e.Extra[k].(float64)) {
 				t.Errorf("combined/%s %s = %v, want the larger of %v and %v", v, k, c.Extra[k], u.Extra[k], e.Extra[k])
+			}
+		}
+		for _, k := range []string{"items", "minor_faults"} {
+			if c.Extra[k] != u.Extra[k].(float64)+e.Extra[k].(float64) {
+				t.Errorf("combined/%s %s = %v, want the sum of %v and %v", v, k, c.Extra[k], u.Extra[k], e.Extra[k])
 			}
 		}
 	}
