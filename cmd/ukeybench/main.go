@@ -333,12 +333,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	case *asMarkdown:
 		// The machine is shared: say how busy it was, so that a reader
 		// can tell a noisy run from a slow program.
-		fmt.Fprintf(stdout, "Load average (1 min) %s before, %s after; GOMAXPROCS %d (-procs %s) on %d processors.\n\n",
-			loadBefore, loadAverage(), gomaxprocs, procSet, runtime.NumCPU())
+		fmt.Fprintf(stdout, "Load average (1 min) %s before, %s after; GOMAXPROCS %d (-procs %s) on %d processors%s.\n\n",
+			loadBefore, loadAverage(), gomaxprocs, procSet, runtime.NumCPU(), hugePages())
 		printMarkdown(stdout, rep)
 	default:
 		printTable(stdout, rep)
-		fmt.Fprintf(stdout, "\nGOMAXPROCS %d (-procs %s) on %d processors.\n", gomaxprocs, procSet, runtime.NumCPU())
+		fmt.Fprintf(stdout, "\nGOMAXPROCS %d (-procs %s) on %d processors%s.\n", gomaxprocs, procSet, runtime.NumCPU(), hugePages())
 	}
 	return 0
 }
@@ -367,6 +367,23 @@ func loadAverage() string {
 		return "?"
 	}
 	return f[0]
+}
+
+// hugePages says how the host gives transparent huge pages ("; transparent
+// huge pages: madvise"), nothing where it cannot tell: where a page
+// fault is dear, the setting moves the gc scenario's long tails more than
+// any change of ukeys' (README, "collector").
+func hugePages() string {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	if err != nil {
+		return ""
+	}
+	_, rest, ok := strings.Cut(string(b), "[")
+	mode, _, ok2 := strings.Cut(rest, "]")
+	if !ok || !ok2 {
+		return ""
+	}
+	return "; transparent huge pages: " + mode
 }
 
 func ms(d time.Duration) float64 { return float64(d) / 1e6 }

@@ -236,6 +236,14 @@ func TestTableAndMarkdown(t *testing.T) {
 	if want := fmt.Sprintf("GOMAXPROCS %d (-procs go)", runtime.GOMAXPROCS(0)); !strings.Contains(out.String(), want) {
 		t.Errorf("table does not say %q:\n%s", want, out.String())
 	}
+	// Where the host says how it gives huge pages, the table says it too.
+	if b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled"); err == nil {
+		_, rest, _ := strings.Cut(string(b), "[")
+		mode, _, _ := strings.Cut(rest, "]")
+		if want := "transparent huge pages: " + mode + "."; mode == "" || !strings.Contains(out.String(), want) {
+			t.Errorf("table does not say %q (the host: %q):\n%s", want, b, out.String())
+		}
+	}
 	if code := run([]string{"-quick", "-procs", "0", "read"}, &out, &errb); code != 2 {
 		t.Errorf("-procs 0: exit %d, want 2", code)
 	}
