@@ -27,9 +27,9 @@ import (
 // keyRegistry), not by pointer, so that Go's collector marks a leaf
 // without scanning it and reaches the keys once, through the registry, in
 // the order they were allocated: with a pointer in each leaf, in the
-// trie's hash order, a million keys in one keyring cost 1.4 to 1.6 times
-// the mark (BenchmarkMillionKeys: 343-417 ms against 247-253 ms). Every
-// trie function takes the index whose registry its leaves name.
+// trie's hash order, a million keys in one keyring cost 1.4 to 1.5 times
+// the mark (BenchmarkMillionKeys: 322-344 ms against 235 ms). Every trie
+// function takes the index whose registry its leaves name.
 
 var hashSeed = maphash.MakeSeed()
 

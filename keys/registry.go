@@ -12,7 +12,7 @@ import (
 // how Go's collector reaches the keys, block by block in the order they
 // were allocated, which lets it mark the keys of one span together: with
 // pointers in the tables (in hash order) a million keys cost 1.7 times
-// the mark, and with pointers in the trie's leaves 1.4 times
+// the mark, and with pointers in the trie's leaves 1.4 to 1.5 times
 // (BenchmarkMillionKeys).
 //
 // A position freed by a removal goes back to its shard (indexShard.free)
