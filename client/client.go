@@ -53,8 +53,9 @@ type Client struct {
 // pendingHandshake is what a handshake whose frames wait in the output
 // buffer still has to read.
 type pendingHandshake struct {
-	attachTag uint32 // the token's attach's tag, or 0 if none was sent
-	helper    bool   // the token is a request-key helper's
+	attachTag uint32        // the token's attach's tag, or 0 if none was sent
+	spin      time.Duration // WithSpin's, if the hello offered version 3
+	helper    bool          // the token is a request-key helper's
 }
 
 // handshakeTimeout bounds the wait for the daemon's hello.
@@ -91,9 +92,15 @@ func Dial(path string, opts ...Option) (*Client, error) {
 	// holds mu from sending a request until its answer is read. A
 	// pipelining client speaks version 1, which may have several in
 	// flight.
+	// A client that polls for its answers (WithSpin) speaks version 3,
+	// which asks the daemon to poll for its requests too; one that does
+	// not, version 2.
 	var version uint16 = wire.Version
-	if cfg.pipelined {
+	switch {
+	case cfg.pipelined:
 		version = 1
+	case cfg.spin <= 0:
+		version = 2
 	}
 	c := &Client{sc: sc}
 	// A token to present goes out with the hello, in the same write, and
@@ -124,6 +131,9 @@ func Dial(path string, opts ...Option) (*Client, error) {
 	// (WithDeferredHandshake).
 	sc.Out.Body(wire.EncodeHello(version))
 	p := &pendingHandshake{helper: helper != ""}
+	if wire.Polls(version) {
+		p.spin = cfg.spin
+	}
 	if attach != nil {
 		if err := sc.Out.Request(attach); err != nil {
 			c.forget()
@@ -183,7 +193,7 @@ func setTimeout(sc *sock.Conn, d time.Duration) {
 
 // readHello reads the daemon's hello, or its refusal; werr is the error,
 // if any, of the write that sent the client's hello.
-func readHello(sc *sock.Conn, werr error) error {
+func readHello(sc *sock.Conn, werr error) (uint16, error) {
 	// Nothing larger than a hello is read before the daemon's hello.
 	sc.In.SetLimit(wire.MaxHello)
 	hello, err := sc.In.Next()
@@ -191,24 +201,25 @@ func readHello(sc *sock.Conn, werr error) error {
 	defer sc.In.Done()
 	if err != nil {
 		if werr != nil {
-			return werr
+			return 0, werr
 		}
 		if sc.Blocking() && errors.Is(err, syscall.EAGAIN) {
 			err = os.ErrDeadlineExceeded // the receive timeout, as the poller's deadline says it
 		}
-		return fmt.Errorf("client: handshake: %w", err)
+		return 0, fmt.Errorf("client: handshake: %w", err)
 	}
-	if _, err := wire.DecodeHello(hello); err != nil {
+	v, err := wire.DecodeHello(hello)
+	if err != nil {
 		var refused *wire.Refused
 		if errors.As(err, &refused) {
 			// The daemon will not serve this process: its uid holds its
 			// share of the daemon already (EDQUOT), or the daemon is full
 			// (EMFILE).
-			return &Error{Op: "connect", Errno: keyctl.Errno(refused.Errno)}
+			return 0, &Error{Op: "connect", Errno: keyctl.Errno(refused.Errno)}
 		}
-		return err
+		return 0, err
 	}
-	return werr
+	return v, werr
 }
 
 func cut(s string) (string, string, bool) {
@@ -337,13 +348,19 @@ func (c *Client) handshakeReply(p *pendingHandshake, request bool) error {
 		// still there to read, briefly.
 		setTimeout(c.sc, time.Second)
 	}
-	if err := readHello(c.sc, werr); err != nil {
+	v, err := readHello(c.sc, werr)
+	if err != nil {
 		return err
+	}
+	if p.spin > 0 && wire.Polls(v) {
+		// The daemon agreed to poll too: polling alone would hold a
+		// processor its woken thread needs.
+		c.sc.SetSpin(p.spin)
 	}
 	if p.attachTag == 0 {
 		return nil
 	}
-	_, err := c.receiveTag(wire.OpSessionAttach, p.attachTag, !request)
+	_, err = c.receiveTag(wire.OpSessionAttach, p.attachTag, !request)
 	return c.attached(err, p.helper)
 }
 

@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"io"
 	"sync"
+	"time"
 
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/wire"
@@ -16,7 +17,21 @@ type dialConfig struct {
 	pipelined bool
 	blocking  bool
 	deferred  bool
+	spin      time.Duration
 }
+
+// WithSpin makes a call poll for its answer for up to d before its
+// thread sleeps, once an answer has come within d, and asks the daemon
+// to poll the same way for the next request (protocol version 3): a
+// program calling in a tight loop then costs neither end a sleep and a
+// wake-up per call. A single call, or one whose answer takes longer,
+// costs nothing more; a daemon that does not poll (one that speaks
+// version 2) is not polled for either. Not with WithPipelining, and not
+// on a single processor.
+func WithSpin(d time.Duration) Option { return func(c *dialConfig) { c.spin = d } }
+
+// DefaultSpin is the poll ukeyctl asks for, the daemon's own default.
+const DefaultSpin = sock.DefaultSpin
 
 // WithBlockingIO keeps the socket blocking: a call waits for its answer
 // in the read system call, on its own thread, instead of parking on the

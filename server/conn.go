@@ -152,6 +152,9 @@ func (c *conn) run2(version uint16, unread []byte) {
 	// without reading (FlushAndWait): another may already have sent the
 	// next.
 	sequential := wire.Sequential(version)
+	if wire.Polls(version) && c.s.cfg.Spin > 0 {
+		sc.SetSpin(c.s.cfg.Spin)
+	}
 	// The request is reused from one to the next: serving a request
 	// allocates only what the keys package returns.
 	var req wire.Request

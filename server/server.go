@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -29,6 +30,13 @@ type Config struct {
 	// 10 seconds): a client that stops reading loses its connection
 	// instead of pinning it.
 	WriteTimeout time.Duration
+	// Spin is how long a connection whose client polls (wire.Polls)
+	// polls for the client's next request before its goroutine sleeps
+	// (sock.Conn.SetSpin), once a request has come within it: a client
+	// calling in a tight loop then costs no sleep and wake-up of the
+	// daemon's thread per call. Default sock.DefaultSpin; negative:
+	// never.
+	Spin time.Duration
 	// Limits bounds what callers can make the daemon hold; zero fields
 	// take DefaultLimits for the process's descriptor limit.
 	Limits Limits
@@ -127,6 +135,9 @@ func New(svc *keys.Service, cfg Config) *Server {
 	}
 	if cfg.ProcessPoll <= 0 {
 		cfg.ProcessPoll = time.Second
+	}
+	if cfg.Spin == 0 {
+		cfg.Spin = sock.DefaultSpin
 	}
 	lim := cfg.Limits.withDefaults()
 	s := &Server{

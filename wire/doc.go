@@ -34,7 +34,13 @@
 // hello is read: a short-lived client presents its session that way). The server may then wait for the next request without first
 // trying to read it, which saves a system call per round trip; a client
 // that breaks the promise can only stall its own connection (until the
-// server's read deadline). A body is:
+// server's read deadline). Version 3 adds only that the client, sending
+// one request at a time, polls the socket for a while before it sleeps
+// waiting for an answer, and asks the server to do the same waiting for
+// its next request: a client calling in a tight loop then costs neither
+// end a sleep and a wake-up per call. A client that does not poll opens
+// with version 2 (a version 1 client keeps its several requests). A body
+// is:
 //
 //	request:  tag u32 | op u16 | nInts u8 | nBufs u8 | ints i64… | bufs
 //	response: tag u32 | errno u16 | nInts u8 | nBufs u8 | ints i64… | bufs

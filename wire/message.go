@@ -7,13 +7,18 @@ import (
 )
 
 // Version is the protocol version this package speaks. Version 2 is
-// version 1 with the client's promise to send one request at a time (see
-// the package documentation).
-const Version = 2
+// version 1 with the client's promise to send one request at a time;
+// version 3 is version 2 whose client polls for its answers and asks the
+// server to poll for its requests (see the package documentation).
+const Version = 3
 
 // Sequential reports whether a connection that agreed on version v has
 // at most one request in flight.
 func Sequential(v uint16) bool { return v >= 2 }
+
+// Polls reports whether on a connection that agreed on version v both
+// ends poll for the other's next frame before they sleep.
+func Polls(v uint16) bool { return v >= 3 }
 
 // helloMagic opens every Hello.
 var helloMagic = [4]byte{'U', 'K', 'E', 'Y'}

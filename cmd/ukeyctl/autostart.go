@@ -24,8 +24,9 @@ var autostartWait = 10 * time.Second
 
 // dialOpts: ukeyctl is a process per command that calls from one
 // goroutine at a time, which blocking reads serve with fewer hand-offs
-// (client.WithBlockingIO).
-var dialOpts = []client.Option{client.WithBlockingIO(), client.WithDeferredHandshake()}
+// (client.WithBlockingIO); a command that calls in a loop (`--test`)
+// meets its answers polling (client.WithSpin).
+var dialOpts = []client.Option{client.WithBlockingIO(), client.WithDeferredHandshake(), client.WithSpin(client.DefaultSpin)}
 
 // connect dials the daemon on its default socket. If nothing answers
 // there (no socket, or a stale one) and UKEYS_NO_AUTOSTART is not set, it

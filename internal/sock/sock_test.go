@@ -3,9 +3,11 @@ package sock
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"runtime"
 	"testing"
 	"time"
 
@@ -372,4 +374,89 @@ func TestPassedDescriptors(t *testing.T) {
 		t.Fatalf("read %d %v %q", n, err, got)
 	}
 	c.CloseFDs()
+}
+
+// A Conn set to spin polls only once a wait was shorter than its spin,
+// stops after a peer that answered later, and starts again after a quick
+// one; frames arrive whole either way, on a socket under the poller and
+// on a blocking one, and a peer that goes while it polls is met as
+// without the poll. On one processor it never polls.
+func TestSpin(t *testing.T) {
+	if runtime.NumCPU() < 2 {
+		t.Skip("SetSpin does nothing on one processor")
+	}
+	// Long enough that a wait of an answer sent at once is shorter on a
+	// loaded machine, short enough for the test to wait out.
+	const spin = 200 * time.Millisecond
+	delays := []time.Duration{0, 0, 0, 2 * spin, 0, 0}
+	for _, blocking := range []bool{false, true} {
+		t.Run(fmt.Sprint("blocking=", blocking), func(t *testing.T) {
+			a, b := pair(t)
+			c, err := New(a, 256)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer c.In.Release()
+			if blocking {
+				a.Fd() // makes the descriptor blocking
+				c.SetBlocking()
+			}
+			c.SetSpin(spin)
+			peer := wire.NewReader(b, 256)
+			served := make(chan struct{})
+			go func() {
+				defer close(served)
+				defer peer.Release()
+				for _, d := range delays {
+					body, err := peer.Next()
+					if err != nil {
+						return
+					}
+					req, _ := wire.DecodeRequest(body)
+					peer.Done()
+					time.Sleep(d)
+					var f Frames
+					f.Response(&wire.Response{Tag: req.Tag, Ints: []int64{req.Ints[0] * 2}})
+					b.Write(f.Bytes())
+				}
+				// One more request, answered by going away.
+				if _, err := peer.Next(); err == nil {
+					peer.Done()
+				}
+				b.Close()
+			}()
+			for i := range delays {
+				c.Out.Request(&wire.Request{Tag: uint32(i + 1), Op: wire.OpRevoke, Ints: []int64{int64(i)}})
+				if _, _, err := c.FlushAndWait(nil); err != nil {
+					t.Fatalf("call %d: %v", i, err)
+				}
+				if polled, want := c.x.spin > 0, i > 0 && delays[i-1] < spin; polled != want {
+					t.Fatalf("call %d polled %v, want %v", i, polled, want)
+				}
+				body, err := c.In.Next()
+				resp, _ := wire.DecodeResponse(body)
+				if err != nil || resp.Tag != uint32(i+1) || len(resp.Ints) != 1 || resp.Ints[0] != int64(2*i) {
+					t.Fatalf("call %d: %+v %v", i, resp, err)
+				}
+				c.In.Done()
+			}
+			c.Out.Request(&wire.Request{Tag: 99, Op: wire.OpRevoke, Ints: []int64{0}})
+			_, _, err = c.FlushAndWait(nil)
+			if c.x.spin == 0 {
+				t.Fatal("the last call did not poll")
+			}
+			if err == nil {
+				_, err = c.In.Next()
+			}
+			if err == nil || !(errors.Is(err, io.EOF) || errors.Is(err, unix.ECONNRESET)) {
+				t.Fatalf("after the peer went: %v", err)
+			}
+			<-served
+		})
+	}
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	var c Conn
+	if c.SetSpin(spin); c.spin != 0 {
+		t.Fatalf("one processor: spin %v", c.spin)
+	}
 }
