@@ -257,9 +257,9 @@ const DefaultSpin = 100 * time.Microsecond
 // came within d. A client calling in a tight loop, and the server
 // answering it, then meet each other's frames without a sleep and a
 // wake-up each way: on a machine where a context switch is dear, a
-// million calls of keyutils' `keyctl --test limits2` took 1.3 times the
-// kernel's time with both ends polling for 100 µs, and 2.5 times
-// without. A peer that answers slower than d, or a connection used once,
+// million calls of keyutils' `keyctl --test limits2` took 1.2 to 1.6
+// times the kernel's time with both ends polling for 100 µs, and 2.5 to
+// 3 times without. A peer that answers slower than d, or a connection used once,
 // costs nothing: the poll begins only once a wait has been shorter than
 // d. On a single processor it never begins, as the poll would hold the
 // processor the peer needs; and one Conn of a process polls at a time.
