@@ -387,7 +387,7 @@ func TestRingSnapKernelOrder(t *testing.T) {
 	k := func(i int) *Key { return testKey(s, userType, fmt.Sprint("k", i), Serial(i)) }
 	ks := []*Key{k(1), k(2), k(3), k(4)}
 	for _, x := range ks {
-		r, _, _ = r.with(x)
+		r, _, _ = r.with(&s.index, x)
 	}
 	// First into slot 0, then the highest free slot: k1, k4, k3, k2.
 	if got, want := listing(r), []Serial{1, 4, 3, 2}; !slices.Equal(got, want) {
@@ -395,7 +395,7 @@ func TestRingSnapKernelOrder(t *testing.T) {
 	}
 	// Replacing k3 keeps its slot.
 	k3b := testKey(s, userType, "k3", 33)
-	r, old, replaced := r.with(k3b)
+	r, old, replaced := r.with(&s.index, k3b)
 	if !replaced || old.key != ks[2] {
 		t.Fatalf("replace: %+v %v", old, replaced)
 	}
@@ -405,13 +405,13 @@ func TestRingSnapKernelOrder(t *testing.T) {
 	// Unlinking k4 frees slot 13 (k2 15, k3 14, k4 13); the next link takes
 	// the highest free slot, 13 again.
 	r, _, _ = r.without("user", "k4")
-	r, _, _ = r.with(k(5))
+	r, _, _ = r.with(&s.index, k(5))
 	if got, want := listing(r), []Serial{1, 5, 33, 2}; !slices.Equal(got, want) {
 		t.Fatalf("after unlink and link %v, want %v", got, want)
 	}
 	// Unlinking k2 frees slot 15, which the next link takes.
 	r, _, _ = r.without("user", "k2")
-	r, _, _ = r.with(k(6))
+	r, _, _ = r.with(&s.index, k(6))
 	if got, want := listing(r), []Serial{1, 5, 33, 6}; !slices.Equal(got, want) {
 		t.Fatalf("after refilling slot 15 %v, want %v", got, want)
 	}
@@ -422,8 +422,8 @@ func TestRingSnapKernelOrder(t *testing.T) {
 	if r.n != 0 || len(r.links()) != 0 {
 		t.Fatalf("not empty: %d", r.n)
 	}
-	r, _, _ = r.with(k(7))
-	r, _, _ = r.with(k(8))
+	r, _, _ = r.with(&s.index, k(7))
+	r, _, _ = r.with(&s.index, k(8))
 	if got, want := listing(r), []Serial{7, 8}; !slices.Equal(got, want) {
 		t.Fatalf("after emptying %v, want %v", got, want)
 	}
@@ -507,7 +507,7 @@ func TestRingSnapProperty(t *testing.T) {
 					late = append(late, serial)
 				}
 				m.add(k)
-				r, _, _ = r.with(k)
+				r, _, _ = r.with(&s.index, k)
 			} else {
 				m.remove(typ.Name, desc)
 				r, _, _ = r.without(typ.Name, desc)
@@ -570,7 +570,7 @@ func TestRingSnapBatchDelete(t *testing.T) {
 		for i := range n {
 			typ := []*Type{userType, keyringType}[rapid.IntRange(0, 4).Draw(rt, "keyring")/4]
 			k := testKey(s, typ, fmt.Sprint("d", i), Serial(10+i))
-			r, _, _ = r.with(k)
+			r, _, _ = r.with(&s.index, k)
 			linked = append(linked, k)
 		}
 		before := listing(r)
@@ -628,8 +628,8 @@ func TestTrieLeafOfAGoneKey(t *testing.T) {
 	a := testKey(s, userType, "a", 10)
 	other := testKey(s, userType, "other", 11)
 	var r *ringSnap
-	r, _, _ = r.with(a)
-	r, _, _ = r.with(other)
+	r, _, _ = r.with(&s.index, a)
+	r, _, _ = r.with(&s.index, other)
 	pos, ok := s.index.position(a)
 	if !ok {
 		t.Fatal("a linked key is not in the registry")

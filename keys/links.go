@@ -170,7 +170,7 @@ func (s *Service) linkSilently(ring, k *Key, checkRestriction, excl bool) (repla
 	}
 	// Build the next version first (one walk of the trie tells whether a
 	// link is replaced); it is published only if every check passes.
-	next, old, replacing := ring.ring.Load().with(k)
+	next, old, replacing := ring.ring.Load().with(&s.index, k)
 	if replacing && excl {
 		ring.mu.Unlock()
 		return nil, EEXIST

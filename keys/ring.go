@@ -65,14 +65,12 @@ func (r *ringSnap) links() []link {
 
 // with returns the version with k linked (replacing any link of the same
 // type and description) and the link it replaced. It walks the trie
-// once.
-func (r *ringSnap) with(k *Key) (*ringSnap, link, bool) {
+// once. ix is the keyring's service's index, passed rather than read
+// from k, whose owner record (and with it the way to its service) only
+// k's own mu guards.
+func (r *ringSnap) with(ix *serialIndex, k *Key) (*ringSnap, link, bool) {
 	if r == nil {
 		r = &ringSnap{}
-	}
-	ix := r.ix
-	if ix == nil {
-		ix = &k.quota.s.index
 	}
 	l := ix.leafFor(k, r.orderSlot())
 	root, old, replacing := hsetp(ix, r.root, k.hash, l, 0, ownHash)

@@ -327,7 +327,7 @@ func forgeLink(t *testing.T, b []byte, ring, k Serial) []byte {
 	// Re-export with the link made behind the service's back.
 	s := rs.Service()
 	r, kk := s.lookup(ring), s.lookup(k)
-	snap, _, _ := r.ring.Load().with(kk)
+	snap, _, _ := r.ring.Load().with(&s.index, kk)
 	r.ring.Store(snap)
 	kk.get()
 	kk.addParent(r)

@@ -194,7 +194,7 @@ func TestRingSnapSweep(t *testing.T) {
 		for i := range n {
 			typ := []*Type{userType, keyringType}[rapid.IntRange(0, 4).Draw(rt, "keyring")/4]
 			k := testKey(s, typ, fmt.Sprint("d", i), Serial(10+i))
-			r, _, _ = r.with(k)
+			r, _, _ = r.with(&s.index, k)
 			linked = append(linked, k)
 		}
 		if r == nil {
@@ -239,8 +239,8 @@ func TestRingSnapSweep(t *testing.T) {
 		// The next link added lists where it would have after removals one by
 		// one.
 		k := testKey(s, userType, "late", 5000)
-		g2, _, _ := got.with(k)
-		w2, _, _ := want.with(k)
+		g2, _, _ := got.with(&s.index, k)
+		w2, _, _ := want.with(&s.index, k)
 		if g, w := listing(g2), listing(w2); !slices.Equal(g, w) {
 			rt.Fatalf("after a new link: listing %v, want %v", g, w)
 		}
