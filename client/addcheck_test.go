@@ -17,6 +17,15 @@ import (
 // hello, then each request with answer(r), and counts the bytes it read.
 func fakeDaemon(t *testing.T, answer func(r *wire.Request) *wire.Response) (path string, read *atomic.Int64) {
 	t.Helper()
+	path, read, _ = fakeDaemonOf(t, wire.Version, answer)
+	return path, read
+}
+
+// fakeDaemonOf is fakeDaemon speaking versions up to highest: it agrees
+// on the lower of that and the client's, as ukeyd does, and sends on
+// hello the version the client said.
+func fakeDaemonOf(t *testing.T, highest uint16, answer func(r *wire.Request) *wire.Response) (path string, read *atomic.Int64, hello <-chan uint16) {
+	t.Helper()
 	path = filepath.Join(t.TempDir(), "fake.sock")
 	ln, err := net.Listen("unix", path)
 	if err != nil {
@@ -24,6 +33,7 @@ func fakeDaemon(t *testing.T, answer func(r *wire.Request) *wire.Response) (path
 	}
 	t.Cleanup(func() { ln.Close() })
 	read = new(atomic.Int64)
+	said := make(chan uint16, 1)
 	go func() {
 		conn, err := ln.Accept()
 		if err != nil {
@@ -31,10 +41,13 @@ func fakeDaemon(t *testing.T, answer func(r *wire.Request) *wire.Response) (path
 		}
 		defer conn.Close()
 		buf := make([]byte, wire.MaxFrame+4)
-		if _, err := wire.ReadFrame(conn, buf); err != nil {
+		body, err := wire.ReadFrame(conn, buf)
+		if err != nil {
 			return
 		}
-		if wire.WriteFrame(conn, wire.EncodeHello(wire.Version)) != nil {
+		v, _ := wire.DecodeHello(body)
+		said <- v
+		if wire.WriteFrame(conn, wire.EncodeHello(min(v, highest))) != nil {
 			return
 		}
 		for {
@@ -55,7 +68,7 @@ func fakeDaemon(t *testing.T, answer func(r *wire.Request) *wire.Response) (path
 			}
 		}
 	}()
-	return path, read
+	return path, read, said
 }
 
 // A payload the daemon refuses by its length is never sent: the client

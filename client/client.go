@@ -89,12 +89,10 @@ func Dial(path string, opts ...Option) (*Client, error) {
 		sc.SetBlocking()
 	}
 	// Version 2 promises one request at a time, which call keeps: it
-	// holds mu from sending a request until its answer is read. A
-	// pipelining client speaks version 1, which may have several in
-	// flight.
-	// A client that polls for its answers (WithSpin) speaks version 3,
-	// which asks the daemon to poll for its requests too; one that does
-	// not, version 2.
+	// holds mu from sending a request until its answer is read; version
+	// 3, spoken by a client that polls for its answers (WithSpin), asks
+	// the daemon to poll for its requests too. A pipelining client
+	// speaks version 1, which may have several in flight.
 	var version uint16 = wire.Version
 	switch {
 	case cfg.pipelined:

@@ -34,32 +34,11 @@ func TestSpinNegotiated(t *testing.T) {
 		{"with, pipelining", []Option{WithPipelining(), WithSpin(d)}, wire.Version, 1, 0},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			path, ln := listenFake(t)
-			hello := make(chan uint16, 1)
-			go func() {
-				conn, err := ln.Accept()
-				if err != nil {
-					return
-				}
-				defer conn.Close()
-				buf := make([]byte, 1<<16)
-				body, err := wire.ReadFrame(conn, buf)
-				if err != nil {
-					return
-				}
-				v, _ := wire.DecodeHello(body)
-				hello <- v
-				wire.WriteFrame(conn, wire.EncodeHello(min(v, tc.daemon)))
-				for {
-					body, err := wire.ReadFrame(conn, buf)
-					if err != nil {
-						return
-					}
-					r, _ := wire.DecodeRequest(body)
-					out, _ := wire.AppendResponse(nil, &wire.Response{Tag: r.Tag, Ints: []int64{42}})
-					wire.WriteFrame(conn, out)
-				}
-			}()
+			t.Setenv(SessionEnv, "")
+			t.Setenv(HelperEnv, "")
+			path, _, hello := fakeDaemonOf(t, tc.daemon, func(*wire.Request) *wire.Response {
+				return &wire.Response{Ints: []int64{42}}
+			})
 			c, err := Dial(path, tc.opts...)
 			if err != nil {
 				t.Fatal(err)

@@ -112,16 +112,29 @@ func (x *serialIndex) shard(h uint64) *indexShard { return &x.shards[shardOf(h)]
 func (t *indexTable) home(h uint64) uint64 { return (h << indexShardBits) >> (64 - t.bits) }
 
 func (x *serialIndex) load(id Serial) *Key {
+	_, k := x.probe(id)
+	return k
+}
+
+// position returns k's position in the registry, false if k is not
+// indexed.
+func (x *serialIndex) position(k *Key) (uint32, bool) {
+	pos, found := x.probe(k.serial)
+	return pos, found == k && k != nil
+}
+
+// probe finds the key of serial id, and its position, without a lock.
+func (x *serialIndex) probe(id Serial) (uint32, *Key) {
 	h := serialHash(id)
 	t := x.shard(h).tab.Load()
 	if t == nil {
-		return nil
+		return 0, nil
 	}
 	mask := uint64(len(t.slots) - 1)
 	for i := t.home(h); ; i = (i + 1) & mask {
 		v := t.slots[i].Load()
 		if v == slotFree {
-			return nil
+			return 0, nil
 		}
 		if v == slotRemoved {
 			continue
@@ -129,27 +142,7 @@ func (x *serialIndex) load(id Serial) *Key {
 		// A position freed and handed to another key since the slot was
 		// read holds a key of another serial, or none.
 		if k := x.reg.get(v - 1); k != nil && k.serial == id {
-			return k
-		}
-	}
-}
-
-// position returns k's position in the registry, false if k is not
-// indexed. It probes as load does, without a lock.
-func (x *serialIndex) position(k *Key) (uint32, bool) {
-	h := serialHash(k.serial)
-	t := x.shard(h).tab.Load()
-	if t == nil {
-		return 0, false
-	}
-	mask := uint64(len(t.slots) - 1)
-	for i := t.home(h); ; i = (i + 1) & mask {
-		v := t.slots[i].Load()
-		if v == slotFree {
-			return 0, false
-		}
-		if v != slotRemoved && x.reg.get(v-1) == k {
-			return v - 1, true
+			return v - 1, k
 		}
 	}
 }

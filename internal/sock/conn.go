@@ -308,7 +308,7 @@ func (c *Conn) FlushAndWait(then func() bool) (stopped, dropped bool, err error)
 	rerr := c.raw.Read(x.step)
 	written, stopped, err := x.written, x.stopped, x.err
 	reset, dropped := x.reset, x.dropped
-	if x.timed && !x.since.IsZero() && rerr == nil && err == nil && !stopped {
+	if !x.since.IsZero() && rerr == nil && err == nil && !stopped { // since: set only where timed
 		c.lastWait = time.Since(x.since)
 	}
 	x.f, x.then, x.in, x.out = nil, nil, nil, nil
@@ -389,10 +389,7 @@ func (x *exchange) advance(fd uintptr) bool {
 	if x.wrote {
 		// Readable, or woken for nothing: take what arrived now, in this
 		// system call, rather than wait on the poller again to read it.
-		x.fd = int(fd)
-		err := x.in.Fill()
-		x.fd = -1
-		return err != errWouldBlock // anything else, EOF included, the reader meets again
+		return x.fill(fd) != errWouldBlock // anything else, EOF included, the reader meets again
 	}
 	x.wrote = true
 	for x.written < len(x.f) {
@@ -420,24 +417,25 @@ func (x *exchange) advance(fd uintptr) bool {
 	if x.timed {
 		x.since = time.Now()
 	}
-	if x.spin > 0 && x.await(int(fd)) && !x.blocking {
-		// Readable without sleeping: read it here, as a wake-up would.
-		x.fd = int(fd)
-		err := x.in.Fill()
-		x.fd = -1
-		if err != errWouldBlock {
-			return true
-		}
+	if x.spin > 0 && x.await(int(fd)) && !x.blocking && x.fill(fd) != errWouldBlock {
+		return true // readable without sleeping: read here, as a wake-up would
 	}
 	if x.blocking {
 		// No poller to wait on: the read waits, in this system call.
 		// What it meets (an error, EOF) the reader meets again.
-		x.fd = int(fd)
-		x.in.Fill()
-		x.fd = -1
+		x.fill(fd)
 		return true
 	}
 	return false // wait until something can be read
+}
+
+// fill reads what fd has into the reader, in the callback's own system
+// call (source.Read), and returns the reader's error.
+func (x *exchange) fill(fd uintptr) error {
+	x.fd = int(fd)
+	err := x.in.Fill()
+	x.fd = -1
+	return err
 }
 
 // Deadline keeps a deadline Timeout ahead of a connection's last
