@@ -25,6 +25,10 @@ type intercepting struct {
 	mu      sync.Mutex    // one call at a time per process
 	conn    *conn         // a connection without a socket, for dispatch
 	threads map[int]*conn // the process's other threads, by tid: a caller each (keys.Caller.NewThread)
+	// task is the intercept.Caller.Task of the thread whose call last
+	// found the process known (interceptedProc); guarded by the
+	// server's mu.
+	task uint64
 }
 
 // maxThreads is how many threads' callers a process keeps before it
@@ -172,7 +176,7 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 // calling thread's credentials as they were at the call.
 func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Response {
 	cred := credOf(ic)
-	p, err := s.interceptedProc(cred)
+	p, err := s.interceptedProc(cred, ic.Task)
 	if err != nil {
 		return fail(err)
 	}
@@ -221,17 +225,24 @@ func sameCred(a, b *keys.Cred) bool {
 // interceptedProc returns the process cred.PID as the daemon keeps it,
 // meeting it now if it has not yet: as accept does for a socket's peer,
 // with the credentials its calling thread has (cred) and the session it
-// inherits.
-func (s *Server) interceptedProc(cred keys.Cred) (*proc, error) {
+// inherits. task is the calling thread's intercept.Caller.Task.
+func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 	pid := cred.PID
 	// Known: the process the daemon keeps at that pid, while its pidfd
 	// says it lives (the caller is blocked in the call, so the pid is
-	// still its own).
+	// still its own). A thread it was found for at an earlier call
+	// proves it without the pidfd: that thread still lives, so its
+	// process has kept the pid since (a system call the less for each
+	// intercepted call).
 	// Under s.mu: a process leaves the table (and stops being tracked)
 	// before its handle is closed.
 	s.mu.Lock()
 	p := s.procs[pid]
-	known := p != nil && !p.ghost && p.tracked && p.handle.fd >= 0 && !p.handle.exited()
+	known := p != nil && !p.ghost && p.tracked && p.handle.fd >= 0 &&
+		(task != 0 && p.calls.task == task || !p.handle.exited())
+	if known {
+		p.calls.task = task
+	}
 	s.mu.Unlock()
 	if known {
 		return p, nil

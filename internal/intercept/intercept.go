@@ -23,6 +23,14 @@ type Caller struct {
 	// the listener last served it: the kernel drops a process's thread
 	// and process keyrings at exec.
 	Exec bool
+	// Task numbers the calling thread as the task it is: never 0, the
+	// same from call to call while that thread lives, and never given to
+	// another, by this listener or any other. The same Task as at an
+	// earlier call proves that the caller is the thread that made it,
+	// and so that Pid is still the process it was, without asking the
+	// kernel again (its descriptor of the thread's /proc status, read
+	// for this call, can read only the task it was opened on).
+	Task uint64
 }
 
 // A Handler serves one decoded call as the daemon serves a request from

@@ -132,6 +132,36 @@ func child() int {
 		call("add_key with an unmapped payload", unix.SYS_ADD_KEY, cstr("user"), cstr("intercept-unmapped"), gone, 7, uintptr(0xfffffffd))
 		call("search for it", unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, uintptr(0xfffffffd), cstr("user"), cstr("intercept-unmapped"), 0)
 	}
+	// add_key's strings and payload are read ahead in one go (prefetch);
+	// where any of it faults, the error is the kernel's, in its order.
+	made := func(name string, nr uintptr, a ...uintptr) {
+		var args [5]uintptr
+		copy(args[:], a)
+		if _, _, e := unix.Syscall6(nr, args[0], args[1], args[2], args[3], args[4], 0); e != 0 {
+			fmt.Printf("%s: %v\n", name, e)
+			return
+		}
+		fmt.Printf("%s: made\n", name)
+	}
+	if pages, err := unix.Mmap(-1, 0, 4*4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON); err == nil {
+		// Two pages to use, one the caller may not read, one unmapped.
+		unix.Mprotect(pages[2*4096:3*4096], unix.PROT_NONE)
+		unix.Syscall(unix.SYS_MUNMAP, uintptr(unsafe.Pointer(&pages[3*4096])), 4096, 0)
+		at := func(i int) uintptr { return uintptr(unsafe.Pointer(&pages[0])) + uintptr(i) }
+		copy(pages[4096-3:], "across-a-page\x00")
+		copy(pages[2*4096-3:], "abc") // and no NUL before the page it may not read
+		p := uintptr(unsafe.Pointer(&payload[0]))
+		made("add_key with a description across a page", unix.SYS_ADD_KEY, cstr("user"), at(4096-3), p, uintptr(len(payload)), uintptr(0xfffffffd))
+		made("add_key with a description running into memory it may not read", unix.SYS_ADD_KEY, cstr("user"), at(2*4096-3), p, uintptr(len(payload)), uintptr(0xfffffffd))
+		made("add_key with an unmapped description", unix.SYS_ADD_KEY, cstr("user"), at(3*4096), p, uintptr(len(payload)), uintptr(0xfffffffd))
+		made("add_key with a payload it may not read", unix.SYS_ADD_KEY, cstr("user"), cstr("intercept-none"), at(2*4096), 7, uintptr(0xfffffffd))
+		made("add_key with a payload across into memory it may not read", unix.SYS_ADD_KEY, cstr("user"), cstr("intercept-none"), at(2*4096-4), 7, uintptr(0xfffffffd))
+		made("add_key of 40000 bytes with an unmapped description", unix.SYS_ADD_KEY, cstr("user"), at(3*4096), at(0), 40000, uintptr(0xfffffffd))
+		made("add_key of 40000 bytes with an unmapped type", unix.SYS_ADD_KEY, at(3*4096), cstr("intercept-big"), at(0), 40000, uintptr(0xfffffffd))
+		made("add_key of 40000 bytes across memory it may not read", unix.SYS_ADD_KEY, cstr("user"), cstr("intercept-big"), at(0), 40000, uintptr(0xfffffffd))
+		made("add_key of 2 MiB with an unmapped description", unix.SYS_ADD_KEY, cstr("user"), at(3*4096), at(0), 2<<20, uintptr(0xfffffffd))
+		made("search across a page", unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, uintptr(0xfffffffd), cstr("user"), at(4096-3), 0)
+	}
 	// Payloads larger than a user key's, which the daemon asks about
 	// before it reads them: refused by their length, by their keyring,
 	// or for memory of which only the start is the caller's.
@@ -243,6 +273,16 @@ func TestInterceptedCalls(t *testing.T) {
 		"dh":                                             "8", // the significant bytes, in whole 64-bit limbs, as the kernel pads them
 		"dh last byte":                                   "8",
 		"read revoked":                                   "key has been revoked",
+		"add_key with a description across a page":       "made",
+		"add_key with a description running into memory it may not read": "bad address",
+		"add_key with an unmapped description":                           "bad address",
+		"add_key with a payload it may not read":                         "bad address",
+		"add_key with a payload across into memory it may not read":      "bad address",
+		"add_key of 40000 bytes with an unmapped description":            "bad address",
+		"add_key of 40000 bytes with an unmapped type":                   "bad address",
+		"add_key of 40000 bytes across memory it may not read":           "bad address",
+		"add_key of 2 MiB with an unmapped description":                  "invalid argument", // its length is checked first
+		"search across a page":                                           "made",
 	} {
 		if got[k] != want {
 			t.Errorf("%s: %q, want %q", k, got[k], want)

@@ -279,7 +279,7 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		return 0, unix.EOPNOTSUPP
 	}
 	// The thread's credentials now, as the kernel would check them.
-	st, exec, errno := l.tasks.read(pid, n.ip)
+	st, task, exec, errno := l.tasks.read(pid, n.ip)
 	if errno != 0 {
 		return 0, errno
 	}
@@ -304,7 +304,7 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	if !l.valid(n.id) {
 		return 0, unix.ENOENT
 	}
-	caller := Caller{Tid: pid, Pid: st.Tgid, Status: st, Exec: exec}
+	caller := Caller{Tid: pid, Pid: st.Tgid, Task: task, Status: st, Exec: exec}
 	l.tasks.delivered(st.Tgid)
 	if lazy {
 		check := &wire.Request{Op: wire.OpAddKeyCheck, Bufs: req.Bufs[:2], Ints: []int64{int64(n.args[3]), req.Ints[0]}}

@@ -2,6 +2,7 @@ package intercept
 
 import (
 	"strconv"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -22,10 +23,21 @@ import (
 // task with the same id gets another), so a reused id is never mistaken
 // for the task before it. Only the listener's serving thread uses it.
 type tasks struct {
-	status map[int]int       // thread id: its /proc/<tid>/status
-	procs  map[int]*procView // process id: its memory
+	status map[int]statusView // thread id: its /proc/<tid>/status
+	procs  map[int]*procView  // process id: its memory
 	buf    []byte
 }
+
+// statusView is a kept descriptor of one thread's /proc status, and the
+// number (Caller.Task) that names the task it was opened on.
+type statusView struct {
+	fd   int
+	task uint64
+}
+
+// lastTask numbers the tasks that listeners meet, across listeners, so
+// that no two are ever given the same.
+var lastTask atomic.Uint64
 
 // procView is the listener's view of one process's memory.
 type procView struct {
@@ -47,11 +59,12 @@ const maxTasks = 256
 // and whether its process has exec'd since the listener last served it.
 // ip is an address the call shows mapped in the caller (its instruction
 // pointer). The caller checks afterwards that the call is still pending,
-// which proves tid was the caller's while it was read.
-func (t *tasks) read(tid int, ip uint64) (procfs.Status, bool, syscall.Errno) {
-	st, ok := t.readStatus(tid)
+// which proves tid was the caller's while it was read. task is the
+// number of the task read (Caller.Task).
+func (t *tasks) read(tid int, ip uint64) (st procfs.Status, task uint64, exec bool, errno syscall.Errno) {
+	st, task, ok := t.readStatus(tid)
 	if !ok {
-		return procfs.Status{}, false, unix.EPERM // gone, or /proc not to be read
+		return procfs.Status{}, 0, false, unix.EPERM // gone, or /proc not to be read
 	}
 	if st.Tgid == 0 {
 		st.Tgid = tid
@@ -75,7 +88,7 @@ func (t *tasks) read(tid int, ip uint64) (procfs.Status, bool, syscall.Errno) {
 		pv.exec = true
 	}
 	pv.addr = ip
-	return st, pv.exec, 0
+	return st, task, pv.exec, 0
 }
 
 // delivered records that the handler has been told of process pid's
@@ -88,39 +101,40 @@ func (t *tasks) delivered(pid int) {
 
 // readStatus reads thread tid's status through its kept descriptor,
 // opening one for a thread met for the first time or whose kept one
-// named a task that has exited.
-func (t *tasks) readStatus(tid int) (procfs.Status, bool) {
+// named a task that has exited, and returns the number of the task read.
+func (t *tasks) readStatus(tid int) (procfs.Status, uint64, bool) {
 	if t.buf == nil {
 		t.buf = make([]byte, 4096)
 	}
 	for attempt := 0; attempt < 2; attempt++ {
-		fd, kept := t.status[tid]
+		v, kept := t.status[tid]
 		if !kept {
 			if len(t.status) >= maxTasks {
 				t.sweepStatus()
 			}
-			var err error
-			fd, err = procfs.Open("/proc/" + strconv.Itoa(tid) + "/status")
+			fd, err := procfs.Open("/proc/" + strconv.Itoa(tid) + "/status")
 			if err != nil {
-				return procfs.Status{}, false
+				return procfs.Status{}, 0, false
 			}
 			if t.status == nil {
-				t.status = make(map[int]int)
+				t.status = make(map[int]statusView)
 			}
-			t.status[tid] = fd
+			v = statusView{fd: fd, task: lastTask.Add(1)}
+			t.status[tid] = v
 		}
-		n, err := t.pread(fd)
+		n, err := t.pread(v.fd)
 		if err != nil {
-			unix.Close(fd)
+			unix.Close(v.fd)
 			delete(t.status, tid)
 			if kept {
 				continue // an earlier task with this id: open the caller's
 			}
-			return procfs.Status{}, false
+			return procfs.Status{}, 0, false
 		}
-		return procfs.ParseStatus(t.buf[:n])
+		st, ok := procfs.ParseStatus(t.buf[:n])
+		return st, v.task, ok
 	}
-	return procfs.Status{}, false
+	return procfs.Status{}, 0, false
 }
 
 // pread reads the whole of a status file from its start (which makes
@@ -141,15 +155,15 @@ func (t *tasks) pread(fd int) (int, error) {
 // sweepStatus drops the descriptors of threads that have exited, or all
 // of them if none has.
 func (t *tasks) sweepStatus() {
-	for tid, fd := range t.status {
-		if _, err := t.pread(fd); err != nil {
-			unix.Close(fd)
+	for tid, v := range t.status {
+		if _, err := t.pread(v.fd); err != nil {
+			unix.Close(v.fd)
 			delete(t.status, tid)
 		}
 	}
 	if len(t.status) >= maxTasks {
-		for tid, fd := range t.status {
-			unix.Close(fd)
+		for tid, v := range t.status {
+			unix.Close(v.fd)
 			delete(t.status, tid)
 		}
 	}
@@ -175,8 +189,8 @@ func (t *tasks) sweepProcs() {
 
 // close releases every kept descriptor.
 func (t *tasks) close() {
-	for tid, fd := range t.status {
-		unix.Close(fd)
+	for tid, v := range t.status {
+		unix.Close(v.fd)
 		delete(t.status, tid)
 	}
 	for pid, pv := range t.procs {
