@@ -27,6 +27,9 @@ type memory struct {
 	fetched []fetchedRange
 	remote  []unix.RemoteIovec // prefetch's, kept from call to call
 	local   []unix.Iovec
+	// noPrefetch reads every argument on its own, as before prefetch:
+	// what the tests compare prefetch with.
+	noPrefetch bool
 }
 
 // fetchedRange is n bytes at addr in the caller, read ahead: their
@@ -270,15 +273,18 @@ func decode(m *memory, spec *wire.Spec, args *[6]uint64, lazy bool) (*wire.Reque
 // first from the caller: the first page of each string argument (to its
 // end, or as far as the string may run) and each payload whole (lazy:
 // one byte of each of its pages), up to the first argument refused
-// before it is read. A system call is the dear part of a read, dearer
-// still in a guest without hardware nested paging (about 10 µs there), and
-// add_key reads three things. Only when all of it reads are the bytes kept:
+// before it is read. A system call is the dear part of a read (several
+// microseconds in a guest without hardware nested paging), and add_key
+// reads three things. Only when all of it reads are the bytes kept:
 // otherwise decode reads each thing itself, and meets the fault, and so
-// the error, in the kernel's order.
+// the error, in the kernel's order. A call that reads one thing is left
+// to decode, which reads it into the kept scratch buffer if it is large.
 func (m *memory) prefetch(spec *wire.Spec, args *[6]uint64, lazy bool) {
+	if m.noPrefetch {
+		return
+	}
 	const maxVec = 1024 // IOV_MAX, for either side
-	remote, local := m.remote[:0], m.local[:0]
-	ranges := m.fetched[:0]
+	ranges, pages := m.fetched[:0], 0
 plan:
 	for _, a := range spec.Args {
 		reg := args[a.Reg-1]
@@ -294,11 +300,8 @@ plan:
 			if a.Max > 0 {
 				limit = a.Max
 			}
-			n := min(4096-int(reg%4096), limit+1)
-			b := m.take(n)
-			remote = append(remote, unix.RemoteIovec{Base: uintptr(reg), Len: n})
-			local = append(local, unix.Iovec{Base: &b[0], Len: uint64(n)})
-			ranges = append(ranges, fetchedRange{addr: reg, n: n, b: b})
+			ranges = append(ranges, fetchedRange{addr: reg, n: min(4096-int(reg%4096), limit+1)})
+			pages++
 		case wire.KindBytes:
 			n := args[a.Reg]
 			switch {
@@ -306,33 +309,40 @@ plan:
 				continue
 			case n > maxPayload || reg == 0 || reg+n < reg:
 				break plan
-			case lazy:
-				k := len(remote)
-				remote = probeVec(remote, reg, int(n))
-				if len(remote) > maxVec {
-					break plan
-				}
-				b := m.take(len(remote) - k)
-				local = append(local, unix.Iovec{Base: &b[0], Len: uint64(len(b))})
-				ranges = append(ranges, fetchedRange{addr: reg, n: int(n), probed: true})
-			default:
-				b := m.take(int(n))
-				remote = append(remote, unix.RemoteIovec{Base: uintptr(reg), Len: int(n)})
-				local = append(local, unix.Iovec{Base: &b[0], Len: uint64(n)})
-				ranges = append(ranges, fetchedRange{addr: reg, n: int(n), b: b})
+			}
+			ranges = append(ranges, fetchedRange{addr: reg, n: int(n), probed: lazy})
+			if lazy {
+				pages += int((reg+n-1)/4096-reg/4096) + 2 // probeVec's
+			} else {
+				pages++
 			}
 		}
 	}
-	m.remote, m.local = remote, local
-	if len(ranges) < 2 || len(remote) > maxVec || len(local) > maxVec {
+	if len(ranges) < 2 || pages > maxVec {
 		clear(ranges)
-		return // one read is decode's own; too many, decode's too
+		return
 	}
+	remote, local := m.remote[:0], m.local[:0]
 	want := 0
-	for _, l := range local {
-		want += int(l.Len)
+	for i := range ranges {
+		f := &ranges[i]
+		var b []byte
+		if f.probed {
+			k := len(remote)
+			remote = probeVec(remote, f.addr, f.n)
+			b = m.take(len(remote) - k)
+		} else {
+			b = m.take(f.n)
+			f.b = b
+			remote = append(remote, unix.RemoteIovec{Base: uintptr(f.addr), Len: f.n})
+		}
+		local = append(local, unix.Iovec{Base: &b[0], Len: uint64(len(b))})
+		want += len(b)
 	}
+	m.remote, m.local = remote, local
 	got, err := unix.ProcessVMReadv(m.pid, local, remote, 0)
+	clear(remote) // addresses in the caller, and
+	clear(local)  // buffers wiped at release: neither kept past the call
 	if err != nil || got != want {
 		clear(ranges)
 		return
