@@ -23,13 +23,15 @@ type Caller struct {
 	// the listener last served it: the kernel drops a process's thread
 	// and process keyrings at exec.
 	Exec bool
-	// Task numbers the calling thread as the task it is: never 0, the
-	// same from call to call while that thread lives, and never given to
-	// another, by this listener or any other. The same Task as at an
-	// earlier call proves that the caller is the thread that made it,
-	// and so that Pid is still the process it was, without asking the
-	// kernel again (its descriptor of the thread's /proc status, read
-	// for this call, can read only the task it was opened on).
+	// Task numbers the calling thread as the task it is: never 0, and
+	// never given to another task, by this listener or any other. A
+	// thread keeps its number from call to call, unless the listener
+	// has had to forget it (it keeps 256 threads' descriptors) and gives
+	// it a new one. So the same Task as at an earlier call proves that
+	// the caller is the thread that made it, and that Pid is still the
+	// process it was, without asking the kernel again: the listener's
+	// descriptor of the thread's /proc status, read for this call, can
+	// read only the task it was opened on.
 	Task uint64
 }
 
