@@ -67,6 +67,14 @@ func (m *memory) fetchedAt(addr uint64, n int, probed bool) *fetchedRange {
 	return nil
 }
 
+// fetchedBytes returns the n bytes at addr if they were read ahead.
+func (m *memory) fetchedBytes(addr uint64, n int) ([]byte, bool) {
+	if f := m.fetchedAt(addr, n, false); f != nil {
+		return f.b, true
+	}
+	return nil, false
+}
+
 // read copies n bytes at addr in the caller and returns them; EFAULT if
 // the caller has no such memory.
 func (m *memory) read(addr uint64, n int) ([]byte, syscall.Errno) {
@@ -76,8 +84,8 @@ func (m *memory) read(addr uint64, n int) ([]byte, syscall.Errno) {
 	if addr == 0 {
 		return nil, unix.EFAULT
 	}
-	if f := m.fetchedAt(addr, n, false); f != nil {
-		return f.b, 0
+	if b, ok := m.fetchedBytes(addr, n); ok {
+		return b, 0
 	}
 	b := m.take(n)
 	got, err := unix.ProcessVMReadv(m.pid,
@@ -130,6 +138,9 @@ func (m *memory) probe(addr uint64, n int) syscall.Errno {
 	return 0
 }
 
+// probeLen is how many bytes probeVec reads of the n bytes at addr.
+func probeLen(addr uint64, n int) int { return int((addr+uint64(n)-1)/4096-addr/4096) + 2 }
+
 // probeVec appends to remote one byte of each page of the n bytes at
 // addr, and their last byte.
 func probeVec(remote []unix.RemoteIovec, addr uint64, n int) []unix.RemoteIovec {
@@ -151,36 +162,48 @@ func (m *memory) readString(addr uint64, max int) ([]byte, syscall.Errno) {
 	// the asymmetric type replaces), and a nil buffer on the wire is absent.
 	out := []byte{}
 	for len(out) <= max {
-		chunk := 4096 - int(addr%4096) // to the end of the page
-		chunk = min(chunk, max+1-len(out))
-		if f := m.fetchedAt(addr, chunk, false); f != nil && len(out) == 0 {
-			// Read ahead: the string's first page.
-			if i := bytes.IndexByte(f.b, 0); i >= 0 {
-				return append(out, f.b[:i]...), 0
+		chunk := pageChunk(addr, max+1-len(out))
+		b, fetched := m.fetchedBytes(addr, chunk)
+		if !fetched {
+			b = make([]byte, chunk)
+			got, err := unix.ProcessVMReadv(m.pid,
+				[]unix.Iovec{{Base: &b[0], Len: uint64(chunk)}},
+				[]unix.RemoteIovec{{Base: uintptr(addr), Len: chunk}}, 0)
+			if err != nil || got == 0 {
+				clear(b)
+				return nil, unix.EFAULT
 			}
-			out = append(out, f.b...)
-			addr += uint64(chunk)
-			continue
+			b = b[:got]
 		}
-		b := make([]byte, chunk)
-		got, err := unix.ProcessVMReadv(m.pid,
-			[]unix.Iovec{{Base: &b[0], Len: uint64(chunk)}},
-			[]unix.RemoteIovec{{Base: uintptr(addr), Len: chunk}}, 0)
-		if err != nil || got == 0 {
-			clear(b)
-			return nil, unix.EFAULT
+		i := bytes.IndexByte(b, 0)
+		if i < 0 {
+			i = len(b)
 		}
-		if i := bytes.IndexByte(b[:got], 0); i >= 0 {
-			out = append(out, b[:i]...)
-			clear(b)
+		out = append(out, b[:i]...)
+		ended := i < len(b)
+		addr += uint64(len(b))
+		if !fetched {
+			clear(b) // the read-ahead's are wiped at release
+		}
+		if ended {
 			return out, 0
 		}
-		out = append(out, b[:got]...)
-		clear(b)
-		addr += uint64(got)
 	}
 	clear(out)
 	return nil, unix.EINVAL
+}
+
+// pageChunk is how much of want bytes at addr lie on addr's page: what
+// readString reads at a time, so that a string near the end of a
+// mapping is read, and what prefetch reads of a string's first page.
+func pageChunk(addr uint64, want int) int { return min(4096-int(addr%4096), want) }
+
+// stringMax is the most bytes a string argument may hold before its NUL.
+func stringMax(a wire.Arg) int {
+	if a.Max > 0 {
+		return a.Max
+	}
+	return maxString - 1
 }
 
 // write copies b to addr in the caller: EFAULT if it cannot.
@@ -236,11 +259,7 @@ func decode(m *memory, spec *wire.Spec, args *[6]uint64, lazy bool) (*wire.Reque
 				req.Bufs = append(req.Bufs, nil)
 				continue
 			}
-			limit := maxString - 1
-			if a.Max > 0 {
-				limit = a.Max
-			}
-			s, errno := m.readString(reg, limit)
+			s, errno := m.readString(reg, stringMax(a))
 			if errno != 0 {
 				return nil, errno
 			}
@@ -296,11 +315,7 @@ plan:
 				}
 				break plan
 			}
-			limit := maxString - 1
-			if a.Max > 0 {
-				limit = a.Max
-			}
-			ranges = append(ranges, fetchedRange{addr: reg, n: min(4096-int(reg%4096), limit+1)})
+			ranges = append(ranges, fetchedRange{addr: reg, n: pageChunk(reg, stringMax(a)+1)})
 			pages++
 		case wire.KindBytes:
 			n := args[a.Reg]
@@ -312,7 +327,7 @@ plan:
 			}
 			ranges = append(ranges, fetchedRange{addr: reg, n: int(n), probed: lazy})
 			if lazy {
-				pages += int((reg+n-1)/4096-reg/4096) + 2 // probeVec's
+				pages += probeLen(reg, int(n))
 			} else {
 				pages++
 			}
