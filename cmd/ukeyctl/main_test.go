@@ -31,6 +31,8 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	case "ukeyd":
 		os.Exit(fakeDaemon(os.Args[1:]))
+	case iovAttacker:
+		os.Exit(iovAttack())
 	}
 	goleak.VerifyTestMain(m)
 }

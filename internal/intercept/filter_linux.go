@@ -35,6 +35,18 @@ var native, compat = func() (abi, []abi) {
 	return abi{}, nil
 }()
 
+// userTop is where user space ends for the native ABI (TASK_SIZE_MAX),
+// as access_ok bounds what the kernel copies: 4-level page tables' on
+// x86-64, 48-bit addresses' on arm64, the usual configurations. A kernel
+// with wider addresses accepts more, but only a program that asks to map
+// above them could tell.
+var userTop = func() uint64 {
+	if runtime.GOARCH == "arm64" {
+		return 1 << 48
+	}
+	return 1<<47 - 4096
+}()
+
 // syscallOf tells which key call nr is in the native ABI.
 func syscallOf(arch uint32, nr int32) (wire.Syscall, bool) {
 	if arch != native.arch {

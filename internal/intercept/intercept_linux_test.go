@@ -162,6 +162,28 @@ func child() int {
 		made("add_key of 2 MiB with an unmapped description", unix.SYS_ADD_KEY, cstr("user"), at(3*4096), at(0), 2<<20, uintptr(0xfffffffd))
 		made("search across a page", unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, uintptr(0xfffffffd), cstr("user"), at(4096-3), 0)
 	}
+	// KEYCTL_INSTANTIATE_IOV's segment lengths are the caller's: lengths
+	// that would wrap around when added (which once had the listener
+	// allocate from a negative length and panic, taking the daemon with
+	// it), one that runs past user space, totals over the bound, too many
+	// segments. This process holds
+	// no authority to instantiate, so a well-formed call is refused for
+	// that, after the kernel has checked the segments.
+	iov := func(name string, lens ...uint64) {
+		vec := make([]unix.Iovec, len(lens))
+		for i, n := range lens {
+			vec[i].Base, vec[i].Len = &payload[0], n
+		}
+		call(name, unix.SYS_KEYCTL, unix.KEYCTL_INSTANTIATE_IOV, 42, uintptr(unsafe.Pointer(&vec[0])), uintptr(len(vec)), uintptr(0xfffffffd))
+	}
+	iov("instantiate_iov with lengths that wrap around", 1<<63, 1<<63+3)
+	iov("instantiate_iov with lengths that wrap around in many steps", slices.Repeat([]uint64{1 << 55}, 512)...)
+	iov("instantiate_iov with a lone length past user space", 1<<47) // cut to MAX_RW_COUNT first
+	iov("instantiate_iov with a length past user space", 3, 1<<47)
+	iov("instantiate_iov of a gigabyte", 1<<30)
+	iov("instantiate_iov of two halves of a megabyte", 1<<19, 1<<19)
+	iov("instantiate_iov of 1025 segments", make([]uint64, 1025)...)
+	iov("instantiate_iov without authority", 3, 0, 4)
 	// Payloads larger than a user key's, which the daemon asks about
 	// before it reads them: refused by their length, by their keyring,
 	// or for memory of which only the start is the caller's.
@@ -283,6 +305,14 @@ func TestInterceptedCalls(t *testing.T) {
 		"add_key of 40000 bytes across memory it may not read":           "bad address",
 		"add_key of 2 MiB with an unmapped description":                  "invalid argument", // its length is checked first
 		"search across a page":                                           "made",
+		"instantiate_iov with lengths that wrap around":                  "invalid argument", // negative as a ssize_t
+		"instantiate_iov with lengths that wrap around in many steps":    "bad address",
+		"instantiate_iov with a lone length past user space":             "invalid argument",
+		"instantiate_iov with a length past user space":                  "bad address",
+		"instantiate_iov of a gigabyte":                                  "invalid argument",
+		"instantiate_iov of two halves of a megabyte":                    "invalid argument",
+		"instantiate_iov of 1025 segments":                               "invalid argument",
+		"instantiate_iov without authority":                              "operation not permitted",
 	} {
 		if got[k] != want {
 			t.Errorf("%s: %q, want %q", k, got[k], want)

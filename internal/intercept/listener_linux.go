@@ -259,6 +259,31 @@ func ioctl(fd uintptr, req uint, arg unsafe.Pointer) error {
 	return nil
 }
 
+// callSpec returns the operation a key call carries, nil for a keyctl
+// command ukeys does not serve.
+func callSpec(sysc wire.Syscall, args *[6]uint64) *wire.Spec {
+	if sysc == wire.SysKeyctl && args[0] == unix.KEYCTL_INSTANTIATE_IOV {
+		// KEYCTL_INSTANTIATE with its payload gathered from an iovec.
+		return wire.SpecOf(wire.OpInstantiate)
+	}
+	return wire.SyscallSpec(sysc, args[0])
+}
+
+// decodeCall reads a call's arguments from the caller's memory into a
+// request of spec (callSpec's). With lazy, its payload is still to be
+// read: a payload larger than a user key's is asked about before it is
+// read (OpAddKeyCheck), so that one the type refuses by its length, or
+// that the keyring or type refuses anyway, is never copied.
+func decodeCall(m *memory, sysc wire.Syscall, spec *wire.Spec, args *[6]uint64) (req *wire.Request, lazy bool, errno syscall.Errno) {
+	if sysc == wire.SysKeyctl && args[0] == unix.KEYCTL_INSTANTIATE_IOV {
+		req, errno = decodeIOV(m, args)
+		return req, false, errno
+	}
+	lazy = sysc == wire.SysAddKey && args[3] > keyctl.MaxUserPayload && args[3] <= maxPayload
+	req, errno = decode(m, spec, args, lazy)
+	return req, lazy, errno
+}
+
 // serve decodes a call, has the handler serve it and writes its results
 // back, returning the system call's value or an errno.
 func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
@@ -267,12 +292,7 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		return 0, unix.ENOSYS
 	}
 	pid := int(n.pid)
-	spec := wire.SyscallSpec(sysc, n.args[0])
-	iov := sysc == wire.SysKeyctl && n.args[0] == unix.KEYCTL_INSTANTIATE_IOV
-	if iov {
-		// KEYCTL_INSTANTIATE with its payload gathered from an iovec.
-		spec = wire.SpecOf(wire.OpInstantiate)
-	}
+	spec := callSpec(sysc, &n.args)
 	if spec == nil {
 		// A keyctl command ukeys does not serve: what a kernel without
 		// it answers.
@@ -284,16 +304,7 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		return 0, errno
 	}
 	l.mem.pid = pid
-	// A payload larger than a user key's is asked about before it is
-	// read (OpAddKeyCheck): one that the type refuses by its length, or
-	// that the keyring or type refuses anyway, is never copied.
-	lazy := sysc == wire.SysAddKey && n.args[3] > keyctl.MaxUserPayload && n.args[3] <= maxPayload
-	var req *wire.Request
-	if iov {
-		req, errno = decodeIOV(&l.mem, &n.args)
-	} else {
-		req, errno = decode(&l.mem, spec, &n.args, lazy)
-	}
+	req, lazy, errno := decodeCall(&l.mem, sysc, spec, &n.args)
 	defer l.mem.release()
 	if errno != 0 {
 		return 0, errno

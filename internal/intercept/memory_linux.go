@@ -451,9 +451,20 @@ func decodePkey(m *memory, op wire.Op, args *[6]uint64) (*wire.Request, syscall.
 
 // decodeIOV reads KEYCTL_INSTANTIATE_IOV's arguments (key, const struct
 // iovec *iov, unsigned ioc, ringid) as KEYCTL_INSTANTIATE's, its payload
-// gathered from the iovec as the kernel's import_iovec gathers it: at
-// most UIO_MAXIOV segments (EINVAL beyond), at most a payload's bound in
-// all.
+// gathered from the iovec as the kernel's import_iovec gathers it. Every
+// length is the caller's, and checked before it is used, in the kernel's
+// order:
+//
+//   - more than UIO_MAXIOV segments: EINVAL;
+//   - any length negative as a ssize_t: EINVAL, for every segment before
+//     any is placed;
+//   - a segment that does not lie within user space: EFAULT (a lone
+//     segment's length is first cut to MAX_RW_COUNT, as the kernel cuts
+//     it);
+//   - more than a payload's bound in all: EINVAL.
+//
+// Only then is any segment read, so that no sum wraps around to a small
+// one and no length is trusted with an allocation.
 func decodeIOV(m *memory, args *[6]uint64) (*wire.Request, syscall.Errno) {
 	req := &wire.Request{Op: wire.OpInstantiate, Ints: []int64{int64(int32(uint32(args[1]))), int64(int32(uint32(args[4])))}}
 	iovAt, ioc := args[2], args[3]
@@ -468,9 +479,25 @@ func decodeIOV(m *memory, args *[6]uint64) (*wire.Request, syscall.Errno) {
 	if errno != 0 {
 		return nil, errno
 	}
+	seg := func(i int) (base, n uint64) {
+		return binary.NativeEndian.Uint64(vec[16*i:]), binary.NativeEndian.Uint64(vec[16*i+8:])
+	}
+	for i := range int(ioc) {
+		if _, n := seg(i); int64(n) < 0 {
+			return nil, unix.EINVAL
+		}
+	}
 	var total uint64
 	for i := range int(ioc) {
-		total += binary.NativeEndian.Uint64(vec[16*i+8:])
+		base, n := seg(i)
+		if ioc == 1 {
+			n = min(n, maxRWCount)
+		}
+		if !userRange(base, n) {
+			return nil, unix.EFAULT
+		}
+		// Each below userTop: a thousand of them cannot wrap.
+		total += n
 	}
 	if total > maxPayload {
 		return nil, unix.EINVAL
@@ -478,15 +505,28 @@ func decodeIOV(m *memory, args *[6]uint64) (*wire.Request, syscall.Errno) {
 	payload := m.take(int(total))
 	at := 0
 	for i := range int(ioc) {
-		base, n := binary.NativeEndian.Uint64(vec[16*i:]), int(binary.NativeEndian.Uint64(vec[16*i+8:]))
-		seg, errno := m.read(base, n)
+		base, n := seg(i)
+		b, errno := m.read(base, int(n))
 		if errno != 0 {
 			return nil, errno
 		}
-		at += copy(payload[at:], seg)
+		at += copy(payload[at:], b)
 	}
 	req.Bufs = append(req.Bufs, payload)
 	return req, 0
+}
+
+// maxRWCount is the most one read or write moves (MAX_RW_COUNT: INT_MAX
+// rounded down to a page), to which the kernel cuts a lone segment.
+const maxRWCount = math.MaxInt32 &^ 4095
+
+// userRange reports whether the n bytes at addr lie within user space,
+// as the kernel's access_ok asks before it copies anything: no
+// wrap-around, and an end no higher than userTop (an empty range at
+// userTop is within it, one past it is not).
+func userRange(addr, n uint64) bool {
+	end := addr + n
+	return end >= addr && end <= userTop
 }
 
 // encode writes a successful answer's results where the call wants them
