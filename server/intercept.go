@@ -211,8 +211,11 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 // kernel's key checks see them.
 func credOf(ic intercept.Caller) keys.Cred {
 	st := &ic.Status
+	// Capabilities count only in the daemon's user namespace (ic.Caps),
+	// and a status that shows none has none: never unknown, which would
+	// make uid 0 privileged whatever it holds.
 	return keys.Cred{UID: st.UIDs[1], GID: st.GIDs[1], Groups: st.Groups, PID: ic.Pid,
-		Caps: st.CapEff, CapsKnown: st.HasCapEff}
+		Caps: ic.Caps, CapsKnown: true}
 }
 
 // sameCred reports whether a and b are the same credentials (their pid

@@ -109,21 +109,38 @@ func (h *procHandle) exited() bool {
 func (h *procHandle) leaving() bool { return h.exited() }
 
 // capabilities returns the process's effective capability set, asked of
-// the kernel with capget(2), or else read from /proc/<pid>/status. It is
-// the process's only if the process is still there once it has been read
-// (its pid not yet another's): otherwise it is known to be empty.
+// the kernel with capget(2), or else read from /proc/<pid>/status. It
+// counts only if the process is in the daemon's user namespace (one
+// that made a namespace of its own has every capability there, which
+// capget reports as if they were the daemon's), and only if the process
+// is still there once it has been read (its pid not yet another's):
+// otherwise it is known to be empty. So is the set of a process that
+// cannot be read at all, gone before the daemon met it: leaving it
+// unknown would make a uid-0 caller privileged by default, and a root
+// process stripped of its capabilities (a container's root) would gain
+// them all by connecting and exiting before accept.
 //
 // capget answers in a system call what the status file makes the kernel
 // print in full and the daemon parse: about a fifth of the daemon's work
 // on meeting a short-lived client such as ukeyctl.
+//
+// Where /proc is not the daemon's own, no namespace can be told: the set
+// is unknown, and uid 0 alone is privileged (see README, "Security
+// model").
 func (h *procHandle) capabilities() (uint64, bool) {
+	if !procfs.Ours() {
+		return 0, false
+	}
 	eff, ok := capget(h.pid)
 	if !ok {
 		st, sok := procfs.ReadStatus(h.pid)
 		if !sok {
-			return 0, false
+			return 0, true
 		}
 		eff, ok = st.CapEff, st.HasCapEff
+	}
+	if eff != 0 && !procfs.InOwnUserNS(h.pid) {
+		eff = 0
 	}
 	if !ok || h.exited() {
 		return 0, true

@@ -347,10 +347,14 @@ func (s *Server) accept(uc *net.UnixConn) {
 			}
 			s.procs[cred.PID] = p
 		} else {
-			p.caller = s.svc.NewCaller(cred)
 			// A caller in a pid namespace the daemon cannot see: its pid
 			// says nothing, so it is a process of its own for as long as
-			// this connection lasts, and shares nothing with others.
+			// this connection lasts, and shares nothing with others. Its
+			// capabilities cannot be read either (nor its user
+			// namespace): it has none, whatever its uid, or a container's
+			// root stripped of them would have them all here.
+			cred.Caps, cred.CapsKnown = 0, true
+			p.caller = s.svc.NewCaller(cred)
 			p.handle = procHandle{fd: -1}
 			p.private = true
 		}

@@ -15,6 +15,8 @@ import (
 // KEYCTL_INSTANTIATE_IOV calls (iovAttack) under ukeyctl run.
 const iovAttacker = "ukeys-iov-attack"
 
+func init() { testPrograms[iovAttacker] = iovAttack }
+
 // iovAttack makes KEYCTL_INSTANTIATE_IOV calls whose segment lengths
 // are chosen to hurt the one who adds them up: lengths that wrap around
 // to a small total, in two steps and in many (512 times 2^55 is 2^64),

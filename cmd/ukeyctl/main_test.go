@@ -22,6 +22,11 @@ import (
 // TestMain also lets the test binary stand in for the programs the tests
 // start: run as keyctl, ukeyctl or request-key it is ukeyctl; run as ukeyd
 // it is a small daemon (for the autostart test).
+// testPrograms are the programs, other than the commands, that the test
+// binary is run as (by the name it is linked under); files of their own,
+// some for one system only, register them.
+var testPrograms = map[string]func() int{}
+
 func TestMain(m *testing.M) {
 	switch filepath.Base(os.Args[0]) {
 	case "keyctl", "ukeyctl", "request-key":
@@ -31,8 +36,9 @@ func TestMain(m *testing.M) {
 		os.Exit(code)
 	case "ukeyd":
 		os.Exit(fakeDaemon(os.Args[1:]))
-	case iovAttacker:
-		os.Exit(iovAttack())
+	}
+	if prog := testPrograms[filepath.Base(os.Args[0])]; prog != nil {
+		os.Exit(prog())
 	}
 	goleak.VerifyTestMain(m)
 }

@@ -16,9 +16,17 @@ var ErrUnsupported = errors.New("intercept: seccomp user notification is not sup
 type Caller struct {
 	Tid, Pid int
 	// Status is the thread's /proc status, read for this call while the
-	// call was pending: its ids, groups and effective capabilities are
-	// the ones the kernel would check.
+	// call was pending: its ids and groups are the ones the kernel would
+	// check. Its effective capabilities are relative to the thread's own
+	// user namespace: Caps says which count.
 	Status procfs.Status
+	// Caps is the thread's effective capability set if the thread is in
+	// the daemon's user namespace, and empty otherwise: a process that
+	// made a user namespace of its own (unshare -U, open to every user)
+	// has every capability there, and its status shows them as if they
+	// were the host's, but the kernel counts them only in the initial
+	// namespace.
+	Caps uint64
 	// Exec says that the process has run another program (execve) since
 	// the listener last served it: the kernel drops a process's thread
 	// and process keyrings at exec.

@@ -12,6 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -303,6 +304,14 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	if errno != 0 {
 		return 0, errno
 	}
+	// Read after the status, and proved the caller's by the check below
+	// that the call is still pending: a thread cannot return to an
+	// ancestor namespace, so one found in the daemon's now was there when
+	// its status was read.
+	caps := st.CapEff
+	if caps != 0 && !procfs.InOwnUserNS(pid) {
+		caps = 0
+	}
 	l.mem.pid = pid
 	req, lazy, errno := decodeCall(&l.mem, sysc, spec, &n.args)
 	defer l.mem.release()
@@ -315,7 +324,7 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	if !l.valid(n.id) {
 		return 0, unix.ENOENT
 	}
-	caller := Caller{Tid: pid, Pid: st.Tgid, Task: task, Status: st, Exec: exec}
+	caller := Caller{Tid: pid, Pid: st.Tgid, Task: task, Status: st, Caps: caps, Exec: exec}
 	l.tasks.delivered(st.Tgid)
 	if lazy {
 		check := &wire.Request{Op: wire.OpAddKeyCheck, Bufs: req.Bufs[:2], Ints: []int64{int64(n.args[3]), req.Ints[0]}}
