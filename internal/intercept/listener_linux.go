@@ -313,6 +313,8 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		caps = 0
 	}
 	l.mem.pid = pid
+	l.mem.out.fd = l.tasks.mem(st.Tgid)
+	l.mem.out.ok = l.mem.out.fd >= 0
 	req, lazy, errno := decodeCall(&l.mem, sysc, spec, &n.args)
 	defer l.mem.release()
 	if errno != 0 {
@@ -348,6 +350,12 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	}()
 	if resp.Errno != 0 {
 		return 0, syscall.Errno(resp.Errno)
+	}
+	// The handler may have taken long (an upcall, a Diffie-Hellman):
+	// results written by pid go only to a caller still waiting for them,
+	// checked as late as can be.
+	if !l.mem.out.ok && !l.valid(n.id) {
+		return 0, unix.ENOENT
 	}
 	return encode(&l.mem, spec, &n.args, resp)
 }

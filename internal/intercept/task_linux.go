@@ -206,13 +206,23 @@ func (pv *procView) close() {
 	}
 }
 
-// openMem opens process pid's memory, or returns -1.
+// openMem opens process pid's memory, for reading and writing, or
+// returns -1.
 func openMem(pid int) int {
-	fd, err := procfs.Open("/proc/" + strconv.Itoa(pid) + "/mem")
+	fd, err := procfs.OpenMem(pid)
 	if err != nil {
 		return -1
 	}
 	return fd
+}
+
+// mem returns the kept descriptor of process pid's memory, which read
+// found the memory of the process its caller is in, or -1.
+func (t *tasks) mem(pid int) int {
+	if pv := t.procs[pid]; pv != nil {
+		return pv.mem
+	}
+	return -1
 }
 
 // readable reports whether one byte at addr reads through mem.

@@ -32,3 +32,19 @@ func Open(path string) (int, error) {
 	}
 	return openRetry(path)
 }
+
+// OpenMem opens /proc/<pid>/mem for reading and writing, close-on-exec,
+// refusing (ENOENT) where /proc is not Ours. The descriptor holds the
+// memory of the process pid names when it is opened, whatever the pid
+// names later: reads and writes through it reach that memory or none.
+func OpenMem(pid int) (int, error) {
+	if !Ours() {
+		return -1, errForeign
+	}
+	for {
+		fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/mem", syscall.O_RDWR|syscall.O_CLOEXEC, 0)
+		if err != syscall.EINTR {
+			return fd, err
+		}
+	}
+}
