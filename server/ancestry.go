@@ -61,12 +61,19 @@ func ancestryUntil(pid int, last func(procID) bool) (start string, ancestors []p
 	return start, ancestors
 }
 
+// testHookInheritance, where a test sets it, learns of every process
+// whose ancestry inheritance reads.
+var testHookInheritance func(pid int)
+
 // inheritance is ancestry as far as a new process's inheritance needs
 // it: up to the nearest ancestor the server knows, whose session it
 // inherits (inheritLocked). A process started from a shell ten levels
 // below init whose parent is a client costs the daemon two reads of
 // /proc, not eleven.
 func (s *Server) inheritance(pid int) (start string, ancestors []procID) {
+	if testHookInheritance != nil {
+		testHookInheritance(pid)
+	}
 	return ancestryUntil(pid, func(a procID) bool {
 		s.mu.Lock()
 		p := s.procs[a.pid]

@@ -151,15 +151,47 @@ func (s *Server) forget(uid uint32) {
 // server *all, or says which bound it would pass: EDQUOT for the uid's,
 // EMFILE for the server's (both are counts of descriptors).
 func admit(mine, all *int, perUID, total int) keys.Errno {
-	switch {
-	case *mine >= perUID:
-		return keys.EDQUOT
-	case *all >= total:
-		return keys.EMFILE
+	if e := bound(*mine, *all, perUID, total); e != 0 {
+		return e
 	}
 	*mine++
 	*all++
 	return 0
+}
+
+// bound says which bound one more of something would pass, of which uid
+// holds mine and the server all: EDQUOT for the uid's, EMFILE for the
+// server's.
+func bound(mine, all, perUID, total int) keys.Errno {
+	switch {
+	case mine >= perUID:
+		return keys.EDQUOT
+	case all >= total:
+		return keys.EMFILE
+	}
+	return 0
+}
+
+// refusalLocked says why a connection of uid would be refused, before
+// anything is done for it (newProc: it would count a process the daemon
+// does not keep yet), or 0. accept asks it before it reads a new
+// process's ancestry in /proc, which takes up to 64 reads in the accept
+// loop: a uid at its bounds must not have every connection it makes
+// cost other uids that wait to be accepted. s.mu is held.
+func (s *Server) refusalLocked(uid uint32, newProc bool) (keys.Errno, string) {
+	var conns, procs int
+	if u := s.usage[uid]; u != nil {
+		conns, procs = u.conns, u.procs
+	}
+	if e := bound(conns, s.nconns, s.lim.MaxConnsPerUID, s.lim.MaxConns); e != 0 {
+		return e, "too many connections"
+	}
+	if newProc {
+		if e := bound(procs, s.nprocs, s.lim.MaxProcsPerUID, s.lim.MaxProcs); e != 0 {
+			return e, "too many client processes"
+		}
+	}
+	return 0, ""
 }
 
 // admitConn counts a new connection of uid, or says why it cannot be

@@ -264,7 +264,13 @@ func (s *Server) accept(uc *net.UnixConn) {
 	p := s.procs[cred.PID]
 	known := p != nil && !p.ghost && p.caller.Cred().UID == cred.UID && !p.handle.exited()
 	ghostAlive := p != nil && p.ghost && p.start != "" && !p.handle.exited()
+	// Refused now, if it would be below, before its ancestry is read.
+	errno, why := s.refusalLocked(cred.UID, p == nil)
 	s.mu.Unlock()
+	if errno != 0 {
+		s.refuse(uc, cred, errno, why)
+		return
+	}
 	var start string
 	var ancestors []procID
 	var handle procHandle // opened early for a ghost; closed below if unused
