@@ -310,17 +310,57 @@ func (s *Server) parkAll(ho *handover) error {
 	}
 	// The seccomp listeners stop between two calls: the callers of the
 	// calls that arrive meanwhile wait in them for the new daemon.
+	// A caller can hold its listener in a call for as long as it likes
+	// (a read of memory whose page fault it answers itself): each is
+	// detached side by side, and waited for until the hand-over's
+	// deadline. One that has not stopped by then is left behind: its
+	// callers' calls fail (ENOSYS) once this daemon is gone, and nobody
+	// else's wait.
 	s.mu.Lock()
 	ls := make(map[*intercept.Listener]listenerInfo, len(s.listeners))
 	maps.Copy(ls, s.listeners)
 	s.mu.Unlock()
+	type detached struct {
+		li  listenerInfo
+		fd  int
+		err error
+	}
+	results := make(chan detached, len(ls))
 	for l, li := range ls {
-		if fd, err := l.Detach(); err == nil {
-			ho.seccomp = append(ho.seccomp, detachedListener{fd: fd, li: li})
+		go func() {
+			fd, err := l.Detach()
+			results <- detached{li, fd, err}
+		}()
+	}
+	// Even past the deadline, a listener that is between calls stops
+	// within a moment: it is given that.
+	timer := time.NewTimer(max(time.Until(deadline), detachGrace))
+	defer timer.Stop()
+	for left := len(ls); left > 0; left-- {
+		select {
+		case r := <-results:
+			if r.err == nil {
+				ho.seccomp = append(ho.seccomp, detachedListener{fd: r.fd, li: r.li})
+			}
+		case <-timer.C:
+			s.log.Warn("ukeyd: seccomp listeners held in a call by their callers are not handed over", "listeners", left)
+			go func() {
+				// Stopped at last: too late for the next daemon.
+				for range left {
+					if r := <-results; r.err == nil {
+						closeFD(r.fd)
+					}
+				}
+			}()
+			return nil
 		}
 	}
 	return nil
 }
+
+// detachGrace is how long a hand-over waits for its listeners to stop
+// when its deadline has passed already.
+const detachGrace = 2 * time.Second
 
 // connEnded tells a hand-over under way that c ended before parking.
 func (s *Server) connEnded(c *conn) {

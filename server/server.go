@@ -445,8 +445,23 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	s.mu.Unlock()
 	// Outside s.mu, which a call being served may wait for: Close waits
 	// for its Serve to end. Callers' pending calls then fail (ENOSYS).
-	for _, l := range listeners {
-		l.Close()
+	// A caller can hold its listener in a call for as long as it likes
+	// (a read of memory whose page fault it answers itself, through
+	// userfaultfd or FUSE, never returns), so they close side by side,
+	// and Shutdown waits for them no longer than ctx allows: one still
+	// stuck ends when its caller lets it, or with the process.
+	closing := make(chan struct{})
+	go func() {
+		var wg sync.WaitGroup
+		for _, l := range listeners {
+			wg.Go(func() { l.Close() })
+		}
+		wg.Wait()
+		close(closing)
+	}()
+	select {
+	case <-closing:
+	case <-ctx.Done():
 	}
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
@@ -483,7 +498,17 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, t := range tombs {
 		t.p.caller.Release()
 	}
-	s.watchers.Wait()
+	// The watchers include each listener's; a stuck one is not waited
+	// for past ctx (see above).
+	watched := make(chan struct{})
+	go func() { s.watchers.Wait(); close(watched) }()
+	select {
+	case <-watched:
+	case <-ctx.Done():
+		if err == nil {
+			err = ctx.Err()
+		}
+	}
 	return err
 }
 
