@@ -57,7 +57,11 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 		if prep != nil {
 			desc = t.ProposeDescription(prep)
 		}
-		if desc == "" {
+		// A proposed description is the payload's to choose (an X.509
+		// subject of any length): bounded as a caller's, or the key
+		// would be one that no state stream carries, and a hand-over
+		// would lose every key with it.
+		if desc == "" || len(desc) > MaxDescription {
 			prep.wipe()
 			return 0, EINVAL
 		}

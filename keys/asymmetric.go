@@ -362,8 +362,11 @@ func fabricateName(rawName []byte) string {
 // identifier in hexadecimal, and "[]" (the kernel's placeholder for the
 // key's capabilities).
 func asymmetricDescribe(k *Key, p *Payload) string {
+	if p == nil {
+		return "" // revoked: its payload is gone
+	}
 	a, ok := p.Extra.(*asymKey)
-	if p == nil || !ok {
+	if !ok {
 		return ""
 	}
 	var b strings.Builder

@@ -8,6 +8,7 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"crypto/subtle"
+	"encoding/binary"
 	"encoding/hex"
 	"strconv"
 	"strings"
@@ -71,10 +72,9 @@ func encryptedExport(p *Payload, write func([]byte)) error {
 	if !ok {
 		return EINVAL
 	}
-	b := make([]byte, 0, 3+len(m.format)+len(m.master)+len(m.datalen)+encIVSize+len(p.Data))
+	b := make([]byte, 0, 3*binary.MaxVarintLen64+len(m.format)+len(m.master)+len(m.datalen)+encIVSize+len(p.Data))
 	for _, f := range []string{m.format, m.master, m.datalen} {
-		b = append(b, byte(len(f)))
-		b = append(b, f...)
+		b = appendEncField(b, f)
 	}
 	b = append(b, m.iv[:]...)
 	b = append(b, p.Data...)
@@ -88,10 +88,10 @@ func encryptedExport(p *Payload, write func([]byte)) error {
 func encryptedImport(desc string, b []byte) (*Payload, int, error) {
 	var f [3]string
 	for i := range f {
-		if len(b) < 1 || len(b) < 1+int(b[0]) {
+		var ok bool
+		if f[i], b, ok = encField(b); !ok {
 			return nil, 0, EINVAL
 		}
-		f[i], b = string(b[1:1+int(b[0])]), b[1+int(b[0]):]
 	}
 	m := &encMeta{format: f[0], master: f[1], datalen: f[2]}
 	if len(b) < encIVSize {
@@ -110,6 +110,39 @@ func encryptedImport(desc string, b []byte) (*Payload, int, error) {
 	}
 	p, charge := newEncPayload(secret, m)
 	return p, charge, nil
+}
+
+// appendEncField appends one of an encrypted key's fields as its export
+// carries it: its length in a byte, then its bytes. None is empty, so
+// a zero byte marks a field of 256 bytes or more, whose length follows
+// as a uvarint (a master key's name may be as long as a description).
+// Streams written before such fields were carried read the same.
+func appendEncField(b []byte, f string) []byte {
+	if len(f) > 0 && len(f) < 256 {
+		b = append(b, byte(len(f)))
+	} else {
+		b = binary.AppendUvarint(append(b, 0), uint64(len(f)))
+	}
+	return append(b, f...)
+}
+
+// encField reads a field appendEncField wrote, and what follows it.
+func encField(b []byte) (f string, rest []byte, ok bool) {
+	if len(b) < 1 {
+		return "", nil, false
+	}
+	n, b := uint64(b[0]), b[1:]
+	if n == 0 {
+		var k int
+		if n, k = binary.Uvarint(b); k <= 0 {
+			return "", nil, false
+		}
+		b = b[k:]
+	}
+	if n > uint64(len(b)) {
+		return "", nil, false
+	}
+	return string(b[:n]), b[n:], true
 }
 
 // tokens splits a command at each space or tab, as the kernel's strsep

@@ -184,6 +184,9 @@ func (sc pkeyScheme) prefix() []byte {
 func (a *asymKey) scheme(p pkeyParams, op pkeyOp) (pkeyScheme, error) {
 	switch {
 	case a.algo == "rsa":
+		if k, ok := a.pub.(*rsa.PublicKey); !ok || !rsaKernelSize(k) {
+			return pkeyScheme{}, EINVAL
+		}
 		switch p.enc {
 		case "pkcs1":
 			if op != pkeySign && op != pkeyVerify {
@@ -215,6 +218,20 @@ func (a *asymKey) scheme(p pkeyParams, op pkeyOp) (pkeyScheme, error) {
 		return pkeyScheme{sig: true, hash: &h}, nil
 	}
 	return pkeyScheme{}, ENOPKG
+}
+
+// rsaKernelSize reports whether the kernel's RSA takes a key of k's
+// size: its modulus counted in whole 64-bit limbs, 512 to 4096 bits in
+// the steps rsa_check_key_length lists. An X.509 certificate may carry a
+// modulus of any size (Go's parser bounds none); the kernel adds such a
+// key, but every operation on it fails with EINVAL, and so here, where a
+// modulus of a byte once left a signature check reading past its result.
+func rsaKernelSize(k *rsa.PublicKey) bool {
+	switch (k.N.BitLen() + 63) / 64 * 64 {
+	case 512, 1024, 1536, 2048, 3072, 4096:
+		return true
+	}
+	return false
 }
 
 // query is software_key_query for params: the sizes and operations of
@@ -504,7 +521,8 @@ func (a *asymKey) verify(sc pkeyScheme, enc string, data, sig []byte) error {
 			return EINVAL
 		}
 		em := s.Exp(s, big.NewInt(int64(k.E)), k.N).FillBytes(make([]byte, n))
-		// EMSA-PKCS1-v1_5: 00 01 FF…FF 00 T, at least eight FF.
+		// EMSA-PKCS1-v1_5: 00 01 FF…FF 00 T, at least eight FF (scheme
+		// refused keys too small to hold that).
 		if em[0] != 0 {
 			return EINVAL
 		}

@@ -330,7 +330,11 @@ func (s *Service) findAsymmetric(ring *Key, ids [3][]byte) (*Key, error) {
 		return nil, ENOKEY
 	}
 	if ids[0] != nil && ids[1] != nil {
-		a, _ := k.payload.Load().Extra.(*asymKey)
+		// Revoked since the search found it: its payload is gone.
+		var a *asymKey
+		if pl := k.payload.Load(); pl != nil {
+			a, _ = pl.Extra.(*asymKey)
+		}
 		if a == nil || a.ids[1] == nil || string(a.ids[1]) != string(ids[1]) {
 			return nil, EKEYREJECTED
 		}
