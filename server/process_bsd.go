@@ -119,7 +119,7 @@ func openPid(pid int, start string) (procHandle, bool) { return procHandle{fd: -
 
 // capabilities: this system has no capability sets that the daemon can
 // read, so privilege is uid 0's (keys.Cred.Capable).
-func (h *procHandle) capabilities() (uint64, bool) { return 0, false }
+func (h *procHandle) capabilities(uint32) (uint64, bool) { return 0, false }
 
 func (h *procHandle) close() {
 	switch {

@@ -109,8 +109,9 @@ func (h *procHandle) exited() bool {
 func (h *procHandle) leaving() bool { return h.exited() }
 
 // capabilities returns the process's effective capability set, asked of
-// the kernel with capget(2), or else read from /proc/<pid>/status. It
-// counts only if the process is in the daemon's user namespace (one
+// the kernel with capget(2), or else read from /proc/<pid>/status, for a
+// connection made with effective uid euid. It counts only if the process
+// still has that effective uid, and is in the daemon's user namespace (one
 // that made a namespace of its own has every capability there, which
 // capget reports as if they were the daemon's), and only if the process
 // is still there once it has been read (its pid not yet another's):
@@ -121,26 +122,39 @@ func (h *procHandle) leaving() bool { return h.exited() }
 // them all by connecting and exiting before accept.
 //
 // capget answers in a system call what the status file makes the kernel
-// print in full and the daemon parse: about a fifth of the daemon's work
-// on meeting a short-lived client such as ukeyctl.
+// print in full and the daemon parse (about a fifth of the daemon's work
+// on meeting a short-lived client such as ukeyctl): the status is read
+// only for a process that has capabilities, to check its uid.
 //
 // Where /proc is not the daemon's own, no namespace can be told: the set
 // is unknown, and uid 0 alone is privileged (see README, "Security
 // model").
-func (h *procHandle) capabilities() (uint64, bool) {
+func (h *procHandle) capabilities(euid uint32) (uint64, bool) {
 	if !procfs.Ours() {
 		return 0, false
 	}
 	eff, ok := capget(h.pid)
+	var st procfs.Status
+	read := false
 	if !ok {
-		st, sok := procfs.ReadStatus(h.pid)
-		if !sok {
+		if st, read = procfs.ReadStatus(h.pid); !read {
 			return 0, true
 		}
 		eff, ok = st.CapEff, st.HasCapEff
 	}
-	if eff != 0 && !procfs.InOwnUserNS(h.pid) {
-		eff = 0
+	if eff != 0 {
+		// The connection's credentials are the ones it was made with
+		// (SO_PEERCRED's euid), its capabilities the process's now: a
+		// process that ran a setuid-root program since it connected (su
+		// waiting for a password) has root's, while a process of its own
+		// holds the connection. They count only while the process's
+		// effective uid is still the one it connected with.
+		if !read {
+			st, read = procfs.ReadStatus(h.pid)
+		}
+		if !read || st.UIDs[1] != euid || !procfs.InOwnUserNS(h.pid) {
+			eff = 0
+		}
 	}
 	if !ok || h.exited() {
 		return 0, true

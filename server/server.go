@@ -343,7 +343,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 			}
 			// The kernel checks capabilities, not uid 0: learnt once,
 			// when the daemon first meets the process.
-			cred.Caps, cred.CapsKnown = p.handle.capabilities()
+			cred.Caps, cred.CapsKnown = p.handle.capabilities(cred.UID)
 			p.caller = s.svc.NewCaller(cred)
 			p.start = start
 			if ghost != nil {
