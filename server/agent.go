@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -120,12 +119,18 @@ const maxStateSize = 64 << 10
 // handle takes one runtime's message and serves its listener.
 func (a *Agent) handle(uc *net.UnixConn) {
 	defer uc.Close()
-	// Only root (or the agent's own user) may hand it a container: a
-	// container's id names its key namespace, and anyone else could
-	// join another's by naming it.
+	// Only the agent's equal (its user, root for the system daemon,
+	// with every capability it holds) may hand it a container: a
+	// container's id names its key namespace, and anyone else could join
+	// another's by naming it.
 	cred, err := peerCred(uc)
-	if err != nil || cred.UID != 0 && int(cred.UID) != os.Geteuid() {
-		a.log.Warn("ukeyd: seccomp agent: refusing a runtime that is not root", "uid", cred.UID, "pid", cred.PID)
+	if err == nil && cred.PID > 0 {
+		h := openProc(uc, cred.PID)
+		cred.Caps, cred.CapsKnown = h.capabilities(cred.UID)
+		h.close()
+	}
+	if err != nil || !asPrivileged(cred) {
+		a.log.Warn("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
 		return
 	}
 	uc.SetReadDeadline(time.Now().Add(10 * time.Second))

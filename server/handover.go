@@ -186,11 +186,11 @@ func (s *Server) handOver(c *conn, sc *sock.Conn, req *wire.Request, version uin
 		answer(fail(err))
 		return
 	}
-	// Only the daemon's own user (root for the system daemon) may take
-	// its keys: any process of that user could read them from its
-	// memory anyway.
-	if c.cred.UID != uint32(os.Geteuid()) {
-		s.log.Warn("ukeyd: refusing a hand-over to another user", "uid", c.cred.UID, "pid", c.cred.PID)
+	// Only the daemon's equal may take its keys: its own user (root for
+	// the system daemon) with every capability the daemon holds, as a
+	// process that could read the keys from its memory anyway.
+	if !asPrivileged(c.caller.Cred()) {
+		s.log.Warn("ukeyd: refusing a hand-over to a process less privileged than the daemon", "uid", c.cred.UID, "pid", c.cred.PID)
 		answer(fail(keys.EPERM))
 		return
 	}

@@ -162,6 +162,9 @@ func (h *procHandle) capabilities(euid uint32) (uint64, bool) {
 	return eff, true
 }
 
+// ownCapabilities returns the daemon's own effective capability set.
+func ownCapabilities() (uint64, bool) { return capget(os.Getpid()) }
+
 // capget returns the effective capability set of the thread pid (a
 // process's first thread, for a process's pid), in the caller's pid
 // namespace as SO_PEERCRED reports pids.

@@ -367,7 +367,7 @@ func (t *takeover) ask(stateVersion int) error {
 	case 0:
 		return nil
 	case keys.EPERM:
-		return fmt.Errorf("server: the old daemon refuses a hand-over to another user")
+		return fmt.Errorf("server: the old daemon refuses a hand-over to a process less privileged than itself (another user, or fewer capabilities)")
 	case keys.EPROTONOSUPPORT:
 		return ErrVersions
 	case keys.EOPNOTSUPP:
