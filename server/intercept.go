@@ -134,9 +134,17 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 	}
 	u := s.usageOf(uid)
 	if u.listeners >= s.lim.MaxProcsPerUID {
+		s.forget(uid)
 		s.mu.Unlock()
 		closeFD(fd)
 		return nil, keys.EDQUOT
+	}
+	// The listener's own descriptors count as a process kept.
+	if e := s.admitProc(uid); e != 0 {
+		s.forget(uid)
+		s.mu.Unlock()
+		closeFD(fd)
+		return nil, e
 	}
 	u.listeners++
 	s.mu.Unlock()
@@ -144,10 +152,11 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 	if err != nil {
 		s.mu.Lock()
 		u.listeners--
-		s.forget(uid)
+		s.dropProc(uid)
 		s.mu.Unlock()
 		return nil, keys.EINVAL
 	}
+	l.SetBudget(listenerBudget{s, uid})
 	s.mu.Lock()
 	if s.listeners == nil {
 		s.listeners = make(map[*intercept.Listener]listenerInfo)
@@ -166,10 +175,38 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 		s.mu.Lock()
 		delete(s.listeners, l)
 		u.listeners--
-		s.forget(uid)
+		s.dropProc(uid)
 		s.mu.Unlock()
 	}()
 	return done, nil
+}
+
+// listenerBudget charges the descriptors a seccomp listener keeps of its
+// callers (a thread's /proc status, a process's memory, up to 256 of
+// each) to the uid it serves, as processes kept: without it, one uid's
+// listeners, each with threads that made a call and exited, held
+// descriptors no bound counted, until accept failed for every uid. They
+// may take only half the uid's bound, so that a busy listener never
+// keeps its own user's next process from connecting; over it, a
+// listener serves its callers without keeping any.
+type listenerBudget struct {
+	s   *Server
+	uid uint32
+}
+
+func (b listenerBudget) Take() bool {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	if u := b.s.usageOf(b.uid); u.procs >= b.s.lim.MaxProcsPerUID/2 {
+		return false
+	}
+	return b.s.admitProc(b.uid) == 0
+}
+
+func (b listenerBudget) Give() {
+	b.s.mu.Lock()
+	b.s.dropProc(b.uid)
+	b.s.mu.Unlock()
 }
 
 // intercepted serves one intercepted call of process ic.Pid, with the

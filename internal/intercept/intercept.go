@@ -55,3 +55,17 @@ type HandlerFunc func(c Caller, r *wire.Request) *wire.Response
 
 // Serve calls f.
 func (f HandlerFunc) Serve(c Caller, r *wire.Request) *wire.Response { return f(c, r) }
+
+// A Budget is what a listener draws on for the descriptors it keeps of
+// its callers between calls (a thread's /proc status, a process's
+// memory): the daemon charges them to the uid the listener serves, as it
+// charges the processes it keeps, so that one uid's callers cannot fill
+// the daemon's descriptor table. A listener that cannot take one keeps
+// none for that caller, and serves it all the same: it opens what it
+// needs at each call, and tells no exec of that process.
+type Budget interface {
+	// Take asks for one more kept descriptor.
+	Take() bool
+	// Give returns one.
+	Give()
+}

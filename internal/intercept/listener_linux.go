@@ -177,6 +177,11 @@ func (l *Listener) stop(detach bool) (int, error) {
 	return -1, nil
 }
 
+// SetBudget bounds the descriptors the listener keeps of its callers
+// (see Budget); without one, it keeps up to 256 of each kind. Call it
+// before Serve.
+func (l *Listener) SetBudget(b Budget) { l.tasks.budget = b }
+
 // Serve answers calls until every task under the filter has exited (it
 // returns nil then) or Close is called (os.ErrClosed). It runs on a
 // thread of its own, which waits for a call, serves it and answers it

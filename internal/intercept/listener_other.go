@@ -14,6 +14,9 @@ type Listener struct{}
 // NewListener fails: only Linux has seccomp user notification.
 func NewListener(fd int, h Handler) (*Listener, error) { return nil, ErrUnsupported }
 
+// SetBudget does nothing.
+func (l *Listener) SetBudget(Budget) {}
+
 // Serve returns ErrUnsupported.
 func (l *Listener) Serve() error { return ErrUnsupported }
 

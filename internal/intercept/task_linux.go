@@ -26,6 +26,20 @@ type tasks struct {
 	status map[int]statusView // thread id: its /proc/<tid>/status
 	procs  map[int]*procView  // process id: its memory
 	buf    []byte
+	// budget, if set, is asked for every descriptor kept, and given it
+	// back when it is closed.
+	budget Budget
+}
+
+// take asks the budget for a descriptor to keep.
+func (t *tasks) take() bool { return t.budget == nil || t.budget.Take() }
+
+// give returns a kept descriptor's place, closing it.
+func (t *tasks) give(fd int) {
+	unix.Close(fd)
+	if t.budget != nil {
+		t.budget.Give()
+	}
 }
 
 // statusView is a kept descriptor of one thread's /proc status, and the
@@ -75,16 +89,19 @@ func (t *tasks) read(tid int, ip uint64) (st procfs.Status, task uint64, exec bo
 		if len(t.procs) >= maxTasks {
 			t.sweepProcs()
 		}
-		pv = &procView{mem: openMem(st.Tgid)}
+		pv = &procView{mem: t.openMem(st.Tgid)}
 		if t.procs == nil {
 			t.procs = make(map[int]*procView)
 		}
 		t.procs[st.Tgid] = pv
 	case pv.mem >= 0 && !readable(pv.mem, ip):
 		// The memory it had is gone: execve replaced it (or the process
-		// is exiting, and the call will prove no longer pending).
+		// is exiting, and the call will prove no longer pending). Its
+		// place in the budget goes to the new descriptor.
 		unix.Close(pv.mem)
-		pv.mem = openMem(st.Tgid)
+		if pv.mem = openMem(st.Tgid); pv.mem < 0 && t.budget != nil {
+			t.budget.Give()
+		}
 		pv.exec = true
 	}
 	pv.addr = ip
@@ -112,8 +129,14 @@ func (t *tasks) readStatus(tid int) (procfs.Status, uint64, bool) {
 			if len(t.status) >= maxTasks {
 				t.sweepStatus()
 			}
+			if !t.take() {
+				return t.readStatusOnce(tid)
+			}
 			fd, err := procfs.Open("/proc/" + strconv.Itoa(tid) + "/status")
 			if err != nil {
+				if t.budget != nil {
+					t.budget.Give()
+				}
 				return procfs.Status{}, 0, false
 			}
 			if t.status == nil {
@@ -124,7 +147,7 @@ func (t *tasks) readStatus(tid int) (procfs.Status, uint64, bool) {
 		}
 		n, err := t.pread(v.fd)
 		if err != nil {
-			unix.Close(v.fd)
+			t.give(v.fd)
 			delete(t.status, tid)
 			if kept {
 				continue // an earlier task with this id: open the caller's
@@ -135,6 +158,23 @@ func (t *tasks) readStatus(tid int) (procfs.Status, uint64, bool) {
 		return st, v.task, ok
 	}
 	return procfs.Status{}, 0, false
+}
+
+// readStatusOnce reads thread tid's status without keeping a descriptor
+// (the budget has none to give): the task it reads gets a number of its
+// own, which no later call shares.
+func (t *tasks) readStatusOnce(tid int) (procfs.Status, uint64, bool) {
+	fd, err := procfs.Open("/proc/" + strconv.Itoa(tid) + "/status")
+	if err != nil {
+		return procfs.Status{}, 0, false
+	}
+	defer unix.Close(fd)
+	n, err := t.pread(fd)
+	if err != nil {
+		return procfs.Status{}, 0, false
+	}
+	st, ok := procfs.ParseStatus(t.buf[:n])
+	return st, lastTask.Add(1), ok
 }
 
 // pread reads the whole of a status file from its start (which makes
@@ -157,13 +197,13 @@ func (t *tasks) pread(fd int) (int, error) {
 func (t *tasks) sweepStatus() {
 	for tid, v := range t.status {
 		if _, err := t.pread(v.fd); err != nil {
-			unix.Close(v.fd)
+			t.give(v.fd)
 			delete(t.status, tid)
 		}
 	}
 	if len(t.status) >= maxTasks {
 		for tid, v := range t.status {
-			unix.Close(v.fd)
+			t.give(v.fd)
 			delete(t.status, tid)
 		}
 	}
@@ -175,13 +215,13 @@ func (t *tasks) sweepStatus() {
 func (t *tasks) sweepProcs() {
 	for pid, pv := range t.procs {
 		if pv.mem < 0 || !readable(pv.mem, pv.addr) {
-			pv.close()
+			t.closeProc(pv)
 			delete(t.procs, pid)
 		}
 	}
 	if len(t.procs) >= maxTasks {
 		for pid, pv := range t.procs {
-			pv.close()
+			t.closeProc(pv)
 			delete(t.procs, pid)
 		}
 	}
@@ -190,20 +230,34 @@ func (t *tasks) sweepProcs() {
 // close releases every kept descriptor.
 func (t *tasks) close() {
 	for tid, v := range t.status {
-		unix.Close(v.fd)
+		t.give(v.fd)
 		delete(t.status, tid)
 	}
 	for pid, pv := range t.procs {
-		pv.close()
+		t.closeProc(pv)
 		delete(t.procs, pid)
 	}
 }
 
-func (pv *procView) close() {
+// closeProc closes a process's kept memory, if it has one.
+func (t *tasks) closeProc(pv *procView) {
 	if pv.mem >= 0 {
-		unix.Close(pv.mem)
+		t.give(pv.mem)
 		pv.mem = -1
 	}
+}
+
+// openMem opens process pid's memory to keep, if the budget has room for
+// it, or returns -1.
+func (t *tasks) openMem(pid int) int {
+	if !t.take() {
+		return -1
+	}
+	fd := openMem(pid)
+	if fd < 0 && t.budget != nil {
+		t.budget.Give()
+	}
+	return fd
 }
 
 // openMem opens process pid's memory, for reading and writing, or
