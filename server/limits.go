@@ -124,6 +124,7 @@ func (l Limits) withDefaults() Limits {
 type usage struct {
 	conns, procs int
 	listeners    int // seccomp listeners served (intercept.go)
+	upcalls      int // request-key helpers running for this uid's requests
 	buffered     int
 	expensive    chan struct{} // a slot per expensive operation running
 }
@@ -142,7 +143,7 @@ func (s *Server) usageOf(uid uint32) *usage {
 // only runs on a connection, so with no connection nothing holds a slot
 // of its channel. s.mu is held.
 func (s *Server) forget(uid uint32) {
-	if u := s.usage[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.listeners == 0 && u.buffered == 0 {
+	if u := s.usage[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.listeners == 0 && u.upcalls == 0 && u.buffered == 0 {
 		delete(s.usage, uid)
 	}
 }
@@ -170,6 +171,39 @@ func bound(mine, all, perUID, total int) keys.Errno {
 		return keys.EMFILE
 	}
 	return 0
+}
+
+// maxUpcallsPerUID is how many request-key helpers may run at once for
+// one requesting uid: a thirty-second of a uid's bound on processes. A
+// helper runs as the daemon's user (root), and it and what it starts
+// (ukeyctl run, its listener, the programs it runs) are counted as
+// root's processes and connections: without a bound per requester, a
+// few users asking for keys whose handlers are slow (a DNS or CIFS
+// lookup) filled root's share, and root's own processes were refused.
+func (s *Server) maxUpcallsPerUID() int { return max(1, s.lim.MaxProcsPerUID/32) }
+
+// admitUpcall counts a helper starting for uid's request, or reports
+// that uid has as many running as it may (EDQUOT).
+func (s *Server) admitUpcall(uid uint32) keys.Errno {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	u := s.usageOf(uid)
+	if u.upcalls >= s.maxUpcallsPerUID() {
+		s.forget(uid)
+		return keys.EDQUOT
+	}
+	u.upcalls++
+	return 0
+}
+
+// dropUpcall undoes admitUpcall.
+func (s *Server) dropUpcall(uid uint32) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if u := s.usage[uid]; u != nil {
+		u.upcalls--
+		s.forget(uid)
+	}
 }
 
 // refusalLocked says why a connection of uid would be refused, before

@@ -184,3 +184,48 @@ func TestShutdownKillsHangingHelper(t *testing.T) {
 		t.Fatal("the request succeeded although its helper was killed")
 	}
 }
+
+// A request-key helper runs as the daemon's user, and what it starts is
+// counted as that user's: a few users asking for keys whose handlers are
+// slow once filled root's share of processes, and root's own were
+// refused. A requesting uid may now have only a thirty-second of a uid's
+// bound running at once (two here); the request over it fails at once
+// with EDQUOT, without a helper, as a request whose helper cannot start
+// fails with that helper's error in the kernel.
+func TestUpcallsBoundedPerRequester(t *testing.T) {
+	dir := t.TempDir()
+	var srv atomic.Pointer[server.Server]
+	var sock atomic.Pointer[string]
+	up := keys.UpcallFunc(func(ctx context.Context, u *keys.Upcall) error {
+		h := server.Helper{Path: "/bin/sh", Args: []string{"-c", `touch "$0/helper.$$"; exec sleep 60`, dir}, Socket: *sock.Load()}
+		return srv.Load().Upcaller(h).Upcall(ctx, u)
+	})
+	d := startDaemonCfg(t, server.Config{Limits: server.Limits{MaxProcsPerUID: 64}}, keys.WithUpcall(up), keys.WithUpcallTimeout(2*time.Second))
+	sock.Store(&d.path)
+	srv.Store(d.srv)
+	errs := make(chan error, 3)
+	for i := range 3 {
+		go func() {
+			c := d.dial(t)
+			_, err := c.RequestKey("user", fmt.Sprintf("slow%d", i), []byte("info"), 0)
+			errs <- err
+		}()
+	}
+	var timedOut, refused int
+	for range 3 {
+		switch err := <-errs; {
+		case errors.Is(err, keys.ENOKEY): // its helper never answered
+			timedOut++
+		case errors.Is(err, keys.EDQUOT): // no helper for it
+			refused++
+		default:
+			t.Errorf("request_key: %v", err)
+		}
+	}
+	if timedOut != 2 || refused != 1 {
+		t.Errorf("one uid's three requests at once: %d timed out, %d refused; want 2 and 1", timedOut, refused)
+	}
+	if ran, _ := filepath.Glob(filepath.Join(dir, "helper.*")); len(ran) != 2 {
+		t.Fatalf("%d helpers ran for one uid's three requests at once, want 2", len(ran))
+	}
+}
