@@ -159,10 +159,17 @@ func (c *Caller) SetPerm(id Serial, perm Perm) error {
 	}
 	defer r.put()
 	k := r.key
+	// The owner checked and the mask stored under the key's lock, which
+	// chown takes too (the kernel holds key->sem): else an owner's
+	// setperm racing a chown away from it could land after the new
+	// owner's, and overwrite its mask.
+	k.mu.Lock()
 	if k.uid.Load() != c.cr().UID && !c.cr().Capable(CapSysAdmin) {
+		k.mu.Unlock()
 		return wrap("keyctl_setperm", id, EACCES)
 	}
 	k.perm.Store(uint32(perm))
+	k.mu.Unlock()
 	notify(k, NotifySetAttr, 0)
 	return nil
 }

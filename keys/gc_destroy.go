@@ -223,9 +223,9 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	var trusted *Key // what a key_or_keyring restriction referenced
 	if e := k.ext.Load(); e != nil {
 		watches, e.watches = e.watches, nil
-		if e.restrict != nil && e.restrict.key != nil {
-			trusted = e.restrict.key
-			e.restrict = &restriction{check: e.restrict.check}
+		if r := e.restrict.Load(); r != nil && r.key != nil {
+			trusted = r.key
+			e.restrict.Store(&restriction{check: r.check})
 		}
 	}
 	k.mu.Unlock()

@@ -184,7 +184,21 @@ type deadKey struct {
 // the batch (see freshNodes), empty on entry. Only the collector's worker
 // calls it: it uses the collector's scratch.
 func (s *Service) pruneFrom(ring *Key, dead []deadKey, pruned *[reapReasons]uint64, fresh freshNodes) {
+	g := s.gcol
 	ring.mu.Lock()
+	// A key the scan found dead may have come back since: add_key
+	// updates an expired key, which clears its expiry. Each is checked
+	// again under the keyring's lock, as the kernel's keyring_gc checks
+	// each link it drops, so that a key just updated, and still linked
+	// when its update returned, is not unlinked and destroyed.
+	still := dead[:0]
+	for _, d := range dead {
+		if _, ok := g.dead(d.k, g.scan.start, g.scan.delay); ok {
+			still = append(still, d)
+		}
+	}
+	clear(dead[len(still):])
+	dead = still
 	var removed int
 	if snap := ring.ring.Load(); snap != nil {
 		next, n := snap.withoutKeys(dead, fresh)
@@ -206,7 +220,6 @@ func (s *Service) pruneFrom(ring *Key, dead []deadKey, pruned *[reapReasons]uint
 			d.k.removeParent(ring)
 		}
 	}
-	g := s.gcol
 	dying := g.dying[:0]
 	for _, d := range dead {
 		if !d.unlinked {

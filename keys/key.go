@@ -143,7 +143,7 @@ type keyExt struct {
 	// auth is the request record of an authorisation key, set before
 	// the key is published.
 	auth     *authRecord
-	restrict *restriction
+	restrict atomic.Pointer[restriction] // set under the key's mu and the service's restrictMu
 	watches  []*watch
 	parents  []*Key // the keyrings that link the key, after parent
 	// constructed is closed when the key stops being under construction.
@@ -171,11 +171,11 @@ func (k *Key) authRec() *authRecord {
 	return nil
 }
 
-// restriction returns the keyring's link restriction, nil if none. The
-// caller holds k.mu, or reads a restriction that, once set, stays.
+// restriction returns the keyring's link restriction, nil if none. Once
+// set it stays (a destroyed keyring's loses only its reference).
 func (k *Key) restriction() *restriction {
 	if e := k.ext.Load(); e != nil {
-		return e.restrict
+		return e.restrict.Load()
 	}
 	return nil
 }

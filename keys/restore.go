@@ -488,6 +488,6 @@ func (rs *Restore) readRestriction(d *stateReader) error {
 		res.release()
 		return corrupt("keyring %d: restrictions in a loop", id)
 	}
-	ring.extra().restrict = res
+	ring.extra().restrict.Store(res)
 	return nil
 }

@@ -62,6 +62,12 @@ func (c *Caller) restrictKeyring(id Serial, typ, spec *string) error {
 	} else {
 		res = rejectAll
 	}
+	// One restriction at a time, service-wide, as the kernel holds
+	// keyring_serialise_restrict_sem: two keyrings restricted at once by
+	// each other would each find the other unrestricted, and make a loop
+	// that restrictionCycle would then walk for ever.
+	c.s.restrictMu.Lock()
+	defer c.s.restrictMu.Unlock()
 	ring.mu.Lock()
 	if ring.restriction() != nil {
 		ring.mu.Unlock()
@@ -73,7 +79,7 @@ func (c *Caller) restrictKeyring(id Serial, typ, spec *string) error {
 		res.release()
 		return EDEADLK
 	}
-	ring.extra().restrict = res
+	ring.extra().restrict.Store(res)
 	ring.mu.Unlock()
 	notify(ring, NotifySetAttr, 0)
 	return nil

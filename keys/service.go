@@ -77,6 +77,9 @@ type Service struct {
 	// adding serialises add_key's find-or-create of an updatable key per
 	// keyring (addLock), as the kernel's keyring lock does.
 	adding [64]sync.Mutex
+	// restrictMu serialises keyring restrictions (restrictKeyring), so
+	// that their check for a loop sees every other one.
+	restrictMu sync.Mutex
 	// trust holds the system keyrings of trusted certificates.
 	trust trustedRings
 	// drawSerial, if set (by tests, before the first key), proposes

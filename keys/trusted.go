@@ -59,9 +59,9 @@ func (s *Service) trusted() (*trustedRings, error) {
 			t.err = err
 			return
 		}
-		sec.extra().restrict = &restriction{check: func(ring, k *Key) error {
+		sec.extra().restrict.Store(&restriction{check: func(ring, k *Key) error {
 			return s.restrictBySignature(k, true)
-		}, spec: "builtin_and_secondary_trusted"}
+		}, spec: "builtin_and_secondary_trusted"})
 		if err := s.linkInto(sec, b.get(), false); err != nil {
 			b.put()
 		}
