@@ -14,9 +14,9 @@ import (
 // restrictions (keyring_serialise_restrict_sem), so that one of the two
 // finds the other's restriction and fails with EDEADLK. Each once checked
 // under its own keyring's lock only, and both were accepted within a few
-// hundred tries (of the 3,000 here): the loop they made had any later restriction naming
-// them walk it for ever, holding its keyring's lock, which stalled the
-// collector for every user.
+// hundred tries (of the 3,000 here): the loop they made had any later
+// restriction naming them walk it for ever, holding its keyring's lock,
+// which stalled the collector for every user.
 func TestConcurrentRestrictionsMakeNoLoop(t *testing.T) {
 	e := newEnv(t)
 	tun := e.s.Tunables()
