@@ -89,9 +89,20 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 	var out []byte
 	if err == nil {
 		out = append([]byte(nil), data...) // copied before the section ends
+		wipeIfFresh(p, data)
 	}
 	sec.End()
 	return out, err
+}
+
+// wipeIfFresh wipes what a type's Read or ReadAs returned for p once it
+// has been copied, if the type made it for the read (a sealed big_key's
+// plaintext, decrypted for each read) rather than handing over p's own
+// bytes, which stay the key's until it is destroyed.
+func wipeIfFresh(p *Payload, data []byte) {
+	if len(data) > 0 && (len(p.Data) == 0 || &data[0] != &p.Data[0]) {
+		clear(data)
+	}
 }
 
 // readFast serves the common read, a positive serial naming a key of a
@@ -146,5 +157,7 @@ func (c *Caller) readFast(id Serial, dst []byte, out *[]byte) (n int, ok bool, e
 	case len(data) <= len(dst):
 		copy(dst, data)
 	}
-	return len(data), true, nil
+	n = len(data)
+	wipeIfFresh(p, data)
+	return n, true, nil
 }

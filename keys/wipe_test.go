@@ -142,3 +142,44 @@ func TestPayloadWipedAtClose(t *testing.T) {
 		t.Fatalf("payload memory after Close: %q", mem)
 	}
 }
+
+// A sealed big_key is decrypted for each read into a buffer of its own;
+// once the read has copied it out, that buffer is wiped, by the general
+// read and by the fast path (and by a read whose buffer was too small,
+// which only learns the length). The plaintext once stayed in the
+// daemon's heap after every read, and after the key was destroyed (an
+// audit found six copies of a 2 KiB payload read three times).
+func TestSealedBigKeyReadsLeaveNoPlaintext(t *testing.T) {
+	orig := bigKeyType.Read
+	var decrypted [][]byte
+	bigKeyType.Read = func(p *Payload) ([]byte, error) {
+		b, err := orig(p)
+		if _, ok := p.Extra.(*sealed); ok && err == nil {
+			decrypted = append(decrypted, b)
+		}
+		return b, err
+	}
+	defer func() { bigKeyType.Read = orig }()
+	e := newEnv(t)
+	c := e.caller(1000, 100)
+	secret := bytes.Repeat([]byte("sealed-bigkey-plaintext-"), 4096/24)
+	id := must(c.AddKey("big_key", "big", secret, SessionKeyring))(t)
+	if got := must(c.Read(id))(t); !bytes.Equal(got, secret) {
+		t.Fatal("the big_key reads back wrong")
+	}
+	if n, err := c.ReadInto(id, make([]byte, 8)); err != nil || n != len(secret) {
+		t.Fatalf("a read into too small a buffer: %d, %v", n, err)
+	}
+	dst := make([]byte, len(secret))
+	if n, err := c.ReadInto(id, dst); err != nil || n != len(secret) || !bytes.Equal(dst, secret) {
+		t.Fatalf("a read into a buffer that fits: %d, %v", n, err)
+	}
+	if len(decrypted) < 3 {
+		t.Fatalf("%d decryptions seen for three reads", len(decrypted))
+	}
+	for i, b := range decrypted {
+		if bytes.Contains(b, secret[:64]) {
+			t.Errorf("decrypted copy %d (%d bytes) still holds the plaintext after its read returned", i, len(b))
+		}
+	}
+}

@@ -460,3 +460,29 @@ func TestSpin(t *testing.T) {
 		t.Fatalf("one processor: spin %v", c.spin)
 	}
 }
+
+// Frames that outgrow their buffer move to a larger one, and the one
+// they leave is wiped: answers coalesced into one write carry payloads,
+// and the array that held the earlier ones went to Go's collector with
+// them, which no Reset reached.
+func TestFramesWipeTheBufferTheyOutgrow(t *testing.T) {
+	secret := bytes.Repeat([]byte("S3CRET-"), 400)
+	var f Frames
+	if err := f.Response(&wire.Response{Tag: 1, Bufs: [][]byte{secret}}); err != nil {
+		t.Fatal(err)
+	}
+	first := f.Bytes()[:cap(f.Bytes())]
+	if err := f.Response(&wire.Response{Tag: 2, Bufs: [][]byte{make([]byte, 4000)}}); err != nil {
+		t.Fatal(err)
+	}
+	if &first[0] == &f.Bytes()[0] {
+		t.Fatal("the frames did not outgrow their first buffer")
+	}
+	if bytes.Contains(first, secret[:64]) {
+		t.Error("the buffer the frames outgrew still holds the first answer's payload")
+	}
+	if !bytes.Contains(f.Bytes(), secret) {
+		t.Error("the first answer was lost in the move")
+	}
+	f.Reset()
+}
