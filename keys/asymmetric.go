@@ -7,6 +7,7 @@ import (
 	"crypto/elliptic"
 	"crypto/rsa"
 	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/asn1"
 	"encoding/hex"
 	"encoding/pem"
@@ -110,6 +111,9 @@ func asymmetricPreparse(data []byte) (*Payload, int, error) {
 	der := data
 	if b, _ := pem.Decode(data); b != nil {
 		der = b.Bytes
+		// Decoded into a buffer of its own, which may hold a private
+		// key: the payload keeps its own copy.
+		defer clear(b.Bytes)
 	}
 	a, err := parseCertKey(der)
 	if err == errNotCert {
@@ -165,6 +169,13 @@ func parseCertKey(der []byte) (*asymKey, error) {
 				return nil, EKEYREJECTED
 			}
 		}
+		if self && !kernelUsable(a.pub) {
+			// Checked before the signature, which costs a modulus's
+			// size squared (Go's RSA bounds neither it nor the
+			// exponent): the kernel's RSA refuses the key, and so the
+			// certificate, with EINVAL.
+			return nil, EINVAL
+		}
 		if self && cert.CheckSignature(cert.SignatureAlgorithm, cert.RawTBSCertificate, cert.Signature) != nil {
 			return nil, EKEYREJECTED
 		}
@@ -179,6 +190,14 @@ func parseCertKey(der []byte) (*asymKey, error) {
 }
 
 func parsePKCS8Key(der []byte) (*asymKey, error) {
+	// Go's parser checks an RSA key's numbers against each other, at a
+	// cost of the modulus's size squared, and bounds none: its modulus is
+	// read first, and a key the kernel's RSA cannot use is refused before
+	// (it checks neither that the numbers are prime, so a huge key costs
+	// its maker nothing).
+	if n, ok := pkcs8RSAModulus(der); ok && !kernelUsable(&rsa.PublicKey{N: n}) {
+		return nil, EBADMSG
+	}
 	k, err := x509.ParsePKCS8PrivateKey(der)
 	if err != nil {
 		return nil, EBADMSG
@@ -192,6 +211,49 @@ func parsePKCS8Key(der []byte) (*asymKey, error) {
 		return nil, err
 	}
 	return &asymKey{idType: "PKCS8", algo: algo, pub: s.Public(), priv: s}, nil
+}
+
+// pkcs8RSAModulus returns the modulus of a PKCS#8 RSA private key,
+// read without the arithmetic Go's parser does; ok is false for anything
+// else, which that parser judges.
+func pkcs8RSAModulus(der []byte) (*big.Int, bool) {
+	var p8 struct {
+		Version    int
+		Algo       pkix.AlgorithmIdentifier
+		PrivateKey []byte
+	}
+	if _, err := asn1.Unmarshal(der, &p8); err != nil || !p8.Algo.Algorithm.Equal(oidRSAEncryption) {
+		return nil, false
+	}
+	var k struct {
+		Version int
+		N       *big.Int
+	}
+	// The rest of the key follows; only the first two fields are read.
+	var raw asn1.RawValue
+	if _, err := asn1.Unmarshal(p8.PrivateKey, &raw); err != nil || !raw.IsCompound {
+		return nil, false
+	}
+	if rest, err := asn1.Unmarshal(raw.Bytes, &k.Version); err != nil {
+		return nil, false
+	} else if _, err := asn1.Unmarshal(rest, &k.N); err != nil || k.N == nil {
+		return nil, false
+	}
+	return k.N, true
+}
+
+// oidRSAEncryption is rsaEncryption (PKCS #1), the algorithm of an RSA
+// key in PKCS#8.
+var oidRSAEncryption = asn1.ObjectIdentifier{1, 2, 840, 113549, 1, 1, 1}
+
+// kernelUsable reports whether the kernel's software key subtype could
+// use pub: any ECDSA key this package takes, an RSA key only of a size
+// its RSA takes (rsaKernelSize).
+func kernelUsable(pub crypto.PublicKey) bool {
+	if k, ok := pub.(*rsa.PublicKey); ok {
+		return rsaKernelSize(k)
+	}
+	return true
 }
 
 // pkeyAlgo names a public key's algorithm as the kernel does; ENOPKG for

@@ -350,6 +350,9 @@ func (a *asymKey) checkCert(sig *certSig) error {
 		return EKEYREVOKED
 	}
 	c := sig.cert
+	if !kernelUsable(a.pub) {
+		return EINVAL // the kernel's RSA takes no key of its size
+	}
 	signer509 := &x509.Certificate{PublicKey: a.pub}
 	if err := signer509.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature); err != nil {
 		if errors.Is(err, x509.ErrUnsupportedAlgorithm) {
