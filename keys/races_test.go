@@ -1,6 +1,8 @@
 package keys
 
 import (
+	"bytes"
+	"context"
 	"errors"
 	"slices"
 	"sync"
@@ -73,5 +75,38 @@ func TestCollectorKeepsAKeyRevivedBeforeItsPrune(t *testing.T) {
 	}
 	if got := must(c.Read(k))(t); string(got) != "v2" {
 		t.Fatalf("the updated key reads %q", got)
+	}
+}
+
+// An encrypted key makes its new payload from the one it replaces; a
+// negative key has none, and its update (keyctl update, or add_key
+// finding it) was taken for a new key's command, making a payload where
+// the kernel's encrypted_update answers ENOKEY.
+func TestUpdateOfANegativeEncryptedKey(t *testing.T) {
+	e := newEnv(t, WithUpcall(UpcallFunc(func(_ context.Context, u *Upcall) error {
+		if _, err := u.Helper.AssumeAuthority(u.Key); err != nil {
+			return err
+		}
+		return u.Helper.Negate(u.Key, 30, 0)
+	})))
+	c := e.caller(1000, 1000)
+	m := must(c.AddKey("user", "m", bytes.Repeat([]byte("k"), 32), SessionKeyring))(t) // a master key a new command would use
+	if _, err := c.RequestKey("encrypted", "neg", []byte("info"), SessionKeyring); !errors.Is(err, ENOKEY) {
+		t.Fatalf("request_key negated by its helper: %v", err)
+	}
+	var neg Serial
+	for _, id := range serials(must(c.Read(SessionKeyring))(t)) {
+		if id != m {
+			neg = id
+		}
+	}
+	if neg == 0 {
+		t.Fatal("the negative key is not in the session keyring")
+	}
+	if err := c.Update(neg, []byte("new user:m 32")); !errors.Is(err, ENOKEY) {
+		t.Errorf("keyctl update of a negative encrypted key: %v, want ENOKEY", err)
+	}
+	if _, err := c.AddKey("encrypted", "neg", []byte("new user:m 32"), SessionKeyring); !errors.Is(err, ENOKEY) {
+		t.Errorf("add_key onto a negative encrypted key: %v, want ENOKEY", err)
 	}
 }
