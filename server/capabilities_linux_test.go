@@ -220,7 +220,13 @@ func TestUserNamespaceCapabilitiesCountForNothing(t *testing.T) {
 // caplessConnectChild is root without a capability (a container's root,
 // a service with an empty bounding set). It connects to the daemon,
 // hands the connection to a child of its own, and exits.
-func caplessConnectChild() {
+func caplessConnectChild() { syscall.Close(connectForChild()) }
+
+// connectForChild connects to the daemon at $UKEYS_SOCKET and starts a
+// child of its own (caplessUseChild) that makes its request on that
+// connection, which the process that made it then leaves (exiting,
+// exec'ing). It returns the connection's descriptor.
+func connectForChild() int {
 	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
 	if err != nil {
 		fmt.Println("socket:", err)
@@ -238,6 +244,7 @@ func caplessConnectChild() {
 		fmt.Println("start:", err)
 		os.Exit(1)
 	}
+	return fd
 }
 
 // caplessUseChild asks, on the connection its parent made, for another
@@ -310,6 +317,16 @@ func TestCapabilitiesOfAPeerGoneBeforeAcceptAreNone(t *testing.T) {
 	if st, err := cmd.Process.Wait(); err != nil || !st.Success() {
 		t.Fatalf("the connecting process: %v %v", st, err)
 	}
+	if got, want := serveUntilRead(t, srv, ln, r), "get_persistent: error: operation not permitted\n"; got != want {
+		t.Fatalf("root without capabilities, gone before accept: said\n%s\nwant\n%s", got, want)
+	}
+}
+
+// serveUntilRead starts srv serving ln, which has had connections
+// waiting on it, reads r to its end (what the children that use them
+// say), and shuts srv down.
+func serveUntilRead(t *testing.T, srv *server.Server, ln *net.UnixListener, r *os.File) string {
+	t.Helper()
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
 	out := new(strings.Builder)
@@ -321,7 +338,5 @@ func TestCapabilitiesOfAPeerGoneBeforeAcceptAreNone(t *testing.T) {
 		t.Fatal(err)
 	}
 	<-served
-	if got, want := out.String(), "get_persistent: error: operation not permitted\n"; got != want {
-		t.Fatalf("root without capabilities, gone before accept: said\n%s\nwant\n%s", got, want)
-	}
+	return out.String()
 }

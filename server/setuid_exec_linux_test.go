@@ -2,11 +2,9 @@ package server_test
 
 import (
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -28,24 +26,7 @@ func init() {
 // program ($UKEYS_TEST_SETUID) that stays: itself, now with root's
 // capabilities, under the pid the connection was made from.
 func setuidExecConnectChild() {
-	fd, err := syscall.Socket(syscall.AF_UNIX, syscall.SOCK_STREAM, 0)
-	if err != nil {
-		fmt.Println("socket:", err)
-		os.Exit(1)
-	}
-	if err := syscall.Connect(fd, &syscall.SockaddrUnix{Name: os.Getenv("UKEYS_SOCKET")}); err != nil {
-		fmt.Println("connect:", err)
-		os.Exit(1)
-	}
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=capless-use")
-	cmd.ExtraFiles = []*os.File{os.NewFile(uintptr(fd), "conn")}
-	cmd.Stdout, cmd.Stderr = os.Stdout, os.Stderr
-	if err := cmd.Start(); err != nil {
-		fmt.Println("start:", err)
-		os.Exit(1)
-	}
-	syscall.Close(fd)
+	syscall.Close(connectForChild())
 	// The test reads the child's output to its end: the program that
 	// stays keeps none of it open.
 	if null, err := syscall.Open("/dev/null", syscall.O_RDWR, 0); err == nil {
@@ -53,7 +34,7 @@ func setuidExecConnectChild() {
 		syscall.Dup2(null, 2)
 	}
 	prog := os.Getenv("UKEYS_TEST_SETUID")
-	err = syscall.Exec(prog, []string{prog, "-test.run=^$"}, []string{"UKEYS_TEST_CHILD=setuid-exec-sleep"})
+	err := syscall.Exec(prog, []string{prog, "-test.run=^$"}, []string{"UKEYS_TEST_CHILD=setuid-exec-sleep"})
 	fmt.Println("exec:", err)
 	os.Exit(1)
 }
@@ -125,18 +106,7 @@ func TestCapabilitiesGainedByExecAfterConnectCountForNothing(t *testing.T) {
 			t.Skip("the setuid program never ran as root here (a nosuid filesystem?)")
 		}
 	}
-	served := make(chan error, 1)
-	go func() { served <- srv.Serve(ln) }()
-	out := new(strings.Builder)
-	if _, err := io.Copy(out, r); err != nil {
-		t.Fatal(err)
-	}
-	r.Close()
-	if err := srv.Shutdown(t.Context()); err != nil {
-		t.Fatal(err)
-	}
-	<-served
-	if got, want := out.String(), "get_persistent: error: operation not permitted\n"; got != want {
+	if got, want := serveUntilRead(t, srv, ln, r), "get_persistent: error: operation not permitted\n"; got != want {
 		t.Fatalf("uid 1003 after its connecting process ran a setuid-root program: said\n%s\nwant\n%s", got, want)
 	}
 }
