@@ -82,6 +82,18 @@ func child() int {
 		fmt.Println("instantiate_iov:", e)
 		return 0
 	}
+	if os.Getenv(childEnv) == "instantiate-fault" {
+		// Instantiations whose payload is unmapped, of the key the
+		// handler says the caller has authority for (42), and of another.
+		page, _ := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON)
+		gone := uintptr(unsafe.Pointer(&page[0]))
+		unix.Munmap(page)
+		for _, id := range []uintptr{42, 43} {
+			_, _, e := unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_INSTANTIATE, id, gone, 3, 0, 0)
+			fmt.Printf("instantiate %d: %v\n", id, e)
+		}
+		return 0
+	}
 	if os.Getenv(childEnv) == "once" {
 		// One call, which the test kills the caller in the middle of.
 		unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr("killed"), 0, 0, uintptr(0xfffffffd), 0)
@@ -184,6 +196,17 @@ func child() int {
 	iov("instantiate_iov of two halves of a megabyte", 1<<19, 1<<19)
 	iov("instantiate_iov of 1025 segments", make([]uint64, 1025)...)
 	iov("instantiate_iov without authority", 3, 0, 4)
+	// A payload the caller cannot give: the kernel copies it only after
+	// it has found the caller's authority, so without one the answer is
+	// EPERM, not EFAULT.
+	if page, err := unix.Mmap(-1, 0, 4096, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_PRIVATE|unix.MAP_ANON); err == nil {
+		gone := uintptr(unsafe.Pointer(&page[0]))
+		unix.Munmap(page)
+		call("instantiate with an unmapped payload", unix.SYS_KEYCTL, unix.KEYCTL_INSTANTIATE, 42, gone, 3, uintptr(0xfffffffd))
+		vec := []unix.Iovec{{Base: (*byte)(unsafe.Pointer(&payload[0])), Len: 2}, {Len: 3}}
+		*(*uintptr)(unsafe.Pointer(&vec[1].Base)) = gone
+		call("instantiate_iov with an unmapped segment", unix.SYS_KEYCTL, unix.KEYCTL_INSTANTIATE_IOV, 42, uintptr(unsafe.Pointer(&vec[0])), 2, uintptr(0xfffffffd))
+	}
 	// Payloads larger than a user key's, which the daemon asks about
 	// before it reads them: refused by their length, by their keyring,
 	// or for memory of which only the start is the caller's.
@@ -313,6 +336,8 @@ func TestInterceptedCalls(t *testing.T) {
 		"instantiate_iov of two halves of a megabyte":                    "invalid argument",
 		"instantiate_iov of 1025 segments":                               "invalid argument",
 		"instantiate_iov without authority":                              "operation not permitted",
+		"instantiate with an unmapped payload":                           "operation not permitted",
+		"instantiate_iov with an unmapped segment":                       "operation not permitted",
 	} {
 		if got[k] != want {
 			t.Errorf("%s: %q, want %q", k, got[k], want)
@@ -486,5 +511,41 @@ func TestInstantiateIOV(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "instantiate_iov: errno 0") {
 		t.Fatalf("the caller: %s", out.String())
+	}
+}
+
+// An instantiation whose payload the caller cannot give fails as the
+// kernel's does: EFAULT only for the key whose authority the caller has
+// assumed (the kernel looks for it before it copies the payload), EPERM
+// for any other. The handler here plays the daemon: it says the caller
+// holds the authority for key 42.
+func TestInstantiateFaultAfterAuthority(t *testing.T) {
+	cmd, ours, fd, out := startChild(t, "instantiate-fault")
+	var asked []wire.Op
+	l, err := intercept.NewListener(fd, intercept.HandlerFunc(func(c intercept.Caller, r *wire.Request) *wire.Response {
+		asked = append(asked, r.Op)
+		switch r.Op {
+		case wire.OpGetKeyringID:
+			return &wire.Response{Ints: []int64{777}}
+		case wire.OpDescribe:
+			return &wire.Response{Bufs: [][]byte{[]byte(".request_key_auth;0;0;3f010000;2a")}}
+		}
+		return &wire.Response{Errno: uint16(keys.EINVAL)}
+	}))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- l.Serve() }()
+	ours.Write([]byte{1})
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out.String())
+	}
+	<-served
+	if want := "instantiate 42: bad address\ninstantiate 43: operation not permitted\n"; out.String() != want {
+		t.Fatalf("the caller said:\n%s\nwant:\n%s", out.String(), want)
+	}
+	if slices.Contains(asked, wire.OpInstantiate) {
+		t.Fatal("an instantiation without its payload reached the handler")
 	}
 }

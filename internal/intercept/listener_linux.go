@@ -5,6 +5,7 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -290,6 +291,30 @@ func decodeCall(m *memory, sysc wire.Syscall, spec *wire.Spec, args *[6]uint64) 
 	return req, lazy, errno
 }
 
+// instantiateFault answers an instantiation whose payload the caller
+// could not give (its bytes within user space, but not readable). The
+// kernel copies the payload only once it has found the caller's
+// authority to instantiate key id (the request_key_auth it assumed, for
+// that key): without it the call fails with EPERM, and only with it with
+// EFAULT. The daemon is asked as the caller: the authority it holds
+// (KEY_SPEC_REQKEY_AUTH_KEY) and the key that authority is for (its
+// description, the key's serial in hexadecimal).
+func (l *Listener) instantiateFault(caller Caller, id int32) syscall.Errno {
+	auth := l.h.Serve(caller, &wire.Request{Op: wire.OpGetKeyringID, Ints: []int64{int64(keyctl.ReqKeyAuthKey), 0}})
+	if auth.Errno != 0 || len(auth.Ints) == 0 {
+		return unix.EPERM
+	}
+	d := l.h.Serve(caller, &wire.Request{Op: wire.OpDescribe, Ints: []int64{auth.Ints[0]}})
+	if d.Errno != 0 || len(d.Bufs) == 0 {
+		return unix.EPERM
+	}
+	desc := string(d.Bufs[0])
+	if i := strings.LastIndexByte(desc, ';'); i < 0 || desc[i+1:] != strconv.FormatUint(uint64(uint32(id)), 16) {
+		return unix.EPERM
+	}
+	return unix.EFAULT
+}
+
 // serve decodes a call, has the handler serve it and writes its results
 // back, returning the system call's value or an errno.
 func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
@@ -322,7 +347,7 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	l.mem.out.ok = l.mem.out.fd >= 0
 	req, lazy, errno := decodeCall(&l.mem, sysc, spec, &n.args)
 	defer l.mem.release()
-	if errno != 0 {
+	if errno != 0 && !(errno == unix.EFAULT && l.mem.payloadFault && spec.Op == wire.OpInstantiate) {
 		return 0, errno
 	}
 	// The arguments and credentials were read from the task the
@@ -332,6 +357,9 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		return 0, unix.ENOENT
 	}
 	caller := Caller{Tid: pid, Pid: st.Tgid, Task: task, Status: st, Caps: caps, Exec: exec}
+	if errno != 0 {
+		return 0, l.instantiateFault(caller, int32(uint32(n.args[1])))
+	}
 	l.tasks.delivered(st.Tgid)
 	if lazy {
 		check := &wire.Request{Op: wire.OpAddKeyCheck, Bufs: req.Bufs[:2], Ints: []int64{int64(n.args[3]), req.Ints[0]}}

@@ -40,6 +40,11 @@ type memory struct {
 	// noPrefetch reads every argument on its own, as before prefetch:
 	// what the tests compare prefetch with.
 	noPrefetch bool
+	// payloadFault says that decode's EFAULT came from a payload's
+	// bytes, within user space but not readable, rather than from
+	// anything the kernel checks before its own copy of them (see
+	// Listener.instantiateFault).
+	payloadFault bool
 }
 
 // fetchedRange is n bytes at addr in the caller, read ahead: their
@@ -57,6 +62,7 @@ const scratchFrom = 64 << 10
 // release wipes what the call read.
 func (m *memory) release() {
 	m.out.ok = false
+	m.payloadFault = false
 	for _, b := range m.held {
 		clear(b)
 	}
@@ -312,6 +318,7 @@ func decode(m *memory, spec *wire.Spec, args *[6]uint64, lazy bool) (*wire.Reque
 			default:
 				b, errno := m.read(reg, int(n))
 				if errno != 0 {
+					m.payloadFault = errno == unix.EFAULT && userRange(reg, n)
 					return nil, errno
 				}
 				req.Bufs = append(req.Bufs, b)
@@ -541,6 +548,7 @@ func decodeIOV(m *memory, args *[6]uint64) (*wire.Request, syscall.Errno) {
 		base, n := seg(i)
 		b, errno := m.read(base, int(n))
 		if errno != 0 {
+			m.payloadFault = errno == unix.EFAULT
 			return nil, errno
 		}
 		at += copy(payload[at:], b)
