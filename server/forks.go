@@ -5,6 +5,7 @@ import (
 	"os"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -158,11 +159,19 @@ func (s *Server) handle(ev procEvent) {
 	var done []*proc
 	s.mu.Lock()
 	now := time.Now()
+	var execd *keys.Caller
 	switch {
 	case ev.exec:
 		// The exit reported before it was its first thread's, killed by
 		// the exec (de_thread): the process lives on.
 		delete(s.exitSeen, ev.pid)
+		// A new program: the kernel drops the process's thread and
+		// process keyrings at exec (it keeps the session). Without
+		// this, a process the daemon keeps by pid and start time met its
+		// keyrings again when the new program connected.
+		if p := s.procs[ev.pid]; p != nil {
+			execd = p.caller
+		}
 	case ev.exit:
 		if t, ok := s.tombs[ev.pid]; ok {
 			delete(s.tombs, ev.pid)
@@ -200,6 +209,9 @@ func (s *Server) handle(ev procEvent) {
 		s.idleForksLocked()
 	}
 	s.mu.Unlock()
+	if execd != nil {
+		execd.Exec()
+	}
 	if !ev.exit && !ev.exec {
 		s.forked(ev)
 	}
@@ -234,6 +246,13 @@ func (s *Server) forked(f procEvent) {
 	}
 	cred := pcaller.Cred()
 	cred.PID = f.childPid
+	// Charged to the uid the child has now, not its parent's: a child
+	// that has setuid since (a root process starting another user's
+	// program) and forks on would otherwise count its processes against
+	// the root's bound, until root's own were refused.
+	if st, ok := procfs.ReadStatus(f.childPid); ok {
+		cred.UID, cred.GID = st.UIDs[1], st.GIDs[1]
+	}
 	caller := s.svc.NewCaller(cred)
 	if !caller.Inherit(pcaller) {
 		caller.Release()
