@@ -92,6 +92,9 @@ func child() int {
 			_, _, e := unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_INSTANTIATE, id, gone, 3, 0, 0)
 			fmt.Printf("instantiate %d: %v\n", id, e)
 		}
+		// A null payload is none, whatever its length says.
+		_, _, e := unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_INSTANTIATE, 42, 0, 5<<20, 0, 0)
+		fmt.Printf("instantiate with a null payload: %v\n", e)
 		return 0
 	}
 	if os.Getenv(childEnv) == "once" {
@@ -518,13 +521,19 @@ func TestInstantiateIOV(t *testing.T) {
 // kernel's does: EFAULT only for the key whose authority the caller has
 // assumed (the kernel looks for it before it copies the payload), EPERM
 // for any other. The handler here plays the daemon: it says the caller
-// holds the authority for key 42.
+// holds the authority for key 42. A null payload is no payload, whatever
+// its length, as the kernel takes it.
 func TestInstantiateFaultAfterAuthority(t *testing.T) {
 	cmd, ours, fd, out := startChild(t, "instantiate-fault")
 	var asked []wire.Op
 	l, err := intercept.NewListener(fd, intercept.HandlerFunc(func(c intercept.Caller, r *wire.Request) *wire.Response {
 		asked = append(asked, r.Op)
 		switch r.Op {
+		case wire.OpInstantiate:
+			if len(r.Bufs) > 0 && len(r.Bufs[0]) > 0 {
+				return &wire.Response{Errno: uint16(keys.EINVAL)}
+			}
+			return &wire.Response{}
 		case wire.OpGetKeyringID:
 			return &wire.Response{Ints: []int64{777}}
 		case wire.OpDescribe:
@@ -542,10 +551,16 @@ func TestInstantiateFaultAfterAuthority(t *testing.T) {
 		t.Fatalf("child: %v\n%s", err, out.String())
 	}
 	<-served
-	if want := "instantiate 42: bad address\ninstantiate 43: operation not permitted\n"; out.String() != want {
+	if want := "instantiate 42: bad address\ninstantiate 43: operation not permitted\ninstantiate with a null payload: errno 0\n"; out.String() != want {
 		t.Fatalf("the caller said:\n%s\nwant:\n%s", out.String(), want)
 	}
-	if slices.Contains(asked, wire.OpInstantiate) {
-		t.Fatal("an instantiation without its payload reached the handler")
+	n := 0
+	for _, op := range asked {
+		if op == wire.OpInstantiate {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d instantiations reached the handler, want the one with a null payload", n)
 	}
 }

@@ -286,6 +286,13 @@ func decodeCall(m *memory, sysc wire.Syscall, spec *wire.Spec, args *[6]uint64) 
 		req, errno = decodeIOV(m, args)
 		return req, false, errno
 	}
+	if sysc == wire.SysKeyctl && args[0] == unix.KEYCTL_INSTANTIATE && args[2] == 0 {
+		// The kernel takes a null payload as none, whatever length
+		// comes with it (keyctl_instantiate_key: "_payload && plen").
+		a := *args
+		a[3] = 0
+		args = &a
+	}
 	lazy = sysc == wire.SysAddKey && args[3] > keyctl.MaxUserPayload && args[3] <= maxPayload
 	req, errno = decode(m, spec, args, lazy)
 	return req, lazy, errno
