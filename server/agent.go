@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -122,14 +123,29 @@ func (a *Agent) handle(uc *net.UnixConn) {
 	// Only the agent's equal (its user, root for the system daemon,
 	// with every capability it holds) may hand it a container: a
 	// container's id names its key namespace, and anyone else could join
-	// another's by naming it.
+	// another's by naming it. A runtime already gone is judged by its
+	// uid alone, as before capabilities were asked.
 	cred, err := peerCred(uc)
-	if err == nil && cred.PID > 0 {
+	privileged := false
+	if err == nil {
 		h := openProc(uc, cred.PID)
-		cred.Caps, cred.CapsKnown = h.capabilities(cred.UID)
+		gone := cred.PID <= 0 || h.exited()
+		if !gone {
+			cred.Caps, cred.CapsKnown = h.capabilities(cred.UID)
+			gone = h.exited()
+		}
 		h.close()
+		if gone {
+			// A runtime may send its container and exit before the
+			// agent reads it (Docker's does, now and then): its
+			// capabilities can no longer be read, and its uid decides,
+			// root's or the agent's own.
+			privileged = cred.UID == 0 || int(cred.UID) == os.Geteuid()
+		} else {
+			privileged = asPrivileged(cred)
+		}
 	}
-	if err != nil || !asPrivileged(cred) {
+	if err != nil || !privileged {
 		a.log.Warn("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
 		return
 	}
