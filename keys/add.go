@@ -92,10 +92,7 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 		if id, done, err := c.updateExisting(r, t, desc, unlock, func(old *Payload) (*Payload, int, error) {
 			taken = true
 			if t.Prepare != nil {
-				if old == nil {
-					return nil, 0, ENOKEY // negative: see Update
-				}
-				return t.Prepare(c, desc, old, payload)
+				return t.prepareUpdate(c, desc, old, payload)
 			}
 			return prep, charge, nil
 		}); done {

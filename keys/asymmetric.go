@@ -225,18 +225,12 @@ func pkcs8RSAModulus(der []byte) (*big.Int, bool) {
 	if _, err := asn1.Unmarshal(der, &p8); err != nil || !p8.Algo.Algorithm.Equal(oidRSAEncryption) {
 		return nil, false
 	}
+	// The key's first two fields; encoding/asn1 leaves the rest unread.
 	var k struct {
 		Version int
 		N       *big.Int
 	}
-	// The rest of the key follows; only the first two fields are read.
-	var raw asn1.RawValue
-	if _, err := asn1.Unmarshal(p8.PrivateKey, &raw); err != nil || !raw.IsCompound {
-		return nil, false
-	}
-	if rest, err := asn1.Unmarshal(raw.Bytes, &k.Version); err != nil {
-		return nil, false
-	} else if _, err := asn1.Unmarshal(rest, &k.N); err != nil || k.N == nil {
+	if _, err := asn1.Unmarshal(p8.PrivateKey, &k); err != nil || k.N == nil {
 		return nil, false
 	}
 	return k.N, true

@@ -183,15 +183,8 @@ func (c *Caller) updateKey(id Serial, payload []byte) error {
 		// Made from the payload it replaces, read in a section as a
 		// reader reads it. A plain Preparse (a big_key's sealing and
 		// file write among them) needs none, and holds no grace period.
-		// A negative key has no payload to make one from: it would be
-		// taken for a new key's command, where the kernel's
-		// encrypted_update answers ENOKEY.
 		sec := c.s.dom.Read()
-		if old := r.key.payload.Load(); old == nil {
-			err = ENOKEY
-		} else {
-			p, charge, err = t.Prepare(c, r.key.desc, old, payload)
-		}
+		p, charge, err = t.prepareUpdate(c, r.key.desc, r.key.payload.Load(), payload)
 		sec.End()
 	} else {
 		p, charge, err = t.Preparse(payload)

@@ -184,7 +184,7 @@ func (sc pkeyScheme) prefix() []byte {
 func (a *asymKey) scheme(p pkeyParams, op pkeyOp) (pkeyScheme, error) {
 	switch {
 	case a.algo == "rsa":
-		if k, ok := a.pub.(*rsa.PublicKey); !ok || !rsaKernelSize(k) {
+		if !kernelUsable(a.pub) {
 			return pkeyScheme{}, EINVAL
 		}
 		switch p.enc {

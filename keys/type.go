@@ -75,6 +75,17 @@ func (t *Type) prepare(c *Caller, desc string, old *Payload, data []byte) (*Payl
 	return t.Preparse(data)
 }
 
+// prepareUpdate is Prepare for an update of a key whose payload is old.
+// A negative key has none to make a new one from: the data would be
+// taken for a new key's command, where the kernel's encrypted_update
+// answers ENOKEY.
+func (t *Type) prepareUpdate(c *Caller, desc string, old *Payload, data []byte) (*Payload, int, error) {
+	if old == nil {
+		return nil, 0, ENOKEY
+	}
+	return t.Prepare(c, desc, old, data)
+}
+
 // takesPayloads reports whether keys of type t can be instantiated.
 func (t *Type) takesPayloads() bool { return t.Preparse != nil || t.Prepare != nil }
 

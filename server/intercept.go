@@ -132,26 +132,18 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 		closeFD(fd)
 		return nil, keys.EPERM
 	}
-	u := s.usageOf(uid)
-	if u.listeners >= s.lim.MaxProcsPerUID {
-		s.forget(uid)
-		s.mu.Unlock()
-		closeFD(fd)
-		return nil, keys.EDQUOT
-	}
-	// The listener's own descriptors count as a process kept.
+	// The listener's own descriptors count as a process kept, within
+	// the uid's bound and the daemon's.
 	if e := s.admitProc(uid); e != 0 {
 		s.forget(uid)
 		s.mu.Unlock()
 		closeFD(fd)
 		return nil, e
 	}
-	u.listeners++
 	s.mu.Unlock()
 	l, err := intercept.NewListener(fd, h)
 	if err != nil {
 		s.mu.Lock()
-		u.listeners--
 		s.dropProc(uid)
 		s.mu.Unlock()
 		return nil, keys.EINVAL
@@ -174,7 +166,6 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 		l.Close()
 		s.mu.Lock()
 		delete(s.listeners, l)
-		u.listeners--
 		s.dropProc(uid)
 		s.mu.Unlock()
 	}()

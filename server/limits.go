@@ -122,8 +122,7 @@ func (l Limits) withDefaults() Limits {
 
 // usage is what one uid holds of the server. s.mu guards it.
 type usage struct {
-	conns, procs int
-	listeners    int // seccomp listeners served (intercept.go)
+	conns, procs int // procs counts seccomp listeners too (intercept.go)
 	upcalls      int // request-key helpers running for this uid's requests
 	buffered     int
 	expensive    chan struct{} // a slot per expensive operation running
@@ -143,7 +142,7 @@ func (s *Server) usageOf(uid uint32) *usage {
 // only runs on a connection, so with no connection nothing holds a slot
 // of its channel. s.mu is held.
 func (s *Server) forget(uid uint32) {
-	if u := s.usage[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.listeners == 0 && u.upcalls == 0 && u.buffered == 0 {
+	if u := s.usage[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.upcalls == 0 && u.buffered == 0 {
 		delete(s.usage, uid)
 	}
 }

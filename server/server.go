@@ -450,19 +450,13 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	// userfaultfd or FUSE, never returns), so they close side by side,
 	// and Shutdown waits for them no longer than ctx allows: one still
 	// stuck ends when its caller lets it, or with the process.
-	closing := make(chan struct{})
-	go func() {
+	waitOrDone(ctx, func() {
 		var wg sync.WaitGroup
 		for _, l := range listeners {
 			wg.Go(func() { l.Close() })
 		}
 		wg.Wait()
-		close(closing)
-	}()
-	select {
-	case <-closing:
-	case <-ctx.Done():
-	}
+	})
 	done := make(chan struct{})
 	go func() { s.wg.Wait(); close(done) }()
 	var err error
@@ -500,16 +494,24 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	}
 	// The watchers include each listener's; a stuck one is not waited
 	// for past ctx (see above).
-	watched := make(chan struct{})
-	go func() { s.watchers.Wait(); close(watched) }()
-	select {
-	case <-watched:
-	case <-ctx.Done():
-		if err == nil {
-			err = ctx.Err()
-		}
+	if !waitOrDone(ctx, s.watchers.Wait) && err == nil {
+		err = ctx.Err()
 	}
 	return err
+}
+
+// waitOrDone runs wait and returns true once it has returned, or false
+// as soon as ctx ends; wait then goes on in a goroutine of its own, to
+// return when what it waits for ends.
+func waitOrDone(ctx context.Context, wait func()) bool {
+	done := make(chan struct{})
+	go func() { wait(); close(done) }()
+	select {
+	case <-done:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 // shutdownWriteGrace is how long Shutdown lets an answer in flight take

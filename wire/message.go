@@ -95,6 +95,24 @@ type Response struct {
 	Bufs  [][]byte
 }
 
+// FrameLen is the bytes r takes as a frame (its length prefix and its
+// body): what a buffer must hold for r to be appended without growing.
+func (r *Request) FrameLen() int { return 4 + bodyLen(r.Ints, r.Bufs) }
+
+// FrameLen is the bytes r takes as a frame, as Request.FrameLen.
+func (r *Response) FrameLen() int { return 4 + bodyLen(r.Ints, r.Bufs) }
+
+// bodyLen is the bytes appendBody writes for ints and bufs: the header
+// (tag, code, counts), eight bytes an integer, and each buffer's length
+// and bytes.
+func bodyLen(ints []int64, bufs [][]byte) int {
+	n := 8 + 8*len(ints)
+	for _, b := range bufs {
+		n += 4 + len(b)
+	}
+	return n
+}
+
 func appendBody(dst []byte, tag uint32, code uint16, ints []int64, bufs [][]byte) ([]byte, error) {
 	if len(ints) > MaxInts || len(bufs) > MaxBufs {
 		return dst, fmt.Errorf("%w: too many arguments", ErrMalformed)

@@ -228,3 +228,24 @@ func FuzzDecodeHello(f *testing.F) {
 		}
 	})
 }
+
+// FrameLen is the length of the frame AppendFrame of the encoded body
+// makes, for requests and answers with integers, buffers and absent ones.
+func TestFrameLen(t *testing.T) {
+	req := &Request{Tag: 7, Op: OpAddKey, Ints: []int64{-3}, Bufs: [][]byte{[]byte("user"), nil, make([]byte, 300)}}
+	body, err := AppendRequest(nil, req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := AppendFrame(nil, body); req.FrameLen() != len(f) {
+		t.Errorf("request: FrameLen %d, frame %d bytes", req.FrameLen(), len(f))
+	}
+	resp := &Response{Tag: 7, Ints: []int64{1, 2}, Bufs: [][]byte{{1, 2, 3}}}
+	body, err = AppendResponse(nil, resp)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f, _ := AppendFrame(nil, body); resp.FrameLen() != len(f) {
+		t.Errorf("response: FrameLen %d, frame %d bytes", resp.FrameLen(), len(f))
+	}
+}

@@ -354,7 +354,10 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	l.mem.out.ok = l.mem.out.fd >= 0
 	req, lazy, errno := decodeCall(&l.mem, sysc, spec, &n.args)
 	defer l.mem.release()
-	if errno != 0 && !(errno == unix.EFAULT && l.mem.payloadFault && spec.Op == wire.OpInstantiate) {
+	// An instantiation whose payload cannot be read: EPERM before EFAULT
+	// (instantiateFault), which needs the caller proved first.
+	askAuthority := errno == unix.EFAULT && l.mem.payloadFault && spec.Op == wire.OpInstantiate
+	if errno != 0 && !askAuthority {
 		return 0, errno
 	}
 	// The arguments and credentials were read from the task the
@@ -364,7 +367,7 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		return 0, unix.ENOENT
 	}
 	caller := Caller{Tid: pid, Pid: st.Tgid, Task: task, Status: st, Caps: caps, Exec: exec}
-	if errno != 0 {
+	if askAuthority {
 		return 0, l.instantiateFault(caller, int32(uint32(n.args[1])))
 	}
 	l.tasks.delivered(st.Tgid)

@@ -34,12 +34,17 @@ type tasks struct {
 // take asks the budget for a descriptor to keep.
 func (t *tasks) take() bool { return t.budget == nil || t.budget.Take() }
 
-// give returns a kept descriptor's place, closing it.
-func (t *tasks) give(fd int) {
-	unix.Close(fd)
+// untake returns a place take gave, for a descriptor not kept after all.
+func (t *tasks) untake() {
 	if t.budget != nil {
 		t.budget.Give()
 	}
+}
+
+// give closes a kept descriptor and returns its place.
+func (t *tasks) give(fd int) {
+	unix.Close(fd)
+	t.untake()
 }
 
 // statusView is a kept descriptor of one thread's /proc status, and the
@@ -99,8 +104,8 @@ func (t *tasks) read(tid int, ip uint64) (st procfs.Status, task uint64, exec bo
 		// is exiting, and the call will prove no longer pending). Its
 		// place in the budget goes to the new descriptor.
 		unix.Close(pv.mem)
-		if pv.mem = openMem(st.Tgid); pv.mem < 0 && t.budget != nil {
-			t.budget.Give()
+		if pv.mem = openMem(st.Tgid); pv.mem < 0 {
+			t.untake()
 		}
 		pv.exec = true
 	}
@@ -134,9 +139,7 @@ func (t *tasks) readStatus(tid int) (procfs.Status, uint64, bool) {
 			}
 			fd, err := procfs.Open("/proc/" + strconv.Itoa(tid) + "/status")
 			if err != nil {
-				if t.budget != nil {
-					t.budget.Give()
-				}
+				t.untake()
 				return procfs.Status{}, 0, false
 			}
 			if t.status == nil {
@@ -164,16 +167,7 @@ func (t *tasks) readStatus(tid int) (procfs.Status, uint64, bool) {
 // (the budget has none to give): the task it reads gets a number of its
 // own, which no later call shares.
 func (t *tasks) readStatusOnce(tid int) (procfs.Status, uint64, bool) {
-	fd, err := procfs.Open("/proc/" + strconv.Itoa(tid) + "/status")
-	if err != nil {
-		return procfs.Status{}, 0, false
-	}
-	defer unix.Close(fd)
-	n, err := t.pread(fd)
-	if err != nil {
-		return procfs.Status{}, 0, false
-	}
-	st, ok := procfs.ParseStatus(t.buf[:n])
+	st, ok := procfs.ReadStatus(tid)
 	return st, lastTask.Add(1), ok
 }
 
@@ -254,8 +248,8 @@ func (t *tasks) openMem(pid int) int {
 		return -1
 	}
 	fd := openMem(pid)
-	if fd < 0 && t.budget != nil {
-		t.budget.Give()
+	if fd < 0 {
+		t.untake()
 	}
 	return fd
 }

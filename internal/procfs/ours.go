@@ -30,7 +30,7 @@ func Open(path string) (int, error) {
 	if !Ours() {
 		return -1, errForeign
 	}
-	return openRetry(path)
+	return openRetry(path, syscall.O_RDONLY)
 }
 
 // OpenMem opens /proc/<pid>/mem for reading and writing, close-on-exec,
@@ -41,10 +41,5 @@ func OpenMem(pid int) (int, error) {
 	if !Ours() {
 		return -1, errForeign
 	}
-	for {
-		fd, err := syscall.Open("/proc/"+strconv.Itoa(pid)+"/mem", syscall.O_RDWR|syscall.O_CLOEXEC, 0)
-		if err != syscall.EINTR {
-			return fd, err
-		}
-	}
+	return openRetry("/proc/"+strconv.Itoa(pid)+"/mem", syscall.O_RDWR)
 }

@@ -38,9 +38,11 @@ func ReadFile(path string) ([]byte, error) {
 	}
 }
 
-func openRetry(path string) (int, error) {
+// openRetry opens path close-on-exec with flags, again if a signal
+// interrupts it.
+func openRetry(path string, flags int) (int, error) {
 	for {
-		fd, err := syscall.Open(path, syscall.O_RDONLY|syscall.O_CLOEXEC, 0)
+		fd, err := syscall.Open(path, flags|syscall.O_CLOEXEC, 0)
 		if err != syscall.EINTR {
 			return fd, err
 		}

@@ -23,7 +23,7 @@ type Frames struct{ b []byte }
 
 // Request appends r as a frame. On error nothing is appended.
 func (f *Frames) Request(r *wire.Request) error {
-	f.reserve(frameSize(r.Ints, r.Bufs))
+	f.reserve(r.FrameLen())
 	at := len(f.b)
 	b, err := wire.AppendRequest(wire.BeginFrame(f.b), r)
 	return f.seal(b, at, err)
@@ -31,7 +31,7 @@ func (f *Frames) Request(r *wire.Request) error {
 
 // Response appends r as a frame. On error nothing is appended.
 func (f *Frames) Response(r *wire.Response) error {
-	f.reserve(frameSize(r.Ints, r.Bufs))
+	f.reserve(r.FrameLen())
 	at := len(f.b)
 	b, err := wire.AppendResponse(wire.BeginFrame(f.b), r)
 	return f.seal(b, at, err)
@@ -43,17 +43,6 @@ func (f *Frames) Body(body []byte) error {
 	f.reserve(4 + len(body))
 	at := len(f.b)
 	return f.seal(append(wire.BeginFrame(f.b), body...), at, nil)
-}
-
-// frameSize is the bytes a request's or an answer's frame takes: its
-// length, the body's header (tag, code, counts), eight bytes an integer,
-// and each buffer's length and bytes.
-func frameSize(ints []int64, bufs [][]byte) int {
-	n := 4 + 8 + 8*len(ints)
-	for _, b := range bufs {
-		n += 4 + len(b)
-	}
-	return n
 }
 
 // reserve makes room for n more bytes before a frame is appended, in a
