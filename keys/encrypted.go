@@ -273,9 +273,7 @@ func validEcryptfsDesc(desc string) bool {
 // described as the kernel reserves it: the secret (the ecryptfs token
 // that holds it, for that format), the blob, the HMAC and a NUL.
 func newEncPayload(secret []byte, m *encMeta) (*Payload, int) {
-	p := newPayload(secret)
-	p.Extra = m
-	return p, m.payloadLen(len(secret))
+	return newPayloadExtra(secret, m), m.payloadLen(len(secret))
 }
 
 // payloadLen is an encrypted key's length as the kernel reserves it for a
