@@ -193,7 +193,7 @@ func (c *Caller) addTarget(typ, desc string, plen int, ringID Serial) (ref, *Typ
 // a payload it made and did not use is wiped.
 func (c *Caller) updateExisting(r ref, t *Type, desc string, found func(), prepare func(old *Payload) (*Payload, int, error)) (Serial, bool, error) {
 	sec := c.s.dom.Read()
-	l, ok := r.key.ring.Load().find(t.Name, desc)
+	l, ok := r.key.loadRing().find(t.Name, desc)
 	if !ok || l.key.has(flagRevoked|flagInvalidated) || !l.key.tryGet() {
 		sec.End()
 		return 0, false, nil
@@ -211,7 +211,7 @@ func (c *Caller) updateExisting(r ref, t *Type, desc string, found func(), prepa
 	// The payload replaced is read in a section, as a reader would: an
 	// update that retires it meanwhile wipes it only after the section.
 	sec = c.s.dom.Read()
-	prep, charge, err := prepare(k.payload.Load())
+	prep, charge, err := prepare(k.loadPayload())
 	sec.End()
 	if err != nil {
 		return 0, true, err

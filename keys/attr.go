@@ -28,7 +28,7 @@ func (s *Service) revoke(k *Key) {
 		return
 	}
 	k.expiry.Store(s.now())
-	old := k.payload.Swap(nil)
+	old := k.swapPayload(nil)
 	if c := payloadCharge(k); old != nil && c != 0 {
 		s.adjust(k.quota, -c)
 		k.quotalen -= int32(c)
@@ -207,7 +207,7 @@ func (c *Caller) Describe(id Serial) (Description, error) {
 		UID:         displayID(k.uid.Load()),
 		GID:         displayID(k.gid.Load()),
 		Perm:        Perm(k.perm.Load()),
-		Description: k.desc,
+		Description: k.description(),
 	}, nil
 }
 

@@ -368,7 +368,7 @@ func (s *Service) existingUserKeyring(uid uint32, session bool) *Key {
 	if session {
 		name = fmt.Sprintf("_uid_ses.%d", uid)
 	}
-	l, ok := reg.ring.Load().find(keyringType.Name, name)
+	l, ok := reg.loadRing().find(keyringType.Name, name)
 	if !ok {
 		return nil
 	}
@@ -412,7 +412,7 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 	s.specialMu.Lock()
 	defer s.specialMu.Unlock()
 	for _, k := range s.keyringsNamed(*name) {
-		if k.has(flagRevoked|flagInvalidated|flagDead) || k.ring.Load() == nil {
+		if k.has(flagRevoked|flagInvalidated|flagDead) || k.loadRing() == nil {
 			continue
 		}
 		if !permitted(k, c.cr(), false, Search) || !k.tryGet() {

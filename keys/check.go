@@ -32,7 +32,7 @@ func (s *Service) Check() error {
 	for name, l := range s.names {
 		for _, k := range l {
 			listed++
-			if k.desc != name || k.typ.Load() != keyringType {
+			if k.description() != name || k.typ.Load() != keyringType {
 				s.namesMu.Unlock()
 				return fmt.Errorf("keys: key %d listed under the keyring name %q", k.serial, name)
 			}
@@ -45,7 +45,7 @@ func (s *Service) Check() error {
 	s.namesMu.Unlock()
 	named := 0
 	for _, k := range idx {
-		if k.typ.Load() == keyringType && k.desc[0] != '.' {
+		if k.typ.Load() == keyringType && k.description()[0] != '.' {
 			named++
 		}
 	}
@@ -107,7 +107,7 @@ func (s *Service) Check() error {
 		if !k.isKeyring() {
 			continue
 		}
-		for _, l := range k.ring.Load().links() {
+		for _, l := range k.loadRing().links() {
 			if idx[l.key.serial] != l.key || l.key.usage.Load() <= 0 {
 				return fmt.Errorf("keys: keyring %d links key %d, which is destroyed", id, l.key.serial)
 			}
@@ -126,7 +126,7 @@ func checkCycles(idx map[Serial]*Key) error {
 	var visit func(k *Key) error
 	visit = func(k *Key) error {
 		state[k] = onPath
-		if snap := k.ring.Load(); snap != nil && !k.has(flagInvalidated|flagRevoked) {
+		if snap := k.loadRing(); snap != nil && !k.has(flagInvalidated|flagRevoked) {
 			for _, l := range snap.nested {
 				switch state[l.key] {
 				case onPath:

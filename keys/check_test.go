@@ -37,7 +37,7 @@ func TestCheckFindsBrokenInvariants(t *testing.T) {
 
 	// A cycle, made without the link operation's check.
 	ik, rk := e.s.lookup(inner), e.s.lookup(ring)
-	snap := ik.ring.Load()
+	snap := ik.loadRing()
 	saved := snap.nested
 	snap.nested = append(append([]link(nil), saved...), link{key: rk})
 	err := e.s.Check()

@@ -257,7 +257,7 @@ func TestSerialIndexConcurrent(t *testing.T) {
 			for n := range rounds {
 				switch {
 				case len(mine) < 50 || rng.IntN(3) > 0:
-					k := new(Key)
+					k := &Key{keyRec: new(keyRec)}
 					// Serials from a narrow range, so that collisions walk
 					// upward across shards.
 					x.insert(k, Serial(3+rng.IntN(4*rounds)))

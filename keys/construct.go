@@ -470,7 +470,7 @@ func (c *Caller) instantiate(id Serial, payload []byte, ringID Serial) error {
 	if !t.takesPayloads() {
 		return EINVAL
 	}
-	p, charge, err := t.prepare(c, k.desc, nil, payload)
+	p, charge, err := t.prepare(c, k.description(), nil, payload)
 	if err != nil {
 		return err
 	}

@@ -220,7 +220,7 @@ func (c *Caller) dhOperand(id Serial) ([]byte, error) {
 		return nil, err
 	}
 	sec := c.s.dom.Read()
-	pl := k.payload.Load()
+	pl := k.loadPayload()
 	if pl == nil {
 		sec.End()
 		return nil, EKEYREVOKED

@@ -344,7 +344,7 @@ func masterKey(c *Caller, master string) ([]byte, error) {
 	defer k.put()
 	sec := c.s.dom.Read()
 	defer sec.End()
-	p := k.payload.Load()
+	p := k.loadPayload()
 	if p == nil {
 		return nil, EKEYREVOKED
 	}

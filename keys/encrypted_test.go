@@ -30,7 +30,7 @@ func TestEncryptedKeys(t *testing.T) {
 		t.Fatalf("describe: %+v", d)
 	}
 	k := e.s.lookup(id)
-	if p := k.payload.Load(); p.Len() != 134 {
+	if p := k.loadPayload(); p.Len() != 134 {
 		t.Fatalf("the key is %d bytes long, want the kernel's 134", p.Len())
 	}
 	// Loaded into another key, the same secret: the same blob.
@@ -38,7 +38,7 @@ func TestEncryptedKeys(t *testing.T) {
 	if got := string(must(c.Read(id2))(t)); got != blob {
 		t.Fatalf("loaded key reads %q, want %q", got, blob)
 	}
-	if !bytes.Equal(e.s.lookup(id2).payload.Load().Data, k.payload.Load().Data) {
+	if !bytes.Equal(e.s.lookup(id2).loadPayload().Data, k.loadPayload().Data) {
 		t.Fatal("the loaded secret differs")
 	}
 	// Without its format the HMAC is taken from the master's name on (as

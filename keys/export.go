@@ -87,7 +87,7 @@ func (s *Service) Export(w io.Writer) error {
 	var restricted []int
 	withLinks := 0
 	for i, ring := range x.keys[:x.rings] {
-		if snap := ring.ring.Load(); snap != nil && snap.n > 0 {
+		if snap := ring.loadRing(); snap != nil && snap.n > 0 {
 			withLinks++
 		}
 		if ring.restriction() != nil {
@@ -97,7 +97,7 @@ func (s *Service) Export(w io.Writer) error {
 	e.uvarint(uint64(withLinks))
 	var entries []uint64
 	for i, ring := range x.keys[:x.rings] {
-		snap := ring.ring.Load()
+		snap := ring.loadRing()
 		if snap == nil || snap.n == 0 {
 			continue
 		}
@@ -241,7 +241,7 @@ func (s *Service) exportOrder(emit func(*Key)) (*exportSet, error) {
 	for i, ring := range x.keys[:x.rings] {
 		g := &x.groups[i]
 		g.start = len(x.keys)
-		g.links = ring.ring.Load().links()
+		g.links = ring.loadRing().links()
 		for _, l := range g.links {
 			k := l.key
 			if k.isKeyring() {
@@ -307,7 +307,7 @@ func (s *Service) exportKey(e *stateWriter, k *Key) {
 	t := k.typ.Load()
 	e.uvarint(uint64(k.serial))
 	e.str(t.Name)
-	e.str(k.desc)
+	e.str(k.description())
 	e.uvarint(uint64(k.uid.Load()))
 	e.uvarint(uint64(k.gid.Load()))
 	e.uvarint(uint64(k.perm.Load()))
@@ -318,7 +318,7 @@ func (s *Service) exportKey(e *stateWriter, k *Key) {
 	if st != statePositive || t == keyringType {
 		return
 	}
-	p := k.payload.Load()
+	p := k.loadPayload()
 	if p == nil {
 		e.uvarint(0) // revoked: its payload is gone
 		return

@@ -205,7 +205,7 @@ func (s *Service) destroy(k *Key) {
 // caller returns (returnQuota) once it has destroyed a batch.
 func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	k.mu.Lock()
-	if p := k.payload.Swap(nil); p != nil {
+	if p := k.swapPayload(nil); p != nil {
 		p.wipe()
 		if d := k.typ.Load().Destroy; d != nil {
 			d(p)
@@ -213,7 +213,7 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	}
 	// Only keyrings have links (detachRing stores nothing for the rest).
 	links := s.detachRing(k, nil)
-	if k.typ.Load() == keyringType && k.desc[0] != '.' {
+	if k.typ.Load() == keyringType && k.description()[0] != '.' {
 		s.unpublishName(k)
 	}
 	u, ql := k.quota, int(k.quotalen)

@@ -112,12 +112,12 @@ func TestGCMassReap(t *testing.T) {
 			var in []Serial
 			for _, r := range rings {
 				rk := e.s.lookup(r)
-				if l, ok := rk.ring.Load().find(k.typeName(), k.desc); ok && l.key == k {
+				if l, ok := rk.loadRing().find(k.typeName(), k.description()); ok && l.key == k {
 					in = append(in, r)
 				}
 			}
 			t.Fatalf("key %d (%q) should have been reaped: usage %d, flags %#x, expiry %d (now %d), linked from %v; stats %+v",
-				k.serial, k.desc, k.usage.Load(), k.flags.Load(), k.expiry.Load(), e.s.now(), in, e.s.GCStats())
+				k.serial, k.description(), k.usage.Load(), k.flags.Load(), k.expiry.Load(), e.s.now(), in, e.s.GCStats())
 		}
 	}
 	for _, id := range movers {
@@ -148,7 +148,7 @@ func checkParents(t *testing.T, idx map[Serial]*Key) {
 	t.Helper()
 	want := map[*Key]map[*Key]int{}
 	for _, ring := range idx {
-		if snap := ring.ring.Load(); snap != nil && ring.isKeyring() {
+		if snap := ring.loadRing(); snap != nil && ring.isKeyring() {
 			hwalk(snap.ix, snap.root, func(l link) bool {
 				if want[l.key] == nil {
 					want[l.key] = map[*Key]int{}

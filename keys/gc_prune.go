@@ -61,7 +61,7 @@ const (
 func (g *collector) routeDead(ring *Key, d deadKey) int {
 	st := g.prune.sweeps[ring]
 	if st == nil {
-		if snap := ring.ring.Load(); snap == nil || snap.n < sweepMinLinks {
+		if snap := ring.loadRing(); snap == nil || snap.n < sweepMinLinks {
 			g.prune.byRing[ring] = append(g.prune.byRing[ring], d)
 			return 1
 		}
@@ -72,7 +72,7 @@ func (g *collector) routeDead(ring *Key, d deadKey) int {
 	switch st.state {
 	case sweepDeferring:
 		st.pending = append(st.pending, d)
-		if snap := ring.ring.Load(); snap == nil || len(st.pending)*sweepShare >= snap.n {
+		if snap := ring.loadRing(); snap == nil || len(st.pending)*sweepShare >= snap.n {
 			// The sweep's first step starts at the beginning: it meets
 			// every key deferred so far.
 			st.state, st.pending = sweepActive, nil
@@ -95,9 +95,9 @@ func (g *collector) sweepStep(t *rcu.Task, budget int) int {
 	ring := st.ring
 	w := sweepWalk{dead: g.linkDead, tick: t.Quiescent, budget: budget, removed: g.prune.swept[:0]}
 	ring.mu.Lock()
-	if snap := ring.ring.Load(); snap != nil && snap.n > 0 {
+	if snap := ring.loadRing(); snap != nil && snap.n > 0 {
 		if next := snap.sweep(st.cursor, &w); next != snap {
-			ring.ring.Store(next)
+			ring.storeRing(next)
 			g.s.chargeLink(ring, -linkCost*len(w.removed))
 		}
 	}
@@ -200,10 +200,10 @@ func (s *Service) pruneFrom(ring *Key, dead []deadKey, pruned *[reapReasons]uint
 	clear(dead[len(still):])
 	dead = still
 	var removed int
-	if snap := ring.ring.Load(); snap != nil {
+	if snap := ring.loadRing(); snap != nil {
 		next, n := snap.withoutKeys(dead, fresh)
 		if n > 0 {
-			ring.ring.Store(next)
+			ring.storeRing(next)
 			s.chargeLink(ring, -linkCost*n)
 			removed = n
 		}

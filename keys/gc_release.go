@@ -76,12 +76,12 @@ func (it *trieIter) done() bool { return len(it.stack) == 0 }
 // so that whoever sees the keyring without them also sees the release
 // pending.
 func (s *Service) detachRing(ring *Key, next *ringSnap) *ringSnap {
-	old := ring.ring.Load()
+	old := ring.loadRing()
 	if old == nil {
 		return nil // not a keyring, or destroyed already
 	}
 	s.gcol.releasing.Add(int64(old.n))
-	ring.ring.Store(next)
+	ring.storeRing(next)
 	return old
 }
 
@@ -180,6 +180,6 @@ func (g *collector) closeReleases() {
 
 // linksKey reports whether ring's current links include k.
 func linksKey(ring, k *Key) bool {
-	l, ok := ring.ring.Load().findHash(ownHash(k), k.typeName(), k.desc)
+	l, ok := ring.loadRing().findHash(ownHash(k), k.typeName(), k.description())
 	return ok && l.key == k
 }

@@ -46,7 +46,7 @@ func TestGCRevokedKey(t *testing.T) {
 	sawIntact := make(chan bool)
 	go func() {
 		sec := e.s.Domain().Read()
-		p := k.payload.Load()
+		p := k.loadPayload()
 		loaded <- p
 		<-release
 		sawIntact <- string(p.Data) == "payload"
@@ -578,7 +578,7 @@ func TestGravesReuseBlocks(t *testing.T) {
 	var spare [][]graveEntry
 	keys := make([]*Key, 2500)
 	for i := range keys {
-		keys[i] = &Key{serial: Serial(i + 3)}
+		keys[i] = &Key{serial: Serial(i + 3), keyRec: new(keyRec)}
 	}
 	var yard, batch graves
 	for _, k := range keys[:2000] {

@@ -42,7 +42,7 @@ func indexHash(typ, desc string) uint64 {
 }
 
 // keyHash is the index hash of a key's own type and description.
-func keyHash(k *Key) uint64 { return indexHash(k.typeName(), k.desc) }
+func keyHash(k *Key) uint64 { return indexHash(k.typeName(), k.description()) }
 
 // ownHash is a key's index hash as it was worked out when the key was
 // made, which is where a keyring links it and where the collector looks
@@ -226,7 +226,7 @@ func rank(m, bit uint32) int { return bits.OnesCount32(m & (bit - 1)) }
 // match returns e as a link if it is the entry for (typ, desc); a
 // reader's leaf whose key is gone is no entry.
 func (x *serialIndex) match(e *leaf, typ, desc string) (link, bool) {
-	if k := x.keyOf(e); k != nil && k.desc == desc && k.typeName() == typ {
+	if k := x.keyOf(e); k != nil && k.description() == desc && k.typeName() == typ {
 		return link{key: k, slot: e.slot}, true
 	}
 	return link{}, false
@@ -293,7 +293,7 @@ func hsetp(x *serialIndex, n *hnode, h uint64, l *leaf, lv int, rehash func(*Key
 		return nn, link{}, false
 	}
 	nk := x.mustKey(l)
-	typ, desc := nk.typeName(), nk.desc
+	typ, desc := nk.typeName(), nk.description()
 	if n.collision() {
 		ch := trieHash(rehash(x.mustKey((*leaf)(n.kids[0]))))
 		if ch != h {

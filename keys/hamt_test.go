@@ -16,7 +16,8 @@ func testService() *Service { return new(Service) }
 // testKey makes a detached key for trie and ring tests: a type, a
 // description and a serial, in s's index (and no more of a service).
 func testKey(s *Service, t *Type, desc string, serial Serial) *Key {
-	k := &Key{desc: desc, serial: serial, hash: indexHash(t.Name, desc), quota: &quotaUser{s: s}}
+	k := newKey(desc, indexHash(t.Name, desc))
+	k.serial, k.quota = serial, &quotaUser{s: s}
 	k.typ.Store(t)
 	if !s.index.insertExact(k, serial) {
 		panic(fmt.Sprintf("testKey: serial %d twice", serial))
@@ -46,7 +47,7 @@ func checkTrie(t tb, x *serialIndex, root *hnode, hash func(typ, desc string) ui
 		if !ok {
 			t.Fatalf("leaf %+v names no key", *e)
 		}
-		typ, desc := l.key.typeName(), l.key.desc
+		typ, desc := l.key.typeName(), l.key.description()
 		h := hash(typ, desc)
 		if lv*hamtBits < 64 {
 			if mask := uint64(1)<<(lv*hamtBits) - 1; h&mask != prefix {
@@ -69,11 +70,11 @@ func checkTrie(t tb, x *serialIndex, root *hnode, hash func(typ, desc string) ui
 				t.Fatalf("collision node at level %d with %d entries", lv, len(n.kids))
 			}
 			k0 := x.mustKey(n.leaf(0))
-			h0 := trieHash(hash(k0.typeName(), k0.desc))
+			h0 := trieHash(hash(k0.typeName(), k0.description()))
 			for i := range n.kids {
 				l := n.leaf(i)
 				k := x.mustKey(l)
-				if h := trieHash(hash(k.typeName(), k.desc)); h != h0 {
+				if h := trieHash(hash(k.typeName(), k.description())); h != h0 {
 					t.Fatalf("collision node mixes hashes %#x and %#x", h0, h)
 				}
 				add(l, lv, prefix)
@@ -132,7 +133,7 @@ func checkVersion(t tb, x *serialIndex, v version, hash func(typ, desc string) u
 			t.Fatalf("entry %q: trie %+v (present %v), model %+v", name, g, ok, want)
 		}
 		l := want
-		typ, desc := l.key.typeName(), l.key.desc
+		typ, desc := l.key.typeName(), l.key.description()
 		if g, ok := hget(x, v.root, hash(typ, desc), typ, desc); !ok || g != want {
 			t.Fatalf("hget %q = %+v, %v; want %+v", desc, g, ok, want)
 		}
@@ -140,8 +141,8 @@ func checkVersion(t tb, x *serialIndex, v version, hash func(typ, desc string) u
 	n := 0
 	hwalk(x, v.root, func(l link) bool {
 		n++
-		if v.model[entryName(l.key.typeName(), l.key.desc)] != l {
-			t.Fatalf("hwalk yielded %q, not in the model", l.key.desc)
+		if v.model[entryName(l.key.typeName(), l.key.description())] != l {
+			t.Fatalf("hwalk yielded %q, not in the model", l.key.description())
 		}
 		return true
 	})
@@ -270,7 +271,7 @@ func TestHamtHashEdges(t *testing.T) {
 }
 
 func rehash(hash func(typ, desc string) uint64) func(*Key) uint64 {
-	return func(k *Key) uint64 { return hash(k.typeName(), k.desc) }
+	return func(k *Key) uint64 { return hash(k.typeName(), k.description()) }
 }
 
 func cloneModel(m map[string]link) map[string]link {
@@ -441,7 +442,7 @@ type ringModel struct {
 }
 
 func (m *ringModel) add(k *Key) {
-	name := entryName(k.typeName(), k.desc)
+	name := entryName(k.typeName(), k.description())
 	if _, ok := m.slot[name]; ok {
 		m.key[name] = k
 		return
@@ -580,11 +581,11 @@ func TestRingSnapBatchDelete(t *testing.T) {
 			switch rapid.IntRange(0, 3).Draw(rt, "fate") {
 			case 0:
 				dead = append(dead, deadKey{k: k})
-				want, _, _ = want.without(k.typeName(), k.desc)
+				want, _, _ = want.without(k.typeName(), k.description())
 			case 1:
 				// A key of the same type and description that is not the
 				// linked one: its "link" must stay.
-				dead = append(dead, deadKey{k: testKey(s, k.typ.Load(), k.desc, 1<<20+k.serial)})
+				dead = append(dead, deadKey{k: testKey(s, k.typ.Load(), k.description(), 1<<20+k.serial)})
 			}
 		}
 		for i := len(dead) - 1; i > 0; i-- {
@@ -650,7 +651,8 @@ func TestTrieLeafOfAGoneKey(t *testing.T) {
 		t.Fatal("remove failed")
 	}
 	check("destroyed")
-	b := &Key{desc: "a", serial: 12, hash: indexHash("user", "a"), quota: &quotaUser{s: s}}
+	b := newKey("a", indexHash("user", "a"))
+	b.serial, b.quota = 12, &quotaUser{s: s}
 	b.typ.Store(userType)
 	(*s.index.reg.blocks.Load())[pos>>registryBits][pos&(registryChunk-1)].Store(b)
 	check("its position given to another key of its name")

@@ -94,7 +94,7 @@ func TestLongEncryptedFieldsCrossAHandOver(t *testing.T) {
 		if k == nil {
 			t.Fatalf("key %d did not cross", id)
 		}
-		before, after := e.s.lookup(id).payload.Load().Extra.(*encMeta), k.payload.Load().Extra.(*encMeta)
+		before, after := e.s.lookup(id).loadPayload().Extra.(*encMeta), k.loadPayload().Extra.(*encMeta)
 		if before.master != after.master || before.datalen != after.datalen || before.format != after.format {
 			t.Errorf("key %d: %+v before, %+v after", id, before, after)
 		}

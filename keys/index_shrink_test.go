@@ -38,7 +38,7 @@ func indexSlots(x *serialIndex) int {
 func fillIndex(x *serialIndex, n int) []*Key {
 	ks := make([]*Key, n)
 	for i := range ks {
-		ks[i] = &Key{}
+		ks[i] = &Key{keyRec: new(keyRec)}
 		if !x.insertExact(ks[i], Serial(i+3)) {
 			panic("serial taken")
 		}

@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"unsafe"
 )
 
 // Serial identifies a key (keyctl.Serial). Positive serials name keys;
@@ -86,14 +87,21 @@ const (
 // Key is one key or keyring. Its exported methods return snapshots; all
 // changes go through the Caller operations, which check permissions.
 type Key struct {
-	// The fields that hold pointers come first: Go's collector scans an
-	// object only as far as its last pointer, so a key costs each of its
-	// marks 56 bytes rather than all 128, which over a million keys is
-	// most of what a mark scans.
+	// A Key holds its pointers, its serial and its description's length,
+	// and its other scalars are in a record that holds no pointer
+	// (keyRec): Go's collector scans the 64 bytes of a Key and only marks
+	// its record, where one 128-byte object cost each mark all 128 (the
+	// collector counts an object whole when it scans a span's objects
+	// together). Over a million keys that was most of what a mark
+	// scanned (BenchmarkMillionKeys).
 
-	typ     atomic.Pointer[Type]
-	payload atomic.Pointer[Payload]  // non-keyring types; rcu-protected
-	ring    atomic.Pointer[ringSnap] // keyrings; rcu-protected
+	typ atomic.Pointer[Type]
+	// content is a keyring's links (*ringSnap) or any other key's payload
+	// (*Payload), rcu-protected, reached only through loadRing and
+	// loadPayload and their writers, which tell the two apart by the
+	// key's type: a key is a keyring or not for its whole life. One word
+	// for the two saves a word of every key.
+	content unsafe.Pointer
 
 	// The owner's record, charged for this key, and through it the
 	// service. Guarded by mu; read without it only by the last put,
@@ -111,10 +119,30 @@ type Key struct {
 	// memory and in every mark of Go's collector.
 	ext atomic.Pointer[keyExt]
 
-	desc string // its pointer is the last one
+	// desc is the description's bytes and descLen their number: a string
+	// split in two so that the serial shares the length's word, and the
+	// index's and the tries' checks of a key's serial (serialIndex.keyOf)
+	// read the Key alone, not its record too.
+	desc    *byte
+	descLen uint32
+	serial  Serial
 
-	serial Serial
-	state  atomicState
+	*keyRec // never nil, never replaced
+}
+
+// description returns k's description.
+func (k *Key) description() string { return unsafe.String(k.desc, k.descLen) }
+
+// newKey returns a key described by desc, with the hash of its type and
+// desc, its record, and nothing else set yet.
+func newKey(desc string, hash uint64) *Key {
+	return &Key{desc: unsafe.StringData(desc), descLen: uint32(len(desc)), keyRec: &keyRec{hash: hash}}
+}
+
+// keyRec is the part of a Key that holds no pointer, 64 bytes that Go's
+// collector marks without scanning. Its fields are the Key's, promoted.
+type keyRec struct {
+	state atomicState
 	// hash is indexHash of the type the key was created with and its
 	// description, kept so that possession tests need not hash again. It
 	// is stale once the type is unregistered (typ is then the dead type).
@@ -148,6 +176,48 @@ type keyExt struct {
 	parents  []*Key // the keyrings that link the key, after parent
 	// constructed is closed when the key stops being under construction.
 	constructed chan struct{}
+}
+
+// loadPayload returns k's payload, nil for a keyring and for a key that
+// has none.
+func (k *Key) loadPayload() *Payload {
+	if k.isKeyring() {
+		return nil
+	}
+	return (*Payload)(atomic.LoadPointer(&k.content))
+}
+
+// storePayload publishes p as k's payload; k is not a keyring.
+func (k *Key) storePayload(p *Payload) {
+	if k.isKeyring() {
+		panic("keys: a payload for a keyring")
+	}
+	atomic.StorePointer(&k.content, unsafe.Pointer(p))
+}
+
+// swapPayload publishes p as k's payload and returns the one it replaced;
+// for a keyring it does nothing and returns nil.
+func (k *Key) swapPayload(p *Payload) *Payload {
+	if k.isKeyring() {
+		return nil
+	}
+	return (*Payload)(atomic.SwapPointer(&k.content, unsafe.Pointer(p)))
+}
+
+// loadRing returns a keyring's links, nil for any other key.
+func (k *Key) loadRing() *ringSnap {
+	if !k.isKeyring() {
+		return nil
+	}
+	return (*ringSnap)(atomic.LoadPointer(&k.content))
+}
+
+// storeRing publishes r as keyring k's links.
+func (k *Key) storeRing(r *ringSnap) {
+	if !k.isKeyring() {
+		panic("keys: links for a key that is not a keyring")
+	}
+	atomic.StorePointer(&k.content, unsafe.Pointer(r))
 }
 
 // extra returns k's ext, making it if k has none.
@@ -184,7 +254,7 @@ func (k *Key) restriction() *restriction {
 func (k *Key) Serial() Serial { return k.serial }
 
 // Description returns the key's description.
-func (k *Key) Description() string { return k.desc }
+func (k *Key) Description() string { return k.description() }
 
 // Type returns the name of the key's type.
 func (k *Key) Type() string { return k.typeName() }

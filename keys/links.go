@@ -98,7 +98,7 @@ func (c *Caller) move(id, fromID, toID Serial, flags uint32) error {
 		return ENOTDIR
 	}
 	k := kr.key
-	if l, ok := from.key.ring.Load().find(k.typeName(), k.desc); !ok || l.key != k {
+	if l, ok := from.key.loadRing().find(k.typeName(), k.description()); !ok || l.key != k {
 		return ENOENT
 	}
 	replaced, err := c.s.linkSilently(to.key, k.get(), true, flags&MoveExcl != 0)
@@ -170,7 +170,7 @@ func (s *Service) linkSilently(ring, k *Key, checkRestriction, excl bool) (repla
 	}
 	// Build the next version first (one walk of the trie tells whether a
 	// link is replaced); it is published only if every check passes.
-	next, old, replacing := ring.ring.Load().with(&s.index, k)
+	next, old, replacing := ring.loadRing().with(&s.index, k)
 	if replacing && excl {
 		ring.mu.Unlock()
 		return nil, EEXIST
@@ -198,7 +198,7 @@ func (s *Service) linkSilently(ring, k *Key, checkRestriction, excl bool) (repla
 			return nil, undo(err)
 		}
 	}
-	ring.ring.Store(next)
+	ring.storeRing(next)
 	k.addParent(ring)
 	if replacing {
 		old.key.removeParent(ring)
@@ -243,12 +243,12 @@ func (s *Service) unlinkSilently(ring, k *Key) (*Key, error) {
 		return nil, ENOTDIR
 	}
 	ring.mu.Lock()
-	next, old, ok := ring.ring.Load().without(k.typeName(), k.desc)
+	next, old, ok := ring.loadRing().without(k.typeName(), k.description())
 	if !ok {
 		ring.mu.Unlock()
 		return nil, ENOENT
 	}
-	ring.ring.Store(next)
+	ring.storeRing(next)
 	old.key.removeParent(ring)
 	s.chargeLink(ring, -linkCost)
 	ring.mu.Unlock()
@@ -293,7 +293,7 @@ func (s *Service) detectCycle(ring, k *Key) error {
 	}
 	var walk func(at *Key, depth int) error
 	walk = func(at *Key, depth int) error {
-		snap := at.ring.Load()
+		snap := at.loadRing()
 		if snap == nil {
 			return nil
 		}

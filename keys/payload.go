@@ -7,14 +7,11 @@ import "unsafe"
 type Payload struct {
 	// Extra holds type-specific state (big_key's sealed store).
 	Extra any
-	// Data comes after Extra: Go's collector scans a record only as far
-	// as its last pointer, Data's, which is then its third word, not its
-	// fifth.
-	Data []byte
+	Data  []byte
 	// Nothing more: a payload of up to 8 bytes then fits, with its bytes,
-	// in 48 bytes, a million keys' worth of which Go's collector scans.
-	// Its length in descriptions is Len; what it costs its owner's byte
-	// quota is in the key's quotalen (payloadCharge).
+	// in 48 bytes (newPayload). Its length in descriptions is Len; what
+	// it costs its owner's byte quota is in the key's quotalen
+	// (payloadCharge).
 }
 
 // Len is the payload's length in descriptions and /proc/keys: its bytes',
@@ -35,7 +32,7 @@ func payloadCharge(k *Key) int {
 	if !k.has(flagInQuota) || k.isKeyring() {
 		return 0
 	}
-	return int(k.quotalen) - len(k.desc) - 1
+	return int(k.quotalen) - len(k.description()) - 1
 }
 
 // wipe zeroes the payload's bytes: secrets must not outlive the key.
@@ -95,7 +92,7 @@ func (s *Service) instantiate(k *Key, p *Payload, charge int) error {
 		k.quotalen += int32(charge)
 	}
 	if p != nil {
-		k.payload.Store(p)
+		k.storePayload(p)
 	}
 	s.markInstantiated(k)
 	k.mu.Unlock()
@@ -112,7 +109,7 @@ func (s *Service) update(k *Key, p *Payload, charge int) error {
 		k.mu.Unlock()
 		return EKEYREVOKED
 	}
-	old := k.payload.Load()
+	old := k.loadPayload()
 	delta := charge - payloadCharge(k)
 	if k.has(flagInQuota) {
 		if err := s.adjust(k.quota, delta); err != nil {
@@ -121,7 +118,7 @@ func (s *Service) update(k *Key, p *Payload, charge int) error {
 		}
 		k.quotalen += int32(delta)
 	}
-	k.payload.Store(p)
+	k.storePayload(p)
 	wasNegative := k.state.Load() != statePositive
 	k.state.Store(statePositive)
 	if wasNegative {
@@ -184,7 +181,7 @@ func (c *Caller) updateKey(id Serial, payload []byte) error {
 		// reader reads it. A plain Preparse (a big_key's sealing and
 		// file write among them) needs none, and holds no grace period.
 		sec := c.s.dom.Read()
-		p, charge, err = t.prepareUpdate(c, r.key.desc, r.key.payload.Load(), payload)
+		p, charge, err = t.prepareUpdate(c, r.key.description(), r.key.loadPayload(), payload)
 		sec.End()
 	} else {
 		p, charge, err = t.Preparse(payload)

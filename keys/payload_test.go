@@ -2,8 +2,10 @@ package keys
 
 import (
 	"bytes"
+	"reflect"
 	"runtime"
 	"testing"
+	"unsafe"
 )
 
 // TestPayloadSurvivesCollections holds payloads made by newPayload only
@@ -45,4 +47,47 @@ func TestPayloadSurvivesCollections(t *testing.T) {
 	if a := testing.AllocsPerRun(100, func() { _ = newPayload(data) }); a != 1 {
 		t.Errorf("newPayload took %v allocations, want one", a)
 	}
+}
+
+// TestKeyLayout keeps a Key's pointers and its scalars apart, as the cost
+// of a million keys to Go's collector depends on it (see Key): a Key is
+// eight words, its record holds no pointer, and neither outgrows its
+// 64-byte size class.
+func TestKeyLayout(t *testing.T) {
+	if unsafe.Sizeof(uintptr(0)) != 8 {
+		t.Skip("the sizes below are a 64-bit machine's")
+	}
+	if n := unsafe.Sizeof(Key{}); n != 64 {
+		t.Errorf("a Key is %d bytes, want 64", n)
+	}
+	if n := unsafe.Sizeof(keyRec{}); n > 64 {
+		t.Errorf("a keyRec is %d bytes, want at most 64", n)
+	}
+	if p := pointerField(reflect.TypeFor[keyRec](), "keyRec"); p != "" {
+		t.Errorf("keyRec holds a pointer: %s", p)
+	}
+}
+
+// pointerField names the first field of t that holds a pointer, "" if
+// none does.
+func pointerField(t reflect.Type, path string) string {
+	switch t.Kind() {
+	case reflect.Struct:
+		for i := range t.NumField() {
+			if p := pointerField(t.Field(i).Type, path+"."+t.Field(i).Name); p != "" {
+				return p
+			}
+		}
+		return ""
+	case reflect.Array:
+		if t.Len() == 0 {
+			return ""
+		}
+		return pointerField(t.Elem(), path+"[]")
+	case reflect.Bool, reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64, reflect.Uintptr,
+		reflect.Float32, reflect.Float64, reflect.Complex64, reflect.Complex128:
+		return ""
+	}
+	return path
 }

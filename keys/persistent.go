@@ -60,7 +60,7 @@ func (s *Service) persistentKeyring(uid uint32) (*Key, error) {
 		s.persist = reg
 	}
 	name := fmt.Sprintf("_persistent.%d", uid)
-	if l, ok := s.persist.ring.Load().find(keyringType.Name, name); ok &&
+	if l, ok := s.persist.loadRing().find(keyringType.Name, name); ok &&
 		!l.key.has(flagRevoked|flagInvalidated) && l.key.tryGet() {
 		return l.key, nil
 	}

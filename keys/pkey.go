@@ -320,7 +320,7 @@ func (c *Caller) withPkey(id Serial, info string, fn func(a *asymKey, p pkeyPara
 		return EOPNOTSUPP
 	}
 	sec := c.s.dom.Read()
-	pl := r.key.payload.Load()
+	pl := r.key.loadPayload()
 	var a *asymKey
 	if pl != nil {
 		a, _ = pl.Extra.(*asymKey)

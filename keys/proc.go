@@ -95,10 +95,10 @@ func (s *Service) procLine(b *strings.Builder, k *Key, held int32) {
 	if t == authType {
 		b.WriteString("key:")
 	}
-	b.WriteString(k.desc)
+	b.WriteString(k.description())
 	if st == statePositive && t.Describe != nil {
 		sec := s.dom.Read()
-		b.WriteString(t.Describe(k, k.payload.Load()))
+		b.WriteString(t.Describe(k, k.loadPayload()))
 		sec.End()
 	}
 	b.WriteByte('\n')

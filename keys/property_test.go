@@ -372,7 +372,7 @@ func depthBelow(k *Key, at int) int {
 	if at > MaxDepth+1 {
 		return at
 	}
-	snap := k.ring.Load()
+	snap := k.loadRing()
 	if snap == nil {
 		return 0
 	}
@@ -494,7 +494,7 @@ func (m *machine) search(rt *rapid.T) {
 	m.logf("%s Search(%d, %s, %s, %d) = %d, %v", m.names[i], ring, typ, desc, dest, id, err)
 	m.check("Search", err, append(lookupErrs, ENOTDIR, EDQUOT, EPERM, EDEADLK, ELOOP)...)
 	if err == nil {
-		if k := m.s.lookup(id); k == nil || k.typeName() != typ || k.desc != desc {
+		if k := m.s.lookup(id); k == nil || k.typeName() != typ || k.description() != desc {
 			m.rt.Fatalf("Search returned %d, which is not a live %s %q", id, typ, desc)
 		}
 		if dest != 0 {
@@ -623,7 +623,7 @@ func (m *machine) checkLinks(idx map[Serial]*Key) {
 		if !k.isKeyring() {
 			continue
 		}
-		snap := k.ring.Load()
+		snap := k.loadRing()
 		if snap == nil {
 			m.rt.Fatalf("live keyring %d has no contents", k.serial)
 		}
@@ -644,7 +644,7 @@ func (m *machine) checkLinks(idx map[Serial]*Key) {
 			k.mu.Lock()
 			ql := int(k.quotalen)
 			k.mu.Unlock()
-			if want := len(k.desc) + 1 + linkCost*snap.n; ql != want {
+			if want := len(k.description()) + 1 + linkCost*snap.n; ql != want {
 				m.rt.Fatalf("keyring %d charged %d bytes for %d links, want %d", k.serial, ql, snap.n, want)
 			}
 		}
@@ -667,7 +667,7 @@ func (m *machine) checkCycles(idx map[Serial]*Key) {
 	visit = func(k *Key) {
 		color[k] = grey
 		path = append(path, k.serial)
-		if snap := k.ring.Load(); snap != nil && !k.has(flagInvalidated|flagRevoked) {
+		if snap := k.loadRing(); snap != nil && !k.has(flagInvalidated|flagRevoked) {
 			for _, l := range snap.nested {
 				switch color[l.key] {
 				case grey:
@@ -700,7 +700,7 @@ func (m *machine) checkPerms(idx map[Serial]*Key) {
 func (m *machine) checkUsage(idx map[Serial]*Key) {
 	want := map[*Key]int32{}
 	for _, k := range idx {
-		if snap := k.ring.Load(); snap != nil && k.isKeyring() {
+		if snap := k.loadRing(); snap != nil && k.isKeyring() {
 			for _, l := range snap.links() {
 				want[l.key]++
 			}
@@ -724,7 +724,7 @@ func (m *machine) checkUsage(idx map[Serial]*Key) {
 	m.s.specialMu.Unlock()
 	for id, k := range idx {
 		if got := k.usage.Load(); got != want[k] || got < 1 {
-			m.rt.Fatalf("key %d (%s %q) has usage %d, %d references found", id, k.typeName(), k.desc, got, want[k])
+			m.rt.Fatalf("key %d (%s %q) has usage %d, %d references found", id, k.typeName(), k.description(), got, want[k])
 		}
 	}
 	for k, n := range want {

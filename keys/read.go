@@ -49,7 +49,7 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 			return nil, err
 		}
 		sec := c.s.dom.Read()
-		links := k.ring.Load().links()
+		links := k.loadRing().links()
 		sec.End()
 		out := make([]byte, 0, 4*len(links))
 		for _, l := range links {
@@ -75,7 +75,7 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 		return nil, err
 	}
 	sec := c.s.dom.Read()
-	p := k.payload.Load()
+	p := k.loadPayload()
 	if p == nil {
 		sec.End()
 		return nil, EKEYREVOKED
@@ -142,7 +142,7 @@ func (c *Caller) readFast(id Serial, dst []byte, out *[]byte) (n int, ok bool, e
 	if err := k.validate(now); err != nil {
 		return 0, true, err
 	}
-	p := k.payload.Load()
+	p := k.loadPayload()
 	if p == nil {
 		return 0, true, EKEYREVOKED
 	}

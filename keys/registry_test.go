@@ -26,7 +26,7 @@ func TestRegistryReusesPositions(t *testing.T) {
 	}
 	again := make([]*Key, n)
 	for i := range again {
-		again[i] = &Key{}
+		again[i] = &Key{keyRec: new(keyRec)}
 		if !x.insertExact(again[i], Serial(n+i+3)) {
 			t.Fatal("serial taken")
 		}

@@ -127,7 +127,7 @@ func (rs *Restore) Done() {
 // the service is closed.
 func (rs *Restore) abort() {
 	for _, k := range rs.byPos {
-		if p := k.payload.Load(); p != nil {
+		if p := k.loadPayload(); p != nil {
 			p.wipe()
 			if d := k.typ.Load().Destroy; d != nil {
 				d(p)
@@ -325,7 +325,7 @@ func (rs *Restore) readKey(d *stateReader, id Serial) error {
 	if inQuota {
 		s.chargeAnyway(k, charge)
 	}
-	k.payload.Store(p)
+	k.storePayload(p)
 	s.markInstantiated(k)
 	return nil
 }
@@ -353,7 +353,7 @@ func (rs *Restore) readLinks(d *stateReader) error {
 	if !ring.isKeyring() {
 		return corrupt("links of %d, which is not a keyring", ringID)
 	}
-	if ring.ring.Load().n != 0 {
+	if ring.loadRing().n != 0 {
 		return corrupt("keyring %d's links twice", ringID)
 	}
 	snap := &ringSnap{ix: &rs.s.index, next: next}
@@ -389,7 +389,7 @@ func (rs *Restore) readLinks(d *stateReader) error {
 	if ring.has(flagInQuota) {
 		rs.s.chargeAnyway(ring, linkCost*int(snap.n))
 	}
-	ring.ring.Store(snap)
+	ring.storeRing(snap)
 	hwalk(snap.ix, snap.root, func(l link) bool {
 		l.key.get()
 		l.key.addParent(ring)
@@ -404,11 +404,11 @@ func (rs *Restore) readLinks(d *stateReader) error {
 func (rs *Restore) keyAt(d *stateReader, what string) *Key {
 	if len(rs.byPos) == 0 {
 		d.fail(corrupt("%s, but the stream has no keys", what))
-		return &Key{}
+		return &Key{keyRec: new(keyRec)}
 	}
 	pos := d.uvarint(uint64(len(rs.byPos)-1), what)
 	if d.err != nil {
-		return &Key{}
+		return &Key{keyRec: new(keyRec)}
 	}
 	return rs.byPos[pos]
 }
@@ -434,7 +434,7 @@ func (rs *Restore) checkAcyclic() error {
 		color[root] = onPath
 		for len(stack) > 0 {
 			top := &stack[len(stack)-1]
-			nested := top.k.ring.Load().nested
+			nested := top.k.loadRing().nested
 			if top.i == len(nested) {
 				color[top.k] = finished
 				stack = stack[:len(stack)-1]

@@ -15,7 +15,7 @@ func TestIndexScanProperty(t *testing.T) {
 		x := &serialIndex{}
 		next := Serial(3)
 		add := func() *Key {
-			k := &Key{}
+			k := &Key{keyRec: new(keyRec)}
 			x.insert(k, next)
 			next += Serial(rapid.IntRange(1, 5000).Draw(rt, "gap"))
 			return k

@@ -99,7 +99,7 @@ func (sc *search) tree(root *Key, possessed bool) (*Key, error) {
 	}
 	sc.result = nil
 	// The root itself may be what is sought.
-	if sc.match == nil && root.typeName() == sc.typ && root.desc == sc.desc {
+	if sc.match == nil && root.typeName() == sc.typ && root.description() == sc.desc {
 		if sc.candidate(root, possessed) {
 			return root, nil
 		}
@@ -124,7 +124,7 @@ func (sc *search) iterate(snap *ringSnap, possessed bool) *Key {
 		if k.typeName() != sc.typ {
 			continue
 		}
-		p := k.payload.Load()
+		p := k.loadPayload()
 		if p == nil || !sc.match(p) {
 			continue
 		}
@@ -139,7 +139,7 @@ func (sc *search) walk(ring *Key, possessed bool, depth int) *Key {
 	if ring.has(flagRevoked | flagInvalidated) {
 		return nil
 	}
-	snap := ring.ring.Load()
+	snap := ring.loadRing()
 	if snap == nil {
 		return nil
 	}
@@ -249,7 +249,7 @@ func (c *Caller) possessesIn(k *Key) bool {
 	sc := search{
 		cred:      c.cr(),
 		typ:       t.Name,
-		desc:      k.desc,
+		desc:      k.description(),
 		target:    k,
 		checkPerm: true,
 		recurse:   true,

@@ -282,7 +282,7 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 			return nil, err
 		}
 	}
-	k := &Key{desc: sp.desc, hash: indexHash(sp.typ.Name, sp.desc)}
+	k := newKey(sp.desc, indexHash(sp.typ.Name, sp.desc))
 	k.typ.Store(sp.typ)
 	k.uid.Store(sp.uid)
 	k.gid.Store(sp.gid)
@@ -303,7 +303,7 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 	u.nkeys++
 	u.mu.Unlock()
 	if sp.typ == keyringType {
-		k.ring.Store(&ringSnap{})
+		k.storeRing(&ringSnap{})
 	}
 	if sp.serial != 0 {
 		if !s.index.insertExact(k, sp.serial) {
@@ -333,7 +333,7 @@ func (s *Service) publishName(k *Key) {
 	if s.names == nil {
 		s.names = make(map[string][]*Key)
 	}
-	s.names[k.desc] = append(s.names[k.desc], k)
+	s.names[k.description()] = append(s.names[k.description()], k)
 	s.namesMu.Unlock()
 }
 
@@ -342,14 +342,14 @@ func (s *Service) publishName(k *Key) {
 func (s *Service) unpublishName(k *Key) {
 	s.namesMu.Lock()
 	defer s.namesMu.Unlock()
-	l := s.names[k.desc]
+	l := s.names[k.description()]
 	if i := slices.Index(l, k); i >= 0 {
 		l = slices.Delete(l, i, i+1)
 	}
 	if len(l) == 0 {
-		delete(s.names, k.desc)
+		delete(s.names, k.description())
 	} else {
-		s.names[k.desc] = l
+		s.names[k.description()] = l
 	}
 }
 

@@ -27,9 +27,9 @@ func dumpState(t *testing.T, s *Service) string {
 	for k := range s.index.all() {
 		ty := k.typ.Load()
 		l := fmt.Sprintf("%d %s %q uid=%d gid=%d perm=%08x flags=%#x state=%v expiry=%d usage=%d quotalen=%d",
-			k.serial, ty.Name, k.desc, k.uid.Load(), k.gid.Load(), k.perm.Load(), k.flags.Load()&exportedFlags,
+			k.serial, ty.Name, k.description(), k.uid.Load(), k.gid.Load(), k.perm.Load(), k.flags.Load()&exportedFlags,
 			k.state.Load(), k.expiry.Load(), k.usage.Load(), k.quotalen)
-		if p := k.payload.Load(); p != nil && k.state.Load() == statePositive {
+		if p := k.loadPayload(); p != nil && k.state.Load() == statePositive {
 			var b bytes.Buffer
 			if err := ty.export(p, func(x []byte) { b.Write(x) }); err != nil {
 				t.Fatal(err)
@@ -44,7 +44,7 @@ func dumpState(t *testing.T, s *Service) string {
 				l += fmt.Sprintf(" payload=%q len=%d charge=%d", b.String(), p.Len(), payloadCharge(k))
 			}
 		}
-		if snap := k.ring.Load(); snap != nil {
+		if snap := k.loadRing(); snap != nil {
 			for _, ln := range snap.links() {
 				l += fmt.Sprintf(" [%d@%d]", ln.key.serial, ln.slot)
 			}
@@ -327,8 +327,8 @@ func forgeLink(t *testing.T, b []byte, ring, k Serial) []byte {
 	// Re-export with the link made behind the service's back.
 	s := rs.Service()
 	r, kk := s.lookup(ring), s.lookup(k)
-	snap, _, _ := r.ring.Load().with(&s.index, kk)
-	r.ring.Store(snap)
+	snap, _, _ := r.loadRing().with(&s.index, kk)
+	r.storeRing(snap)
 	kk.get()
 	kk.addParent(r)
 	var out bytes.Buffer

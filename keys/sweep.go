@@ -3,6 +3,7 @@ package keys
 import (
 	"math/bits"
 	"slices"
+	"sync/atomic"
 	"unsafe"
 )
 
@@ -104,6 +105,37 @@ func (w *sweepWalk) spent(at uint64) bool {
 	return true
 }
 
+// warm loads the records of the keys named by n's leaves and by its
+// sub-nodes' leaves before the walk visits them one by one. The loads do
+// not depend on each other, so the processor has dozens in flight where
+// the visits, each waiting on its leaf, its key and the key's record in
+// turn, would have one: in a large keyring most of these are cache
+// misses, in the trie's hash order. A sub-node's own leaves were warmed
+// with its parent, so each leaf is loaded twice at most, the second time
+// from the cache.
+func (w *sweepWalk) warm(n *hnode) {
+	var sink uint32
+	touch := func(p unsafe.Pointer) {
+		if k := w.ix.reg.get((*leaf)(p).pos); k != nil {
+			sink |= k.flags.Load()
+		}
+	}
+	nodes := n.numNodes()
+	for _, p := range n.kids[nodes:] {
+		touch(p)
+	}
+	for _, p := range n.kids[:nodes] {
+		sub := (*hnode)(p)
+		for _, q := range sub.kids[sub.numNodes():] {
+			touch(q)
+		}
+	}
+	warmSink.Store(sink)
+}
+
+// warmSink keeps warm's loads from being thought useless.
+var warmSink atomic.Uint32
+
 // visit examines one leaf and reports whether it stays.
 func (w *sweepWalk) visit(p unsafe.Pointer) bool {
 	e := (*leaf)(p)
@@ -147,6 +179,7 @@ func (w *sweepWalk) node(n *hnode, lv int, path uint64, tight bool, from uint64)
 		copy(nn.kids, keep)
 		return nn // with one entry left, the parent inlines it
 	}
+	w.warm(n)
 	// Only collision nodes sit below the last level, so lv < hamtLevels
 	// here and every position has a nibble.
 	shift := orderShift(lv)

@@ -109,12 +109,12 @@ func TestSweepProperty(t *testing.T) {
 			}
 			for _, r := range w.removed {
 				if removed[r.l.key] || !dead[r.l.key] {
-					rt.Fatalf("removed %q twice or alive", r.l.key.desc)
+					rt.Fatalf("removed %q twice or alive", r.l.key.description())
 				}
 				removed[r.l.key] = true
 				delete(mustGo, r.l.key)
 				model = cloneModel(model)
-				delete(model, entryName("user", r.l.key.desc))
+				delete(model, entryName("user", r.l.key.description()))
 			}
 			if next.n != len(model) {
 				rt.Fatalf("n = %d, model %d", next.n, len(model))
@@ -150,12 +150,12 @@ func TestSweepProperty(t *testing.T) {
 			versions = append(versions, version{root, model})
 		}
 		for k := range mustGo {
-			rt.Fatalf("dead link %q (order %#x) survived the sweep", k.desc, trieOrder(k.hash))
+			rt.Fatalf("dead link %q (order %#x) survived the sweep", k.description(), trieOrder(k.hash))
 		}
 		for _, l := range model {
 			if dead[l.key] && !removed[l.key] && trieOrder(l.key.hash) >= cursor {
 				// Added ahead of the final step's start and not removed.
-				rt.Fatalf("dead link %q left ahead of the cursor", l.key.desc)
+				rt.Fatalf("dead link %q left ahead of the cursor", l.key.description())
 			}
 		}
 		for _, v := range versions {
@@ -204,7 +204,7 @@ func TestRingSnapSweep(t *testing.T) {
 		for _, k := range linked {
 			if rapid.Bool().Draw(rt, "dead") {
 				dead[k] = true
-				want, _, _ = want.without(k.typeName(), k.desc)
+				want, _, _ = want.without(k.typeName(), k.description())
 			}
 		}
 		before := listing(r)

@@ -173,7 +173,7 @@ func linkedSig(k *Key) (*certSig, error) {
 	if k.typ.Load() != asymmetricType {
 		return nil, EOPNOTSUPP
 	}
-	p := k.payload.Load()
+	p := k.loadPayload()
 	var a *asymKey
 	if p != nil {
 		a, _ = p.Extra.(*asymKey)
@@ -237,7 +237,7 @@ func (s *Service) restrictByKeyOrKeyring(ring, k, trusted *Key, chain bool) erro
 			case keyringType:
 				signer, _ = s.findAsymmetric(trusted, sig.authIDs)
 			case asymmetricType:
-				if p := trusted.payload.Load(); p != nil {
+				if p := trusted.loadPayload(); p != nil {
 					if a, ok := p.Extra.(*asymKey); ok && signedBy(a, sig) {
 						signer = trusted
 					}
@@ -269,7 +269,7 @@ func (s *Service) verifySigner(find func() (*Key, *certSig, error)) error {
 	signer, sig, err := find()
 	var a *asymKey
 	if err == nil {
-		if p := signer.payload.Load(); p != nil {
+		if p := signer.loadPayload(); p != nil {
 			a, _ = p.Extra.(*asymKey)
 		}
 		if a != nil {
@@ -332,7 +332,7 @@ func (s *Service) findAsymmetric(ring *Key, ids [3][]byte) (*Key, error) {
 	if ids[0] != nil && ids[1] != nil {
 		// Revoked since the search found it: its payload is gone.
 		var a *asymKey
-		if pl := k.payload.Load(); pl != nil {
+		if pl := k.loadPayload(); pl != nil {
 			a, _ = pl.Extra.(*asymKey)
 		}
 		if a == nil || a.ids[1] == nil || string(a.ids[1]) != string(ids[1]) {

@@ -138,17 +138,8 @@ var (
 		Updatable: true,
 		Describe:  describeLen,
 	}
-	keyringType = &Type{
-		Name: "keyring",
-		Describe: func(k *Key, _ *Payload) string {
-			snap := k.ring.Load()
-			if snap == nil || snap.n == 0 {
-				return ": empty"
-			}
-			return fmt.Sprintf(": %d", snap.n)
-		},
-	}
-	authType = &Type{
+	keyringType = &Type{Name: "keyring"} // Describe: see init
+	authType    = &Type{
 		Name: ".request_key_auth",
 		Read: nil, // read specially: the callout info (see read.go)
 		Describe: func(k *Key, _ *Payload) string {
@@ -160,6 +151,19 @@ var (
 	}
 	deadType = &Type{Name: ".dead"}
 )
+
+// The keyring type's Describe is set here, not in its literal: it reads
+// the links through loadRing, which asks whether the key's type is
+// keyringType, and a variable's initialiser may not depend on itself.
+func init() { keyringType.Describe = describeKeyring }
+
+func describeKeyring(k *Key, _ *Payload) string {
+	snap := k.loadRing()
+	if snap == nil || snap.n == 0 {
+		return ": empty"
+	}
+	return fmt.Sprintf(": %d", snap.n)
+}
 
 // checkTypeName applies the kernel's rules for a type name given by a
 // caller: 1 to 31 bytes, and not an internal ('.') type.
@@ -237,7 +241,7 @@ func (s *Service) UnregisterType(name string) error {
 func (s *Service) killPayload(k *Key) {
 	k.mu.Lock()
 	old := k.typ.Swap(deadType)
-	p := k.payload.Swap(nil)
+	p := k.swapPayload(nil)
 	k.mu.Unlock()
 	if p != nil {
 		s.retirePayload(p, old.Destroy)

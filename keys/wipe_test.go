@@ -22,7 +22,7 @@ func backing(t *testing.T, s *Service, id Serial) []byte {
 	if k == nil {
 		t.Fatalf("key %d not indexed", id)
 	}
-	p := k.payload.Load()
+	p := k.loadPayload()
 	if p == nil || len(p.Data) == 0 {
 		t.Fatalf("key %d has no in-memory payload", id)
 	}
@@ -93,7 +93,7 @@ func TestBigKeyFileWiped(t *testing.T) {
 	c := e.caller(1000, 100)
 	secret := bytes.Repeat([]byte("big-wipe-marker-"), 4096/16)
 	id := must(c.AddKey("big_key", "big", secret, SessionKeyring))(t)
-	p := e.s.lookup(id).payload.Load()
+	p := e.s.lookup(id).loadPayload()
 	sl, ok := p.Extra.(*sealed)
 	if !ok {
 		t.Fatalf("a %d-byte big_key is not sealed in a file", len(secret))
