@@ -70,6 +70,18 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 		prep.wipe()
 		return 0, EKEYREVOKED
 	}
+	// The keyring's restriction judges the key proposed before anything
+	// else is looked at, as the kernel's key_create_or_update runs it
+	// before it looks for a key to update or charges a new one: an add
+	// that would update a key already linked is refused as one that would
+	// link a new key is (linkInto checks again, for a restriction set
+	// meanwhile).
+	if res := ring.restriction(); res != nil {
+		if err := res.check(ring, proposedKey(t, desc, prep)); err != nil {
+			prep.wipe()
+			return 0, err
+		}
+	}
 	if t.Updatable {
 		// From the search for a key to update to the link of a new one,
 		// nobody else adds to this keyring: of two add_keys of one
@@ -122,6 +134,19 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 		return 0, err
 	}
 	return k.serial, nil
+}
+
+// proposedKey stands for the key add_key would make, for a keyring's
+// restriction to judge: its type and description, and its payload if it
+// is made before the key (prep, nil for a type with Prepare). It is in no
+// index, charged to nobody, and never published.
+func proposedKey(t *Type, desc string, prep *Payload) *Key {
+	k := newKey(desc, 0)
+	k.typ.Store(t)
+	if prep != nil && t != keyringType {
+		k.storePayload(prep)
+	}
+	return k
 }
 
 // addLock is the lock that serialises add_key's find-or-create into

@@ -429,3 +429,55 @@ func TestBuiltinTrusted(t *testing.T) {
 		t.Errorf("add a self-signed one: %v", err)
 	}
 }
+
+// TestRestrictionJudgesAnUpdate: add_key into a restricted keyring is
+// judged by the restriction before it looks for a key to update or
+// charges the caller for a new one, as the kernel's key_create_or_update
+// does; keyctl_update links nothing and is not judged.
+func TestRestrictionJudgesAnUpdate(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	ca := certtest.New(t, certtest.Options{CN: "CA", CA: true}, nil)
+	caID := must(c.AddKey("asymmetric", "", ca.DER, SessionKeyring))(t)
+	var rejecting Serial
+	for _, tc := range []struct {
+		name      string
+		typ, spec *string
+		err       error
+	}{
+		{"refusing every link", nil, nil, EPERM},
+		{"key_or_keyring", ptr("asymmetric"), ptr("key_or_keyring:" + itoa(caID)), EOPNOTSUPP},
+	} {
+		ring := must(c.AddKey("keyring", tc.name, nil, SessionKeyring))(t)
+		a := must(c.AddKey("user", "a", []byte("v1"), ring))(t)
+		must(0, c.RestrictKeyring(ring, tc.typ, tc.spec))(t)
+		if tc.typ == nil {
+			rejecting = ring
+		}
+		if id, err := c.AddKey("user", "a", []byte("v2"), ring); !errors.Is(err, tc.err) {
+			t.Errorf("%s: add_key updating a linked key: %d, %v; want %v", tc.name, id, err, tc.err)
+		}
+		if got := must(c.Read(a))(t); string(got) != "v1" {
+			t.Errorf("%s: the key reads %q after a refused add_key", tc.name, got)
+		}
+		must(0, c.Update(a, []byte("v3")))(t)
+		if got := must(c.Read(a))(t); string(got) != "v3" {
+			t.Errorf("%s: the key reads %q after keyctl_update", tc.name, got)
+		}
+	}
+	// With the caller's key quota used up, the restriction still answers
+	// first: the kernel judges the key before it allocates one.
+	for i := 0; ; i++ {
+		if _, err := c.AddKey("user", "fill"+itoa(Serial(i)), []byte("x"), SessionKeyring); err != nil {
+			if !errors.Is(err, EDQUOT) {
+				t.Fatalf("filling the quota: %v", err)
+			}
+			break
+		}
+	}
+	if _, err := c.AddKey("user", "b", []byte("x"), rejecting); !errors.Is(err, EPERM) {
+		t.Errorf("add_key into a keyring refusing every link, quota full: %v, want EPERM", err)
+	}
+}
+
+func ptr(s string) *string { return &s }
