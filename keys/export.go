@@ -78,6 +78,10 @@ func (s *Service) Export(w io.Writer) error {
 	sec.End()
 	defer x.release()
 	if err != nil {
+		// The stream ends here, unfinished. Its buffer holds payloads: it
+		// goes out as far as the stream got, and is wiped, as after a
+		// whole stream.
+		e.flush()
 		return err
 	}
 	e.uvarint(0)

@@ -1,7 +1,9 @@
 package keys
 
 import (
+	"bufio"
 	"bytes"
+	"context"
 	"crypto/elliptic"
 	"crypto/sha256"
 	"errors"
@@ -439,5 +441,46 @@ func TestStateEarlierVersions(t *testing.T) {
 			t.Errorf("%s: %v", f, err)
 		}
 		rs.Service().Close()
+	}
+}
+
+// TestExportBusyLeavesNoPayloadBuffered: Export refused with EBUSY (a key
+// under construction) has by then written every key's payload into its
+// buffer; the buffer must not keep them.
+func TestExportBusyLeavesNoPayloadBuffered(t *testing.T) {
+	started, release := make(chan struct{}), make(chan struct{})
+	e := newEnv(t, WithUpcall(UpcallFunc(func(ctx context.Context, u *Upcall) error {
+		close(started)
+		<-release
+		if _, err := u.Helper.AssumeAuthority(u.Key); err != nil {
+			return err
+		}
+		return u.Helper.Negate(u.Key, 1, 0)
+	})))
+	c := e.caller(1000, 1000)
+	secret := []byte("payload that must not linger")
+	must(c.AddKey("user", "secret", secret, SessionKeyring))(t)
+	done := make(chan error)
+	go func() {
+		_, err := c.RequestKey("user", "pending", []byte("info"), 0)
+		done <- err
+	}()
+	<-started
+	var out bytes.Buffer
+	bw := bufio.NewWriterSize(&out, 1<<20) // larger than the stream: Export alone decides what leaves it
+	err := e.s.Export(bw)
+	close(release)
+	if !errors.Is(err, EBUSY) {
+		t.Fatalf("Export with a key under construction: %v, want EBUSY", err)
+	}
+	if err := <-done; !errors.Is(err, ENOKEY) {
+		t.Errorf("the pending request_key: %v, want ENOKEY", err)
+	}
+	if n := bw.Buffered(); n != 0 {
+		t.Errorf("%d bytes of the abandoned stream left in the buffer", n)
+	}
+	b := bw.AvailableBuffer()
+	if i := bytes.IndexFunc(b[:cap(b)], func(r rune) bool { return r != 0 }); i >= 0 {
+		t.Errorf("the buffer still holds data at %d", i)
 	}
 }

@@ -663,6 +663,7 @@ func (s *Server) writeState(w io.Writer, rec *handoverRecords) error {
 	}
 	cw := newChunkWriter(w)
 	if err := s.svc.Export(cw); err != nil {
+		cw.discard() // it holds the stream's last payloads
 		return err
 	}
 	if err := cw.Close(); err != nil {
@@ -777,6 +778,12 @@ func (cw *chunkWriter) flush() error {
 	clear(cw.buf)
 	cw.buf = cw.buf[:4]
 	return err
+}
+
+// discard wipes what is buffered, for a stream abandoned unfinished.
+func (cw *chunkWriter) discard() {
+	clear(cw.buf[:cap(cw.buf)])
+	cw.buf = cw.buf[:4]
 }
 
 // Close writes what is buffered and the empty chunk that ends the stream.
