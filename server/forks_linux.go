@@ -55,7 +55,7 @@ func (s *Server) readForks(f *os.File) {
 	defer s.watchers.Done()
 	buf := make([]byte, 64<<10)
 	for {
-		n, err := f.Read(buf)
+		n, fromKernel, err := readProcDatagram(f, buf)
 		if err != nil {
 			if errIsNoBufs(err) {
 				// Events were lost: those children learn their
@@ -65,10 +65,39 @@ func (s *Server) readForks(f *os.File) {
 			}
 			return // closed
 		}
+		if !fromKernel {
+			continue
+		}
 		for _, ev := range parseProcEvents(buf[:n]) {
 			s.handle(ev)
 		}
 	}
+}
+
+// readProcDatagram reads one datagram from the connector socket f and
+// reports whether the kernel sent it. A process with CAP_NET_ADMIN over
+// the host's network (root, or a container given that capability and
+// the host's network) may send a datagram to the daemon's port: a forged
+// fork would give a process of its choosing the keyrings of another, a
+// forged exit would drop them. The kernel's own are from port 0.
+func readProcDatagram(f *os.File, buf []byte) (n int, fromKernel bool, err error) {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return 0, false, err
+	}
+	var from unix.Sockaddr
+	var rerr error
+	if err := rc.Read(func(fd uintptr) bool {
+		n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
+		return rerr != unix.EAGAIN
+	}); err != nil {
+		return 0, false, err
+	}
+	if rerr != nil {
+		return 0, false, &os.PathError{Op: "read", Path: f.Name(), Err: rerr}
+	}
+	nl, ok := from.(*unix.SockaddrNetlink)
+	return n, ok && nl.Pid == 0, nil
 }
 
 // The inode numbers the kernel gives its initial pid and user namespaces

@@ -2,7 +2,11 @@ package server
 
 import (
 	"bytes"
+	"log/slog"
+	"os"
+	"os/exec"
 	"testing"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,6 +57,64 @@ func TestProcFilter(t *testing.T) {
 		}
 		if kept := len(parseProcEvents(c.b)) > 0; kept != c.kept {
 			t.Errorf("%s: the filter keeps it %v, parseProcEvents %v", c.what, c.kept, kept)
+		}
+	}
+}
+
+// TestForgedProcEventsIgnored: a process allowed to send to the daemon's
+// connector port (CAP_NET_ADMIN over the host's network) sends it a
+// fork; the daemon reads it as not the kernel's, and reads the kernel's
+// own events, a real fork's among them, as the kernel's.
+func TestForgedProcEventsIgnored(t *testing.T) {
+	if os.Geteuid() != 0 {
+		t.Skip("needs root: the process events connector and a netlink send to another port")
+	}
+	s := &Server{log: slog.New(slog.DiscardHandler)}
+	f := s.subscribeForks(true)
+	if f == nil {
+		t.Skip("the process events connector is unavailable here (a pid or user namespace of its own, or no CONFIG_PROC_EVENTS)")
+	}
+	defer f.Close()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var port uint32
+	rc.Control(func(fd uintptr) {
+		if sa, err := unix.Getsockname(int(fd)); err == nil {
+			port = sa.(*unix.SockaddrNetlink).Pid
+		}
+	})
+	forger, err := unix.Socket(unix.AF_NETLINK, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, unix.NETLINK_CONNECTOR)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unix.Close(forger)
+	const parent, child = 0x7ffffff0, 0x7ffffff1 // pids no process has
+	forged := event(procEventFork, parent, parent, child, child)
+	if err := unix.Sendto(forger, forged, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK, Pid: port}); err != nil {
+		t.Fatalf("sending to the connector's port %d: %v", port, err)
+	}
+	if err := exec.Command("true").Run(); err != nil {
+		t.Fatal(err)
+	}
+	f.SetReadDeadline(time.Now().Add(10 * time.Second))
+	buf := make([]byte, 64<<10)
+	sawForged, sawKernel := false, false
+	for !sawForged || !sawKernel {
+		n, fromKernel, err := readProcDatagram(f, buf)
+		if err != nil {
+			t.Fatalf("reading (forged seen %v, kernel's seen %v): %v", sawForged, sawKernel, err)
+		}
+		if bytes.Equal(buf[:n], forged) {
+			sawForged = true
+			if fromKernel {
+				t.Error("the forged fork was read as the kernel's")
+			}
+			continue
+		}
+		if fromKernel && len(parseProcEvents(buf[:n])) > 0 {
+			sawKernel = true
 		}
 	}
 }
