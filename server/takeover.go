@@ -176,6 +176,7 @@ func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverR
 	defer func() {
 		if !ok {
 			abandonImport(rs)
+			rec.wipeUnread()
 		}
 	}()
 	if rec.Listeners != 0 {
@@ -193,6 +194,14 @@ func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverR
 	ok = true
 	start()
 	return res, nil
+}
+
+// wipeUnread wipes the connections' unread bytes, which may hold
+// payloads, for records that will not be served.
+func (rec *handoverRecords) wipeUnread() {
+	for i := range rec.Conns {
+		clear(rec.Conns[i].Unread)
+	}
 }
 
 // closeFDs closes the descriptors received and not taken (-1).
@@ -221,8 +230,10 @@ func readState(r io.Reader, what string, keyOpts []keys.Option) (*keys.Restore, 
 	if err != nil {
 		return nil, nil, fmt.Errorf("server: the keys %s: %w", what, err)
 	}
+	var rec handoverRecords
 	fail := func(err error) (*keys.Restore, *handoverRecords, error) {
 		abandonImport(rs)
+		rec.wipeUnread()
 		return nil, nil, fmt.Errorf("server: the records %s: %w", what, err)
 	}
 	if err := kr.drain(); err != nil {
@@ -230,7 +241,6 @@ func readState(r io.Reader, what string, keyOpts []keys.Option) (*keys.Restore, 
 	}
 	// The records are read whole into a buffer of ours, which is wiped
 	// once decoded: a connection's unread bytes may hold a payload.
-	var rec handoverRecords
 	b, err := readAllWiping(&chunkReader{r: r, max: maxRecords})
 	defer clear(b)
 	if err != nil {
@@ -455,6 +465,23 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		unread  []byte
 	}
 	var toStart []resumed
+	defer func() {
+		// A connection's unread bytes may hold a payload: those of every
+		// connection that does not resume (gone, refused, or all of them
+		// when the hand-over fails) are wiped here, the others once
+		// their connection has read them (run2).
+		resumes := make(map[*byte]bool, len(toStart))
+		for _, r := range toStart {
+			if len(r.unread) > 0 && err == nil {
+				resumes[&r.unread[0]] = true
+			}
+		}
+		for i := range rec.Conns {
+			if u := rec.Conns[i].Unread; len(u) > 0 && !resumes[&u[0]] {
+				clear(u)
+			}
+		}
+	}()
 	ucs := make(map[int]*net.UnixConn)
 	s.mu.Lock()
 	defer s.mu.Unlock()
