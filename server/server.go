@@ -364,6 +364,16 @@ func (s *Server) accept(uc *net.UnixConn) {
 			p.handle = procHandle{fd: -1}
 			p.private = true
 		}
+	} else if cred.PID > 0 {
+		// A process met before connects again. The kernel checks the
+		// credentials a task has at each call, and this one's gid,
+		// groups or capabilities may have changed since it was met
+		// (setgroups, capset, an exec through setpriv): it has the
+		// new connection's from now on, on every connection.
+		cred.Caps, cred.CapsKnown = p.handle.capabilities(cred.UID)
+		if old := p.caller.Cred(); !sameCred(&old, &cred) {
+			p.caller.SetCred(cred)
+		}
 	}
 	p.conns++
 	c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller}
