@@ -37,32 +37,46 @@ func init() {
 // package, whose trust in a socket owned by a uid its namespace does not
 // map would stop it first.
 func usernsSocketChild() {
-	c, err := net.Dial("unix", os.Getenv("UKEYS_SOCKET"))
-	if err != nil {
-		fmt.Println("dial:", err)
-		os.Exit(1)
-	}
+	c := childDial()
 	defer c.Close()
-	if err := hello(c); err != nil {
-		fmt.Println("hello:", err)
-		os.Exit(1)
-	}
-	r, err := rawCall(c, 1, wire.OpGetPersistent, wire.Int(0), wire.Int(int64(keys.SessionKeyring)))
-	if err != nil {
-		fmt.Println("call:", err)
-		os.Exit(1)
-	}
+	r := childPersistent(c, 0)
 	fmt.Println("get_persistent:", errText(errnoErr(r.Errno)))
 	if r.Errno != 0 {
 		return
 	}
-	r, err = rawCall(c, 2, wire.OpSearch, wire.Int(r.Ints[0]), wire.Str("user"), wire.Str("root-secret"), wire.Int(0))
+	r, err := rawCall(c, 2, wire.OpSearch, wire.Int(r.Ints[0]), wire.Str("user"), wire.Str("root-secret"), wire.Int(0))
 	if err != nil || r.Errno != 0 {
 		fmt.Println("search:", err, r)
 		return
 	}
 	r, err = rawCall(c, 3, wire.OpRead, wire.Int(r.Ints[0]))
 	fmt.Println("read:", r, err)
+}
+
+// childDial connects a test child to UKEYS_SOCKET and says hello; the
+// child exits on failure.
+func childDial() net.Conn {
+	c, err := net.Dial("unix", os.Getenv("UKEYS_SOCKET"))
+	if err != nil {
+		fmt.Println("dial:", err)
+		os.Exit(1)
+	}
+	if err := hello(c); err != nil {
+		fmt.Println("hello:", err)
+		os.Exit(1)
+	}
+	return c
+}
+
+// childPersistent asks for uid's persistent keyring on c, linked into
+// the session; the child exits if the call cannot be made.
+func childPersistent(c net.Conn, uid int64) *wire.Response {
+	r, err := rawCall(c, 1, wire.OpGetPersistent, wire.Int(uid), wire.Int(int64(keys.SessionKeyring)))
+	if err != nil {
+		fmt.Println("call:", err)
+		os.Exit(1)
+	}
+	return r
 }
 
 // hello opens the conversation as a client does.

@@ -11,8 +11,6 @@ import (
 	"testing"
 
 	"github.com/ukeys/ukeys/internal/ukeystest"
-	"github.com/ukeys/ukeys/keys"
-	"github.com/ukeys/ukeys/wire"
 )
 
 func init() {
@@ -25,21 +23,8 @@ func init() {
 // across an exec, and execs setpriv, which drops every capability and
 // execs this binary again as recredSecondChild, in the same process.
 func recredFirstChild() {
-	c, err := net.Dial("unix", os.Getenv("UKEYS_SOCKET"))
-	if err != nil {
-		fmt.Println("dial:", err)
-		os.Exit(1)
-	}
-	if err := hello(c); err != nil {
-		fmt.Println("hello:", err)
-		os.Exit(1)
-	}
-	r, err := rawCall(c, 1, wire.OpGetPersistent, wire.Int(1003), wire.Int(int64(keys.SessionKeyring)))
-	if err != nil {
-		fmt.Println("call:", err)
-		os.Exit(1)
-	}
-	fmt.Println("with capabilities:", errText(errnoErr(r.Errno)))
+	c := childDial()
+	fmt.Println("with capabilities:", errText(errnoErr(childPersistent(c, 1003).Errno)))
 	// The connection stays open across the exec (File's duplicate has
 	// no close-on-exec), so that the daemon keeps knowing the process.
 	if _, err := c.(*net.UnixConn).File(); err != nil {
@@ -47,7 +32,7 @@ func recredFirstChild() {
 		os.Exit(1)
 	}
 	setpriv := os.Getenv("UKEYS_TEST_SETPRIV")
-	err = syscall.Exec(setpriv, []string{setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", os.Args[0], "-test.run=^$"},
+	err := syscall.Exec(setpriv, []string{setpriv, "--inh-caps=-all", "--ambient-caps=-all", "--bounding-set=-all", os.Args[0], "-test.run=^$"},
 		[]string{"UKEYS_SOCKET=" + os.Getenv("UKEYS_SOCKET"), "UKEYS_TEST_CHILD=recred-second"})
 	fmt.Println("exec:", err)
 	os.Exit(1)
@@ -63,22 +48,9 @@ func recredSecondChild() {
 			os.Exit(1)
 		}
 	}
-	c, err := net.Dial("unix", os.Getenv("UKEYS_SOCKET"))
-	if err != nil {
-		fmt.Println("dial:", err)
-		os.Exit(1)
-	}
+	c := childDial()
 	defer c.Close()
-	if err := hello(c); err != nil {
-		fmt.Println("hello:", err)
-		os.Exit(1)
-	}
-	r, err := rawCall(c, 1, wire.OpGetPersistent, wire.Int(1003), wire.Int(int64(keys.SessionKeyring)))
-	if err != nil {
-		fmt.Println("call:", err)
-		os.Exit(1)
-	}
-	fmt.Println("without:", errText(errnoErr(r.Errno)))
+	fmt.Println("without:", errText(errnoErr(childPersistent(c, 1003).Errno)))
 }
 
 // TestCapabilitiesDroppedCountOnReconnect: a process the daemon knows
