@@ -115,6 +115,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	defer func() {
 		if !ok {
 			abandonImport(rs)
+			rec.wipeUnread() // no connection resumes
 		}
 	}()
 	if rec.Listeners < 0 || rec.Listeners > len(fds) {
@@ -176,7 +177,7 @@ func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverR
 	defer func() {
 		if !ok {
 			abandonImport(rs)
-			rec.wipeUnread()
+			rec.wipeUnread() // no connection resumes
 		}
 	}()
 	if rec.Listeners != 0 {
