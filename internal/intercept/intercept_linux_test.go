@@ -277,13 +277,7 @@ func TestInterceptedCalls(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- l.Serve() }()
-	ours.Write([]byte{1})
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out.String())
-	}
-	if err := <-served; err != nil {
+	if err := serveChild(t, l, cmd, ours, out); err != nil {
 		t.Fatalf("Serve: %v", err)
 	}
 	l.Close()
@@ -395,6 +389,20 @@ func TestInterceptedCalls(t *testing.T) {
 	}
 }
 
+// serveChild serves l while the child cmd, told to go on over ours, runs
+// to its end (the test fails if it fails, with what it said in out), and
+// returns what Serve returned.
+func serveChild(t *testing.T, l *intercept.Listener, cmd *exec.Cmd, ours *os.File, out fmt.Stringer) error {
+	t.Helper()
+	served := make(chan error, 1)
+	go func() { served <- l.Serve() }()
+	ours.Write([]byte{1})
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("child: %v\n%s", err, out.String())
+	}
+	return <-served
+}
+
 // startChild runs the test binary in child mode under the filter and
 // returns it with the listener it handed over.
 func startChild(t *testing.T, mode string) (*exec.Cmd, *os.File, int, *bytes.Buffer) {
@@ -502,13 +510,7 @@ func TestInstantiateIOV(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- l.Serve() }()
-	ours.Write([]byte{1})
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out.String())
-	}
-	<-served
+	serveChild(t, l, cmd, ours, out)
 	if got == nil || got.Op != wire.OpInstantiate || !slices.Equal(got.Ints, []int64{42, -3}) || string(got.Bufs[0]) != "abcde" {
 		t.Fatalf("the handler got %+v (%q)", got, out.String())
 	}
@@ -544,13 +546,7 @@ func TestInstantiateFaultAfterAuthority(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	served := make(chan error, 1)
-	go func() { served <- l.Serve() }()
-	ours.Write([]byte{1})
-	if err := cmd.Wait(); err != nil {
-		t.Fatalf("child: %v\n%s", err, out.String())
-	}
-	<-served
+	serveChild(t, l, cmd, ours, out)
 	if want := "instantiate 42: bad address\ninstantiate 43: operation not permitted\ninstantiate with a null payload: errno 0\n"; out.String() != want {
 		t.Fatalf("the caller said:\n%s\nwant:\n%s", out.String(), want)
 	}
