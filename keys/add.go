@@ -74,9 +74,11 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 	// else is looked at, as the kernel's key_create_or_update runs it
 	// before it looks for a key to update or charges a new one: an add
 	// that would update a key already linked is refused as one that would
-	// link a new key is (linkInto checks again, for a restriction set
-	// meanwhile).
-	if res := ring.restriction(); res != nil {
+	// link a new key is. A restriction is set once and for all, so the
+	// link below judges again (a signature check, for some) only if there
+	// was none yet.
+	res := ring.restriction()
+	if res != nil {
 		if err := res.check(ring, proposedKey(t, desc, prep)); err != nil {
 			prep.wipe()
 			return 0, err
@@ -129,7 +131,7 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 		k.put()
 		return 0, err
 	}
-	if err := c.s.linkInto(ring, k, true); err != nil {
+	if err := c.s.linkInto(ring, k, res == nil); err != nil {
 		k.put()
 		return 0, err
 	}

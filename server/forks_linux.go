@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/binary"
 	"os"
+	"syscall"
 
 	"golang.org/x/sys/unix"
 )
@@ -53,9 +54,13 @@ func (s *Server) subscribeForks(quiet bool) *os.File {
 // Shutdown, a hand-over, or the daemon going idle). watchers counts it.
 func (s *Server) readForks(f *os.File) {
 	defer s.watchers.Done()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
 	buf := make([]byte, 64<<10)
 	for {
-		n, fromKernel, err := readProcDatagram(f, buf)
+		n, fromKernel, err := readProcDatagram(rc, buf)
 		if err != nil {
 			if errIsNoBufs(err) {
 				// Events were lost: those children learn their
@@ -74,17 +79,13 @@ func (s *Server) readForks(f *os.File) {
 	}
 }
 
-// readProcDatagram reads one datagram from the connector socket f and
+// readProcDatagram reads one datagram from the connector socket rc and
 // reports whether the kernel sent it. A process with CAP_NET_ADMIN over
 // the host's network (root, or a container given that capability and
 // the host's network) may send a datagram to the daemon's port: a forged
 // fork would give a process of its choosing the keyrings of another, a
 // forged exit would drop them. The kernel's own are from port 0.
-func readProcDatagram(f *os.File, buf []byte) (n int, fromKernel bool, err error) {
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return 0, false, err
-	}
+func readProcDatagram(rc syscall.RawConn, buf []byte) (n int, fromKernel bool, err error) {
 	var from unix.Sockaddr
 	var rerr error
 	if err := rc.Read(func(fd uintptr) bool {
@@ -94,7 +95,7 @@ func readProcDatagram(f *os.File, buf []byte) (n int, fromKernel bool, err error
 		return 0, false, err
 	}
 	if rerr != nil {
-		return 0, false, &os.PathError{Op: "read", Path: f.Name(), Err: rerr}
+		return 0, false, &os.PathError{Op: "recvfrom", Path: "proc-connector", Err: rerr}
 	}
 	nl, ok := from.(*unix.SockaddrNetlink)
 	return n, ok && nl.Pid == 0, nil

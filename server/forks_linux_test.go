@@ -102,7 +102,7 @@ func TestForgedProcEventsIgnored(t *testing.T) {
 	buf := make([]byte, 64<<10)
 	sawForged, sawKernel := false, false
 	for !sawForged || !sawKernel {
-		n, fromKernel, err := readProcDatagram(f, buf)
+		n, fromKernel, err := readProcDatagram(rc, buf)
 		if err != nil {
 			t.Fatalf("reading (forged seen %v, kernel's seen %v): %v", sawForged, sawKernel, err)
 		}

@@ -341,8 +341,9 @@ func (s *Server) accept(uc *net.UnixConn) {
 			} else {
 				p.handle = openProc(uc, cred.PID)
 			}
-			// The kernel checks capabilities, not uid 0: learnt once,
-			// when the daemon first meets the process.
+			// The kernel checks capabilities, not uid 0: learnt when
+			// the daemon meets the process, and again at each of its
+			// later connections (below).
 			cred.Caps, cred.CapsKnown = p.handle.capabilities(cred.UID)
 			p.caller = s.svc.NewCaller(cred)
 			p.start = start

@@ -467,19 +467,14 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 	}
 	var toStart []resumed
 	defer func() {
-		// A connection's unread bytes may hold a payload: those of every
-		// connection that does not resume (gone, refused, or all of them
-		// when the hand-over fails) are wiped here, the others once
-		// their connection has read them (run2).
-		resumes := make(map[*byte]bool, len(toStart))
-		for _, r := range toStart {
-			if len(r.unread) > 0 && err == nil {
-				resumes[&r.unread[0]] = true
-			}
-		}
-		for i := range rec.Conns {
-			if u := rec.Conns[i].Unread; len(u) > 0 && !resumes[&u[0]] {
-				clear(u)
+		// A connection's unread bytes may hold a payload. A connection
+		// that resumes takes its own from the record and wipes them once
+		// read (run2); the others' are wiped here, and, when the
+		// hand-over fails, those of the connections that will not run.
+		rec.wipeUnread()
+		if err != nil {
+			for _, r := range toStart {
+				clear(r.unread)
 			}
 		}
 	}()
@@ -639,6 +634,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		s.nconns++
 		s.wg.Add(1)
 		toStart = append(toStart, resumed{c: c, version: cr.Version, unread: cr.Unread})
+		rec.Conns[i].Unread = nil // the connection's now
 		res.Conns++
 	}
 	for _, p := range s.procs {
