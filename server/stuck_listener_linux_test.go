@@ -3,7 +3,6 @@ package server_test
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -139,18 +138,7 @@ func startStuck(t *testing.T, srv *server.Server) (served chan error, kill func(
 func TestShutdownDoesNotWaitForAStuckListener(t *testing.T) {
 	d := ukeystest.NewDaemon(t)
 	served, kill := startStuck(t, d.Server)
-	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
-	defer cancel()
-	shut := make(chan error, 1)
-	go func() { shut <- d.Server.Shutdown(ctx) }()
-	select {
-	case err := <-shut:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Shutdown: %v, want its context's end", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Shutdown waits for a listener its caller holds")
-	}
+	shutdownEndsAtDeadline(t, d.Server, 500*time.Millisecond, "a listener its caller holds")
 	kill()
 	select {
 	case <-served:

@@ -167,18 +167,7 @@ func TestShutdownKillsHangingHelper(t *testing.T) {
 	})
 	helperPID, _ := strconv.Atoi(strings.TrimPrefix(filepath.Ext(helpers[0]), "."))
 
-	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-	defer cancel()
-	stopped := make(chan error, 1)
-	go func() { stopped <- d.srv.Shutdown(ctx) }()
-	select {
-	case err := <-stopped:
-		if !errors.Is(err, context.DeadlineExceeded) {
-			t.Fatalf("Shutdown: %v, want the context's deadline", err)
-		}
-	case <-time.After(time.Minute):
-		t.Fatal("Shutdown still waits for the hanging helper")
-	}
+	shutdownEndsAtDeadline(t, d.srv, 100*time.Millisecond, "the hanging helper")
 	testutil.Eventually(t, "the helper to be killed", func() bool { return !running(helperPID) })
 	if err := <-asked; err == nil {
 		t.Fatal("the request succeeded although its helper was killed")
@@ -227,5 +216,24 @@ func TestUpcallsBoundedPerRequester(t *testing.T) {
 	}
 	if ran, _ := filepath.Glob(filepath.Join(dir, "helper.*")); len(ran) != 2 {
 		t.Fatalf("%d helpers ran for one uid's three requests at once, want 2", len(ran))
+	}
+}
+
+// shutdownEndsAtDeadline shuts srv down with a context that ends after
+// d, and fails unless Shutdown returns that context's end, in a minute
+// at most, rather than waiting for what (something stuck) to end.
+func shutdownEndsAtDeadline(t *testing.T, srv *server.Server, d time.Duration, what string) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	stopped := make(chan error, 1)
+	go func() { stopped <- srv.Shutdown(ctx) }()
+	select {
+	case err := <-stopped:
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("Shutdown: %v, want its context's deadline", err)
+		}
+	case <-time.After(time.Minute):
+		t.Fatalf("Shutdown waits for %s", what)
 	}
 }
