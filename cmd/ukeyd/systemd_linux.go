@@ -1,6 +1,7 @@
 package main
 
 import (
+	"crypto/rand"
 	"fmt"
 	"io"
 	"net"
@@ -27,23 +28,50 @@ import (
 // keys and connections there too (freezeToSystemd), for the next one.
 
 // fdStateName and fdKeptPrefix name, in systemd's file-descriptor store,
-// the state of a daemon stopped for a restart (a sealed memfd) and the
-// descriptors its records name (fdKeptPrefix + their index).
+// the state of a daemon stopped for a restart (a sealed memfd of its
+// sealed stream, statebox.go), the two ends of the pipe that holds the
+// stream's key (fdStateKeyName, fdStateKeyWName: systemd drops a stored
+// descriptor that reports a hang-up, which a pipe's read end does once
+// no write end is open) and the descriptors its records name
+// (fdKeptPrefix + their index).
 const (
-	fdStateName  = "ukeyd-state"
-	fdKeptPrefix = "ukeyd-fd-"
+	fdStateName     = "ukeyd-state"
+	fdStateKeyName  = "ukeyd-state-key"
+	fdStateKeyWName = "ukeyd-state-key-w"
+	fdKeptPrefix    = "ukeyd-fd-"
 )
+
+// keptState is what a daemon stopped for a restart left in systemd's
+// store for the next: its sealed state, and the pipe its key is in.
+type keptState struct {
+	state, key, keyW *os.File
+}
+
+func (k *keptState) close() {
+	for _, f := range []*os.File{k.state, k.key, k.keyW} {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
 
 // systemdFiles sorts out what systemd passed (socket activation, or the
 // file-descriptor store): the listening Unix sockets, and a stopped
 // daemon's state with the descriptors it kept (nil if none).
-func systemdFiles() (lns []*net.UnixListener, state *os.File, kept []int, err error) {
+func systemdFiles() (lns []*net.UnixListener, state *keptState, kept []int, err error) {
 	byIndex := map[int]int{}
+	ks := &keptState{}
 	for _, f := range activation.Files(true) {
 		name := f.Name()
 		switch {
 		case name == fdStateName:
-			state = f
+			ks.state = f
+			continue
+		case name == fdStateKeyName:
+			ks.key = f
+			continue
+		case name == fdStateKeyWName:
+			ks.keyW = f
 			continue
 		case strings.HasPrefix(name, fdKeptPrefix):
 			i, perr := strconv.Atoi(strings.TrimPrefix(name, fdKeptPrefix))
@@ -86,6 +114,9 @@ func systemdFiles() (lns []*net.UnixListener, state *os.File, kept []int, err er
 				unix.Close(fd)
 			}
 		}
+	}
+	if ks.state != nil || ks.key != nil || ks.keyW != nil {
+		state = ks
 	}
 	return lns, state, kept, nil
 }
@@ -135,13 +166,35 @@ func storeListener(ln *net.UnixListener) error {
 }
 
 // freezeToSystemd hands everything srv holds to the daemon systemd
-// starts next: the keys and records in a sealed memfd, the connections'
-// and seccomp listeners' descriptors beside it, all in systemd's
-// file-descriptor store (FileDescriptorStoreMax must hold them). It
-// returns nil once they are stored; srv then serves no more.
+// starts next: the keys and records sealed with a fresh key in a memfd
+// (statebox.go) sealed against every change, the key in a pipe, the
+// connections' and seccomp listeners' descriptors beside them, all in
+// systemd's file-descriptor store (FileDescriptorStoreMax must hold
+// them). It returns nil once they are stored; srv then serves no more.
+//
+// Nothing in the store is a payload in swappable memory: the memfd
+// (shmem, swapped like anonymous memory) holds only ciphertext, and a
+// pipe's buffer is kernel memory, never swapped. The key's only other
+// copy is this process's, wiped here.
 func freezeToSystemd(srv *server.Server) error {
 	if os.Getenv("NOTIFY_SOCKET") == "" {
 		return fmt.Errorf("NOTIFY_SOCKET is not set: not under systemd")
+	}
+	key := make([]byte, stateKeyLen)
+	defer clear(key)
+	if _, err := rand.Read(key); err != nil {
+		return err
+	}
+	var pfd [2]int
+	if err := unix.Pipe2(pfd[:], unix.O_CLOEXEC); err != nil {
+		return err
+	}
+	defer unix.Close(pfd[0])
+	defer unix.Close(pfd[1])
+	// A pipe holds a page at the least: the key fits, and the write
+	// never blocks.
+	if n, err := unix.Write(pfd[1], key); err != nil || n != len(key) {
+		return fmt.Errorf("the state's key into its pipe: %d bytes, %v", n, err)
 	}
 	mfd, err := unix.MemfdCreate(fdStateName, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
@@ -149,7 +202,17 @@ func freezeToSystemd(srv *server.Server) error {
 	}
 	f := os.NewFile(uintptr(mfd), fdStateName)
 	defer f.Close()
-	fds, err := srv.Freeze(f)
+	bw, err := newBoxWriter(f, key)
+	if err != nil {
+		return err
+	}
+	fds, err := srv.Freeze(bw)
+	if cerr := bw.Close(); err == nil && cerr != nil {
+		for _, fd := range fds {
+			unix.Close(fd)
+		}
+		err = cerr
+	}
 	if err != nil {
 		return err
 	}
@@ -158,9 +221,9 @@ func freezeToSystemd(srv *server.Server) error {
 			unix.Close(fd)
 		}
 	}()
-	// Its size is fixed from here on: the next daemon reads it knowing
-	// nobody can change its length underneath.
-	if _, err := unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+	// Nothing can change it from here on: the next daemon refuses a
+	// state without every seal.
+	if _, err := unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, stateSeals); err != nil {
 		return err
 	}
 	for i, fd := range fds {
@@ -168,32 +231,68 @@ func freezeToSystemd(srv *server.Server) error {
 			return fmt.Errorf("storing descriptor %d of %d: %w", i, len(fds), err)
 		}
 	}
+	if err := storeFDs("FDSTORE=1\nFDNAME="+fdStateKeyWName, pfd[1]); err != nil {
+		return err
+	}
+	if err := storeFDs("FDSTORE=1\nFDNAME="+fdStateKeyName, pfd[0]); err != nil {
+		return err
+	}
 	// The state last: a daemon that finds it finds everything it names.
 	return storeFDs("FDSTORE=1\nFDNAME="+fdStateName, mfd)
 }
 
+// stateSeals are the seals a kept state must have: no write, no change
+// of size, no seal removed (there is no removing one) or added.
+const stateSeals = unix.F_SEAL_WRITE | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_SEAL
+
+// openKeptState checks that ks is a state freezeToSystemd kept and
+// returns the reader of its plaintext (wipe it once read).
+func openKeptState(ks *keptState) (*boxReader, error) {
+	if ks.state == nil || ks.key == nil {
+		return nil, fmt.Errorf("the store holds a state without its key, or a key without its state")
+	}
+	seals, err := unix.FcntlInt(ks.state.Fd(), unix.F_GET_SEALS, 0)
+	if err != nil {
+		return nil, fmt.Errorf("the state is not a sealed memfd: %w", err)
+	}
+	if seals&stateSeals != stateSeals {
+		return nil, fmt.Errorf("the state is not sealed against change (seals %#x, want %#x)", seals, stateSeals)
+	}
+	st, err := ks.state.Stat()
+	if err != nil {
+		return nil, err
+	}
+	key := make([]byte, stateKeyLen+1)
+	defer clear(key)
+	// Whatever is in the pipe is all there is: not a byte more, and
+	// never a wait for one.
+	if err := unix.SetNonblock(int(ks.key.Fd()), true); err != nil {
+		return nil, err
+	}
+	n, err := unix.Read(int(ks.key.Fd()), key)
+	if err != nil || n != stateKeyLen {
+		return nil, fmt.Errorf("the state's key: %d bytes in its pipe (%v), want %d", max(n, 0), err, stateKeyLen)
+	}
+	// From its start, whatever the offset the stopped daemon's writing
+	// left on the file description they share.
+	return newBoxReader(io.NewSectionReader(ks.state, 0, st.Size()), key[:stateKeyLen])
+}
+
 // thawFromSystemd makes the daemon again from a state a stopped daemon
-// kept (freezeToSystemd), wipes the state and has systemd forget it and
-// the descriptors kept with it.
-func thawFromSystemd(state *os.File, kept []int, thaw func(io.Reader, []int) error) error {
-	defer state.Close()
-	var err error
-	if st, serr := state.Stat(); serr != nil {
-		err = serr
+// kept (freezeToSystemd) and has systemd forget it and the descriptors
+// kept with it. The state needs no wiping: its key was only in the
+// pipe, now read and closed.
+func thawFromSystemd(ks *keptState, kept []int, thaw func(io.Reader, []int) error) error {
+	defer ks.close()
+	br, err := openKeptState(ks)
+	if err == nil {
+		err = thaw(br, kept)
+		br.Wipe()
 	} else {
-		// From its start, whatever the offset the stopped daemon's
-		// writing left on the file description they share.
-		err = thaw(io.NewSectionReader(state, 0, st.Size()), kept)
+		closeAll(kept)
 	}
-	// Wipe: it held every payload.
-	if st, serr := state.Stat(); serr == nil {
-		zero := make([]byte, 64<<10)
-		for off := int64(0); off < st.Size(); off += int64(len(zero)) {
-			n := min(int64(len(zero)), st.Size()-off)
-			state.WriteAt(zero[:n], off)
-		}
-	}
-	names := []string{"FDSTOREREMOVE=1\nFDNAME=" + fdStateName}
+	names := []string{"FDSTOREREMOVE=1\nFDNAME=" + fdStateName,
+		"FDSTOREREMOVE=1\nFDNAME=" + fdStateKeyName, "FDSTOREREMOVE=1\nFDNAME=" + fdStateKeyWName}
 	for i := range kept {
 		names = append(names, fmt.Sprintf("FDSTOREREMOVE=1\nFDNAME=%s%d", fdKeptPrefix, i))
 	}
@@ -201,4 +300,12 @@ func thawFromSystemd(state *os.File, kept []int, thaw func(io.Reader, []int) err
 		storeFDs(n)
 	}
 	return err
+}
+
+func closeAll(fds []int) {
+	for _, fd := range fds {
+		if fd >= 0 {
+			unix.Close(fd)
+		}
+	}
 }

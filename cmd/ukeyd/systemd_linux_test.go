@@ -1,6 +1,8 @@
 package main
 
 import (
+	"bytes"
+	"fmt"
 	"net"
 	"os"
 	"os/exec"
@@ -242,6 +244,14 @@ func TestSystemdRestartKeepsState(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	payloads := [][]byte{[]byte("across a restart")}
+	for i := range 50 {
+		p := fmt.Appendf(nil, "fdstore-secret-%04d-%s", i, strings.Repeat("x", i))
+		if _, err := c.AddKey("user", fmt.Sprint("kept", i), p, keys.SessionKeyring); err != nil {
+			t.Fatal(err)
+		}
+		payloads = append(payloads, p)
+	}
 
 	// systemd stops it: everything goes to the store.
 	first.Process.Signal(syscall.SIGTERM)
@@ -272,10 +282,9 @@ func TestSystemdRestartKeepsState(t *testing.T) {
 	if state == nil || len(files) == 0 {
 		t.Fatalf("stored: state %v, %d descriptors", state != nil, len(files))
 	}
-	// Sealed: its size cannot change.
-	if seals, err := unix.FcntlInt(state.Fd(), unix.F_GET_SEALS, 0); err != nil || seals&(unix.F_SEAL_GROW|unix.F_SEAL_SHRINK) == 0 {
-		t.Errorf("the state's seals: %#x %v", seals, err)
-	}
+	// Sealed against every change, and holding no payload in the clear:
+	// a memfd is shmem, which is swapped out like any anonymous memory.
+	checkStateSealed(t, state, payloads)
 
 	// systemd starts the next one with the socket and the store.
 	all := append([]*os.File{lf, state}, files...)
@@ -310,4 +319,99 @@ func TestSystemdRestartKeepsState(t *testing.T) {
 		t.Fatalf("the next daemon: %v\n%s", err, stderr2.String())
 	}
 	done2 <- nil
+}
+
+// checkStateSealed fails t unless the kept state carries every seal
+// (nothing can write, grow or shrink it, or take a seal away) and none
+// of payloads appears in it.
+func checkStateSealed(t *testing.T, state *os.File, payloads [][]byte) {
+	t.Helper()
+	seals, err := unix.FcntlInt(state.Fd(), unix.F_GET_SEALS, 0)
+	if want := unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL; err != nil || seals&want != want {
+		t.Errorf("the state's seals: %#x %v, want %#x", seals, err, want)
+	}
+	st, err := state.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := make([]byte, st.Size())
+	if _, err := state.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	// The byte that is there already: a write that succeeds changes
+	// nothing.
+	if _, err := state.WriteAt(b[:1], 0); err == nil {
+		t.Errorf("a write into the kept state succeeded")
+	}
+	found := 0
+	for _, p := range payloads {
+		if bytes.Contains(b, p) {
+			found++
+		}
+	}
+	if found > 0 {
+		t.Errorf("%d of %d payloads in the clear in the kept state (%d bytes)", found, len(payloads), len(b))
+	}
+}
+
+// A state that is not sealed against writing (a memfd anyone holding it
+// could have changed) is refused, and so is one whose key is missing:
+// the next daemon starts afresh, and says why.
+func TestSystemdRestartRefusesUnsealedState(t *testing.T) {
+	_, socket, lf := socketUnit(t)
+	ns := newNotifySocket(t)
+	for _, c := range []struct {
+		name  string
+		seals int
+		key   bool
+		want  string
+	}{
+		{"unsealed", unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL, true, "not sealed against change"},
+		{"no key", unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL, false, "without its key"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			mfd, err := unix.MemfdCreate("ukeyd-state", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+			if err != nil {
+				t.Fatal(err)
+			}
+			state := os.NewFile(uintptr(mfd), "ukeyd-state")
+			defer state.Close()
+			key := make([]byte, stateKeyLen)
+			bw, err := newBoxWriter(state, key)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bw.Write([]byte("anything"))
+			bw.Close()
+			if _, err := unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, c.seals); err != nil {
+				t.Fatal(err)
+			}
+			files, names := []*os.File{lf, state}, []string{"ukeyd.socket", "ukeyd-state"}
+			if c.key {
+				r, w, err := os.Pipe()
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer r.Close()
+				defer w.Close()
+				w.Write(key)
+				files, names = append(files, r, w), append(names, "ukeyd-state-key", "ukeyd-state-key-w")
+			}
+			next, stderr, done := startActivated(t, ns, files, names, "-fdstore-state", "-socket", socket)
+			for {
+				msg, _ := ns.next(t)
+				if msg == "READY=1" {
+					break
+				}
+			}
+			if !strings.Contains(stderr.String(), "starting afresh") || !strings.Contains(stderr.String(), c.want) {
+				t.Errorf("the daemon's log, want %q:\n%s", c.want, stderr.String())
+			}
+			next.Process.Signal(syscall.SIGINT)
+			if err := <-done; err != nil {
+				t.Fatalf("the daemon: %v\n%s", err, stderr.String())
+			}
+			done <- nil
+		})
+	}
 }
