@@ -62,12 +62,12 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 		// would be one that no state stream carries, and a hand-over
 		// would lose every key with it.
 		if desc == "" || len(desc) > MaxDescription {
-			prep.wipe()
+			prep.release(nil)
 			return 0, EINVAL
 		}
 	}
 	if ring.has(flagRevoked | flagInvalidated | flagDead) {
-		prep.wipe()
+		prep.release(nil)
 		return 0, EKEYREVOKED
 	}
 	// The keyring's restriction judges the key proposed before anything
@@ -80,7 +80,7 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 	res := ring.restriction()
 	if res != nil {
 		if err := res.check(ring, proposedKey(t, desc, prep)); err != nil {
-			prep.wipe()
+			prep.release(nil)
 			return 0, err
 		}
 	}
@@ -111,7 +111,7 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 			return prep, charge, nil
 		}); done {
 			if !taken {
-				prep.wipe() // refused before it was needed
+				prep.release(nil) // refused before it was needed
 			}
 			return id, err
 		}
@@ -123,11 +123,11 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 	}
 	k, err := c.s.alloc(keySpec{typ: t, desc: desc, uid: c.cr().UID, gid: c.cr().GID, perm: defaultPerm(t), quota: true})
 	if err != nil {
-		prep.wipe()
+		prep.release(nil)
 		return 0, err
 	}
 	if err := c.s.instantiate(k, prep, charge); err != nil {
-		prep.wipe()
+		prep.release(nil)
 		k.put()
 		return 0, err
 	}
@@ -244,7 +244,7 @@ func (c *Caller) updateExisting(r ref, t *Type, desc string, found func(), prepa
 		return 0, true, err
 	}
 	if err := c.s.update(k, prep, charge); err != nil {
-		prep.wipe()
+		prep.release(nil)
 		return 0, true, err
 	}
 	return k.serial, true, nil

@@ -122,7 +122,7 @@ func asymmetricPreparse(data []byte) (*Payload, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	p := &Payload{Data: append([]byte(nil), der...), Extra: a}
+	p := newPayloadExtra(der, a)
 	return p, asymCharge, nil
 }
 

@@ -7,8 +7,11 @@ import (
 	"runtime"
 	"runtime/metrics"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/ukeys/ukeys/internal/secmem"
 )
 
 // benchEnv is newEnv for benchmarks: a service on the real clock (so that
@@ -223,14 +226,52 @@ func BenchmarkAddKey(b *testing.B) {
 // that the kernel does not have: the heap one cycle scans (scan-MB) and
 // the CPU time of one full mark of it (mark-ms), from runtime/metrics
 // around a forced collection.
+//
+// bytes/key counts the payloads' arena (secmem) with the heap: arena-B/key
+// is the part of it in the arena's slabs. locked-MB is what the process
+// has locked in memory (VmLck) once the keys are made, less what it had
+// before: the arena's slabs while RLIMIT_MEMLOCK allows, or, with
+// UKEYS_LOCKALL=1 (as the system daemon, secmem.LockAll), everything.
 func BenchmarkMillionKeys(b *testing.B) {
+	lockAllForBench(b)
 	for b.Loop() {
 		perKey, elapsed, scanned, mark := millionKeys(b)
 		b.ReportMetric(perKey, "bytes/key")
 		b.ReportMetric(float64(elapsed.Nanoseconds()), "ns/add")
 		b.ReportMetric(scanned/1e6, "scan-MB")
 		b.ReportMetric(mark.Seconds()*1e3, "mark-ms")
+		b.ReportMetric(lastArenaPerKey, "arena-B/key")
+		b.ReportMetric(lastLocked/1e6, "locked-MB")
 	}
+}
+
+// lockAllForBench locks the process as the system daemon does, if
+// UKEYS_LOCKALL=1.
+func lockAllForBench(tb testing.TB) {
+	if os.Getenv("UKEYS_LOCKALL") == "1" && !secmem.LockedAll() {
+		if err := secmem.LockAll(); err != nil {
+			tb.Fatalf("UKEYS_LOCKALL=1: %v", err)
+		}
+	}
+}
+
+// lastArenaPerKey and lastLocked are millionKeys' arena bytes a key and
+// bytes newly locked.
+var lastArenaPerKey, lastLocked float64
+
+// vmLocked is the process's locked memory (VmLck), 0 where unknown.
+func vmLocked() float64 {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmLck:"); ok {
+			kb, _ := strconv.ParseFloat(strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB")), 64)
+			return kb * 1024
+		}
+	}
+	return 0
 }
 
 // markCost forces collections and returns the bytes of heap one scanned
@@ -269,8 +310,10 @@ func TestMillionKeys(t *testing.T) {
 	if testing.Short() || os.Getenv("UKEYS_MILLION") != "1" {
 		t.Skip("set UKEYS_MILLION=1 (without -short) to create a million keys")
 	}
+	lockAllForBench(t)
 	perKey, elapsed, scanned, mark := millionKeys(t)
-	t.Logf("%.1f bytes/key, %v per add_key; one collection scans %.0f MB, its mark %v of CPU", perKey, elapsed, scanned/1e6, mark)
+	t.Logf("%.1f bytes/key (%.1f of them in the arena), %v per add_key; one collection scans %.0f MB, its mark %v of CPU; %.1f MB newly locked",
+		perKey, lastArenaPerKey, elapsed, scanned/1e6, mark, lastLocked/1e6)
 }
 
 func millionKeys(tb testing.TB) (bytesPerKey float64, elapsed time.Duration, scanned float64, mark time.Duration) {
@@ -292,6 +335,7 @@ func millionKeys(tb testing.TB) (bytesPerKey float64, elapsed time.Duration, sca
 	var before, after runtime.MemStats
 	runtime.GC()
 	runtime.ReadMemStats(&before)
+	arenaBefore, lockedBefore := secmem.Stats().Mapped, vmLocked()
 	start := time.Now()
 	buf := []byte("k0000000")
 	for i := range n {
@@ -313,6 +357,8 @@ func millionKeys(tb testing.TB) (bytesPerKey float64, elapsed time.Duration, sca
 	if k, by := s.QuotaUsage(0); k != n || by != n*(descLen+1+len(payload)) {
 		tb.Fatalf("root quota %d keys, %d bytes", k, by)
 	}
+	arena := float64(secmem.Stats().Mapped - arenaBefore)
+	lastArenaPerKey, lastLocked = arena/n, vmLocked()-lockedBefore
 	scanned, mark = markCost() // while the keys live
-	return float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) / n, elapsed / n, scanned, mark
+	return (float64(int64(after.HeapAlloc)-int64(before.HeapAlloc)) + arena) / n, elapsed / n, scanned, mark
 }

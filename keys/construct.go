@@ -476,12 +476,12 @@ func (c *Caller) instantiate(id Serial, payload []byte, ringID Serial) error {
 	}
 	if dest != nil {
 		if err := c.s.linkPrecheck(dest, k); err != nil {
-			p.wipe()
+			p.release(nil)
 			return err
 		}
 	}
 	if err := c.s.instantiate(k, p, charge); err != nil {
-		p.wipe()
+		p.release(nil)
 		return err
 	}
 	c.s.invalidate(auth)

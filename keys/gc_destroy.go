@@ -206,10 +206,7 @@ func (s *Service) destroy(k *Key) {
 func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	k.mu.Lock()
 	if p := k.swapPayload(nil); p != nil {
-		p.wipe()
-		if d := k.typ.Load().Destroy; d != nil {
-			d(p)
-		}
+		p.release(k.typ.Load().Destroy)
 	}
 	// Only keyrings have links (detachRing stores nothing for the rest).
 	links := s.detachRing(k, nil)

@@ -1,6 +1,10 @@
 package keys
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"github.com/ukeys/ukeys/internal/secmem"
+)
 
 // Payload is a key's content as its type stores it. Readers reach it only
 // inside rcu protection; a replaced payload is wiped after a grace period.
@@ -46,35 +50,69 @@ func (p *Payload) wipe() {
 	}
 }
 
+// release is the end of a payload nobody can reach any more (a key's
+// destroyed or replaced one after a grace period, or one made and never
+// stored): it is wiped, its type's destroy hook (if any) runs, and its
+// memory goes back to the arena. Nothing may use p after.
+func (p *Payload) release(destroy func(*Payload)) {
+	if p == nil {
+		return
+	}
+	p.wipe()
+	if destroy != nil {
+		destroy(p)
+	}
+	switch {
+	case secmem.Contains(unsafe.Pointer(p)):
+		// newPayload's: the record and its bytes are one chunk.
+		secmem.Free(unsafe.Slice((*byte)(unsafe.Pointer(p)), payloadHeader+uintptr(len(p.Data))))
+	case len(p.Data) > 0 && secmem.Contains(unsafe.Pointer(&p.Data[0])):
+		// newPayloadExtra's: the bytes alone.
+		d := p.Data
+		p.Data = nil
+		secmem.Free(d)
+	}
+}
+
+// payloadHeader is the size of a Payload record before its bytes in a
+// chunk newPayload made (a multiple of 8: the bytes follow aligned).
+const payloadHeader = unsafe.Sizeof(Payload{})
+
 // newPayload returns a payload holding a copy of data, and nothing in
 // Extra, which must stay nil.
 //
-// The payload and its bytes are one allocation (one cache miss instead of
-// two for every cold read, and for the wipe when the key is destroyed,
-// which is what a mass reap spends most of its time on), and one that Go's
-// collector marks without scanning: it is made as words that hold no
-// pointer, and the only pointer the payload then holds, Data's, is into
-// itself, which keeps nothing alive that the key's own reference does not.
-// A million user keys' payloads were 48 MB of the heap each collection
-// scanned (BenchmarkMillionKeys). Writing any other pointer into such a
-// payload would hide that pointer from the collector, which is why Extra
-// must stay nil: a type with state of its own uses newPayloadExtra.
+// The payload and its bytes are one chunk of secmem's arena: outside Go's
+// heap, in memory that is locked (never swapped) while the memory lock
+// limit allows and never dumped, and wiped when the payload is released
+// (release, which every payload's end goes through). One chunk is one
+// cache miss instead of two for every cold read, and for the wipe when
+// the key is destroyed, which is what a mass reap spends most of its
+// time on; and Go's collector neither scans nor even marks it: a million
+// user keys' payloads were 48 MB of the heap each collection scanned
+// (BenchmarkMillionKeys). The only pointer in the payload, Data's, is
+// into the chunk itself. Writing a pointer into Go's heap into such a
+// payload would hide it from the collector, which is why Extra must stay
+// nil: a type with state of its own uses newPayloadExtra. Where the
+// arena has no room (or the system no arena), the chunk is a pointer-free
+// allocation of Go's heap, as before.
 func newPayload(data []byte) *Payload {
-	const header = unsafe.Sizeof(Payload{}) / 8
-	words := make([]uint64, header+(uintptr(len(data))+7)/8)
-	p := (*Payload)(unsafe.Pointer(&words[0]))
-	p.Data = []byte{}
-	if len(data) > 0 {
-		p.Data = unsafe.Slice((*byte)(unsafe.Pointer(&words[header])), len(data))
-		copy(p.Data, data)
-	}
+	mem := secmem.Alloc(int(payloadHeader) + len(data))
+	p := (*Payload)(unsafe.Pointer(&mem[0]))
+	p.Data = mem[payloadHeader:]
+	copy(p.Data, data)
 	return p
 }
 
 // newPayloadExtra returns a payload holding a copy of data and extra,
-// made as an ordinary record the collector scans.
+// made as an ordinary record the collector scans, whose bytes are in
+// secmem's arena.
 func newPayloadExtra(data []byte, extra any) *Payload {
-	return &Payload{Data: append([]byte(nil), data...), Extra: extra}
+	p := &Payload{Extra: extra}
+	if len(data) > 0 {
+		p.Data = secmem.Alloc(len(data))
+		copy(p.Data, data)
+	}
+	return p
 }
 
 // instantiate gives an allocated key its first payload.
@@ -147,12 +185,7 @@ func (s *Service) retire(k *Key, p *Payload) {
 // retirePayload wipes p and releases it with destroy (if any) after a grace
 // period, or at once if the service is closing.
 func (s *Service) retirePayload(p *Payload, destroy func(*Payload)) {
-	release := func() {
-		p.wipe()
-		if destroy != nil {
-			destroy(p)
-		}
-	}
+	release := func() { p.release(destroy) }
 	s.deferUnlessClosed(func() { s.dom.Call(release) }, release)
 }
 
@@ -190,7 +223,7 @@ func (c *Caller) updateKey(id Serial, payload []byte) error {
 		return err
 	}
 	if err := c.s.update(r.key, p, charge); err != nil {
-		p.wipe()
+		p.release(nil)
 		return err
 	}
 	return nil

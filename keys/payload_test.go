@@ -6,13 +6,16 @@ import (
 	"runtime"
 	"testing"
 	"unsafe"
+
+	"github.com/ukeys/ukeys/internal/secmem"
 )
 
 // TestPayloadSurvivesCollections holds payloads made by newPayload only
 // through their Data slices or only through the payload itself, lets Go's
 // collector run over them while other memory churns, and checks every
-// byte: a payload is one allocation the collector does not scan, so the
-// only thing keeping its bytes is a reference to that allocation.
+// byte: a payload is one chunk of the arena, or (without one) one
+// allocation the collector does not scan, so the only thing keeping its
+// bytes is a reference to that allocation.
 func TestPayloadSurvivesCollections(t *testing.T) {
 	want := func(n int) []byte {
 		b := make([]byte, n)
@@ -43,9 +46,19 @@ func TestPayloadSurvivesCollections(t *testing.T) {
 			t.Fatalf("%d bytes held by the payload: %+v", n, p)
 		}
 	}
+	for _, p := range whole {
+		p.release(nil)
+	}
+	// In the arena (outside Go's heap), a payload is no allocation of
+	// Go's at all; elsewhere, one.
 	data := want(40)
-	if a := testing.AllocsPerRun(100, func() { _ = newPayload(data) }); a != 1 {
-		t.Errorf("newPayload took %v allocations, want one", a)
+	want1 := 1.0
+	if p := newPayload(data); secmem.Contains(unsafe.Pointer(p)) {
+		want1 = 0
+		p.release(nil)
+	}
+	if a := testing.AllocsPerRun(100, func() { newPayload(data).release(nil) }); a != want1 {
+		t.Errorf("newPayload took %v allocations of Go's heap, want %v", a, want1)
 	}
 }
 

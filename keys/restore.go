@@ -127,11 +127,8 @@ func (rs *Restore) Done() {
 // the service is closed.
 func (rs *Restore) abort() {
 	for _, k := range rs.byPos {
-		if p := k.loadPayload(); p != nil {
-			p.wipe()
-			if d := k.typ.Load().Destroy; d != nil {
-				d(p)
-			}
+		if p := k.swapPayload(nil); p != nil {
+			p.release(k.typ.Load().Destroy)
 		}
 	}
 	rs.s.Close()

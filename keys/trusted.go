@@ -104,7 +104,7 @@ func (s *Service) AddBuiltinTrusted(cert []byte) (Serial, error) {
 	}
 	a := p.Extra.(*asymKey)
 	if a.sig == nil {
-		p.wipe()
+		p.release(nil)
 		return 0, EINVAL // a certificate, not a private key
 	}
 	// The kernel's perms for keys it loads itself: all but setattr for
@@ -112,11 +112,11 @@ func (s *Service) AddBuiltinTrusted(cert []byte) (Serial, error) {
 	perm := (All&^SetAttr)<<PossessorShift | (View|Read)<<UserShift
 	k, err := s.alloc(keySpec{typ: asymmetricType, desc: a.desc, uid: 0, gid: 0, perm: perm, flags: flagBuiltin})
 	if err != nil {
-		p.wipe()
+		p.release(nil)
 		return 0, err
 	}
 	if err := s.instantiate(k, p, charge); err != nil {
-		p.wipe()
+		p.release(nil)
 		k.put()
 		return 0, err
 	}

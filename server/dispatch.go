@@ -401,6 +401,7 @@ func (s *Server) status() string {
 	} else {
 		fmt.Fprintf(&b, "memory_limit: %d\n", n)
 	}
+	writeMemoryLocked(&b)
 	fmt.Fprintf(&b, "rcu_grace_periods: %d\n", st.GracePeriods)
 	fmt.Fprintf(&b, "rcu_grace_period_p50: %v\nrcu_grace_period_p99: %v\nrcu_grace_period_max: %v\n",
 		st.GracePeriodLatency.P50, st.GracePeriodLatency.P99, st.GracePeriodLatency.Max)

@@ -83,6 +83,7 @@ func run(args []string) int {
 	procsFlag := fs.String("procs", envOr("UKEYD_PROCS", "auto"), "Go processors (GOMAXPROCS): auto (one more than the processors the daemon may use, so that the kernel, not Go's 10 ms slices, shares them between busy requests and the key collector; Go's default under a CPU quota or when GOMAXPROCS is set), go (Go's default), or a count (env UKEYD_PROCS)")
 	maxConns := fs.Int("max-conns-per-uid", ev.int("UKEYD_MAX_CONNS_PER_UID", lim.MaxConnsPerUID), "connections one uid may hold open (env UKEYD_MAX_CONNS_PER_UID; the defaults of the -max-* flags derive from the descriptor limit)")
 	maxProcs := fs.Int("max-procs-per-uid", ev.int("UKEYD_MAX_PROCS_PER_UID", lim.MaxProcsPerUID), "client processes of one uid the daemon keeps keyrings for (env UKEYD_MAX_PROCS_PER_UID)")
+	lockMode := fs.String("lock-memory", envOr("UKEYD_LOCK_MEMORY", "auto"), "keep payloads out of swap: all (lock the whole process, mlockall; needs CAP_IPC_LOCK or RLIMIT_MEMLOCK unlimited, or the daemon does not start), arena (lock only the arena of payloads and the buffers they cross, up to RLIMIT_MEMLOCK), auto (all where it may, arena otherwise) or off (env UKEYD_LOCK_MEMORY)")
 	maxBuf := fs.Int("max-buffer-per-uid", ev.int("UKEYD_MAX_BUFFER_PER_UID", lim.MaxBufferedPerUID), "bytes of large requests and answers one uid may have in flight (env UKEYD_MAX_BUFFER_PER_UID)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -107,6 +108,9 @@ func run(args []string) int {
 	if err != nil {
 		ev.bad = append(ev.bad, "-procs "+err.Error())
 	}
+	if !slices.Contains(lockModes, *lockMode) {
+		ev.bad = append(ev.bad, fmt.Sprintf("-lock-memory %q: not one of %s", *lockMode, strings.Join(lockModes, ", ")))
+	}
 	if len(ev.bad) > 0 {
 		slices.Sort(ev.bad)
 		fmt.Fprintf(os.Stderr, "ukeyd: %s\n", strings.Join(ev.bad, "; "))
@@ -125,6 +129,11 @@ func run(args []string) int {
 	// users of this process's memory, which holds every payload.
 	if err := noDumps(); err != nil {
 		log.Warn("ukeyd: cannot make the process non-dumpable", "err", err)
+	}
+	// Before any payload is held: out of swap.
+	if err := lockMemory(*lockMode, log); err != nil {
+		fmt.Fprintf(os.Stderr, "ukeyd: %v\n", err)
+		return 2
 	}
 
 	tun := keys.Tunables{GCDelay: *gcDelay, MaxKeys: *maxKeys, MaxBytes: *maxBytes,

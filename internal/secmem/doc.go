@@ -1,0 +1,23 @@
+// Package secmem keeps secrets out of swap and core dumps: memory the
+// kernel may not page out (mlock) nor write into a core (MADV_DONTDUMP).
+//
+// The kernel keeps user and logon payloads in slab memory, which is never
+// swapped; a Go program's heap is anonymous memory, which is. Two ways
+// out, one for each kind of daemon:
+//
+//   - LockAll locks the whole process, now and for every mapping it makes
+//     later (mlockall MCL_CURRENT|MCL_FUTURE|MCL_ONFAULT: pages are locked
+//     as they are first touched, so the runtime's reserved but unused
+//     address space costs nothing). It is for a process that may lock
+//     without bound: CAP_IPC_LOCK, or RLIMIT_MEMLOCK unlimited (the
+//     system daemon, whose unit says LimitMEMLOCK=infinity). Where the
+//     limit is finite, a locked process whose next mapping would pass it
+//     gets ENOMEM from mmap, which Go's runtime cannot survive: LockAll
+//     refuses then (CanLockAll says why).
+//   - The arena (Alloc, Free) holds payloads and the buffers they cross
+//     outside Go's heap, in mappings that are locked while the memory
+//     lock limit allows (a user daemon's: 8 MiB by default) and never
+//     dumped, wiped when freed. Stats says how much of it is locked.
+//
+// What neither covers is said by Stats and by the daemon's status.
+package secmem
