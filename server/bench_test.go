@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/server/metrics"
@@ -52,7 +53,16 @@ const benchClients = 16
 //     round trip, where the daemon and client make four): what a round
 //     trip costs on this machine done the ordinary Go way, before any key
 //     is read.
+//
+// With UKEYS_LOCKALL=1 the benchmark's process locks all its memory first,
+// as the system daemon does (secmem.LockAll), so that what that costs is
+// measured (the process variant's clients are another process, unlocked).
 func BenchmarkRoundTrip(b *testing.B) {
+	if os.Getenv("UKEYS_LOCKALL") == "1" && !secmem.LockedAll() {
+		if err := secmem.LockAll(); err != nil {
+			b.Fatalf("UKEYS_LOCKALL=1: %v", err)
+		}
+	}
 	b.Run("daemon", func(b *testing.B) { benchDaemon(b, benchClients, false, false) })
 	b.Run("collector", func(b *testing.B) { benchDaemon(b, benchClients, true, false) })
 	b.Run("single", func(b *testing.B) { benchDaemon(b, 1, false, false) })

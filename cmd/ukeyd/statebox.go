@@ -7,6 +7,8 @@ import (
 	"errors"
 	"fmt"
 	"io"
+
+	"github.com/ukeys/ukeys/internal/secmem"
 )
 
 // The state a daemon stopped for a restart leaves in systemd's
@@ -42,6 +44,9 @@ type boxWriter struct {
 	plain []byte // cap stateChunk
 	box   []byte
 	err   error
+	// mem is the arena's memory plain and box are in (locked, never
+	// dumped), freed by Close.
+	mem []byte
 }
 
 func newBoxWriter(w io.Writer, key []byte) (*boxWriter, error) {
@@ -52,8 +57,8 @@ func newBoxWriter(w io.Writer, key []byte) (*boxWriter, error) {
 	if _, err := io.WriteString(w, stateMagic); err != nil {
 		return nil, err
 	}
-	return &boxWriter{w: w, aead: aead, plain: make([]byte, 0, stateChunk),
-		box: make([]byte, 4, 4+stateChunk+aead.Overhead())}, nil
+	mem := secmem.Alloc(stateChunk + 4 + stateChunk + aead.Overhead())
+	return &boxWriter{w: w, aead: aead, mem: mem, plain: mem[:0:stateChunk], box: mem[stateChunk : stateChunk+4]}, nil
 }
 
 func stateAEAD(key []byte) (cipher.AEAD, error) {
@@ -117,27 +122,27 @@ func (b *boxWriter) seal(last bool) error {
 	return err
 }
 
-// Close seals the last chunk and wipes the buffer of plaintext.
+// Close seals the last chunk and wipes and frees the buffers.
 func (b *boxWriter) Close() error {
-	if b.err == nil {
-		b.err = b.seal(true)
-		if b.err == nil {
-			b.err = errClosed
-			return nil
-		}
-	}
-	clear(b.plain[:cap(b.plain)])
 	if b.err == errClosed {
 		return nil
 	}
-	return b.err
+	if b.err == nil {
+		b.err = b.seal(true)
+	}
+	secmem.Free(b.mem)
+	b.mem, b.plain, b.box = nil, nil, nil
+	err := b.err
+	b.err = errClosed
+	return err
 }
 
 var errClosed = errors.New("closed")
 
 // boxReader opens a stream boxWriter made: Read returns the plaintext,
 // chunk by chunk as each is opened and proved, and io.EOF only after the
-// last chunk, with nothing after it. Wipe clears its buffer of plaintext.
+// last chunk, with nothing after it. Its buffer is in the arena (locked,
+// never dumped); Wipe clears and frees it.
 type boxReader struct {
 	r     io.Reader
 	aead  cipher.AEAD
@@ -160,7 +165,7 @@ func newBoxReader(r io.Reader, key []byte) (*boxReader, error) {
 	if _, err := io.ReadFull(r, magic); err != nil || string(magic) != stateMagic {
 		return nil, fmt.Errorf("the state is not sealed (no %q at its start)", stateMagic[:len(stateMagic)-1])
 	}
-	return &boxReader{r: r, aead: aead, box: make([]byte, stateChunk+aead.Overhead())}, nil
+	return &boxReader{r: r, aead: aead, box: secmem.Alloc(stateChunk + aead.Overhead())}, nil
 }
 
 func (b *boxReader) Read(p []byte) (int, error) {
@@ -214,8 +219,11 @@ func (b *boxReader) next() error {
 	return nil
 }
 
-// Wipe clears what is left of the plaintext.
+// Wipe clears what is left of the plaintext and frees the buffer; the
+// reader reads no more.
 func (b *boxReader) Wipe() {
-	clear(b.box)
-	b.plain = nil
+	if b.box != nil {
+		secmem.Free(b.box)
+	}
+	b.box, b.plain, b.err = nil, nil, errClosed
 }
