@@ -498,6 +498,11 @@ type loginRecord struct {
 	Audit  bool        `json:"audit,omitempty"`
 	ID     uint64      `json:"id"`
 	Serial keys.Serial `json:"serial"`
+	// The login's anchor (login.go). A record of an older daemon has
+	// none: its login is then found by no process, and its keyring lives
+	// on with the processes that hold it.
+	AnchorPID   int    `json:"anchor_pid,omitempty"`
+	AnchorStart string `json:"anchor_start,omitempty"`
 }
 
 // connRecord is one connection, whose descriptor is the FDth sent (after
@@ -559,7 +564,8 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		rec.Sessions = append(rec.Sessions, sessionRecord{Token: tok, Serial: g.key.Serial(), UID: g.uid})
 	}
 	for id, k := range s.logins {
-		rec.Logins = append(rec.Logins, loginRecord{UID: id.uid, Audit: id.login.audit, ID: id.login.id, Serial: k.Serial()})
+		rec.Logins = append(rec.Logins, loginRecord{UID: id.uid, Audit: id.login.audit, ID: id.login.id, Serial: k.Serial(),
+			AnchorPID: id.anchor.pid, AnchorStart: id.anchor.start})
 	}
 	for c, pc := range ho.parked {
 		if pc.err != nil || c.helper != nil {
