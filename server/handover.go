@@ -187,10 +187,21 @@ func (s *Server) handOver(c *conn, sc *sock.Conn, req *wire.Request, version uin
 		return
 	}
 	// Only the daemon's equal may take its keys: its own user (root for
-	// the system daemon) with every capability the daemon holds, as a
-	// process that could read the keys from its memory anyway.
+	// the system daemon) in its own user namespace, with every capability
+	// the daemon holds. The system daemon's equal could read the keys
+	// from its memory anyway; a user daemon's could not (the daemon is
+	// not dumpable), but it is the user's own process, which may stop
+	// the daemon and serve the user's socket itself. A process of the
+	// same uid in a user namespace of its own is not: it may not ptrace
+	// the daemon, and reads no key it does not possess.
 	if !asPrivileged(c.caller.Cred()) {
 		s.log.Warn("ukeyd: refusing a hand-over to a process less privileged than the daemon", "uid", c.cred.UID, "pid", c.cred.PID)
+		answer(fail(keys.EPERM))
+		return
+	}
+	if same, err := c.proc.handle.inOwnUserNS(); !same {
+		s.log.Warn("ukeyd: refusing a hand-over to a process in another user namespace, or one whose namespace cannot be told",
+			"uid", c.cred.UID, "pid", c.cred.PID, "err", err)
 		answer(fail(keys.EPERM))
 		return
 	}
@@ -498,6 +509,11 @@ type loginRecord struct {
 	Audit  bool        `json:"audit,omitempty"`
 	ID     uint64      `json:"id"`
 	Serial keys.Serial `json:"serial"`
+	// The login's anchor (login.go). A record of an older daemon has
+	// none: its login is then found by no process, and its keyring lives
+	// on with the processes that hold it.
+	AnchorPID   int    `json:"anchor_pid,omitempty"`
+	AnchorStart string `json:"anchor_start,omitempty"`
 }
 
 // connRecord is one connection, whose descriptor is the FDth sent (after
@@ -559,7 +575,8 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		rec.Sessions = append(rec.Sessions, sessionRecord{Token: tok, Serial: g.key.Serial(), UID: g.uid})
 	}
 	for id, k := range s.logins {
-		rec.Logins = append(rec.Logins, loginRecord{UID: id.uid, Audit: id.login.audit, ID: id.login.id, Serial: k.Serial()})
+		rec.Logins = append(rec.Logins, loginRecord{UID: id.uid, Audit: id.login.audit, ID: id.login.id, Serial: k.Serial(),
+			AnchorPID: id.anchor.pid, AnchorStart: id.anchor.start})
 	}
 	for c, pc := range ho.parked {
 		if pc.err != nil || c.helper != nil {

@@ -35,6 +35,20 @@ import (
 // the keyring goes when the anchor and every process that holds it have
 // exited, as pam_keyinit's goes with the last process of the login.
 //
+// A login is found by its anchor, never by its number alone: a POSIX
+// session id is a pid, free again once the session's last process has
+// left it, and a later process of the user given that pid starts a
+// session of the same number with setsid (on a busy host by accident).
+// So the daemon keeps a login's keyring under the anchor's identity (pid
+// and start time) and forgets it as soon as the anchor has exited; the
+// processes that hold the keyring then keep it (and pass it to their
+// children through their ancestry), but no process that does not descend
+// from them can be given it. A process whose anchor the daemon did not
+// meet, such as the child of a job whose login shell has exited, met
+// here for the first time, is therefore given a login keyring of its own,
+// where the kernel would have kept the old one: the daemon cannot tell it
+// from a stranger in a reused session.
+//
 // A process that joins or starts a session (`ukeyctl session`,
 // `keyctl session`, a session token) keeps the kernel's behaviour
 // exactly: the login is only for processes that have none. Where the
@@ -49,11 +63,14 @@ type loginID struct {
 	id    uint64
 }
 
-// loginKey names the login of one user: a login's processes that run as
-// another uid (after su, say) have a login of their own.
+// loginKey names the login of one user, through the identity of its
+// anchor: a login's processes that run as another uid (after su, say)
+// have a login of their own, and so do those of a later anchor in a
+// session given the same number.
 type loginKey struct {
-	uid   uint32
-	login loginID
+	uid    uint32
+	login  loginID
+	anchor procID
 }
 
 // usesSession reports whether an operation acts on keys, where the
@@ -83,30 +100,49 @@ func (s *Server) settleSession(p *proc) {
 	s.joinLogin(p)
 }
 
-// loginHolds reports whether c's session is the keyring of login key. A
+// loginHolds reports whether c's session is a keyring of login id of
+// uid (inherited from an ancestor, whatever that ancestor's anchor). A
 // login keyring the daemon has lost track of (none of the logins it
-// keeps has it) is taken to be that login's; one that another login has
-// is not: a process that left its parent's login (setsid, where no audit
-// session joins the two) has a login of its own, as it would were the
-// parent unknown to the daemon, so that what a process sees as @s never
-// depends on whether its parent happened to be a client.
-func (s *Server) loginHolds(c *keys.Caller, key loginKey) bool {
+// keeps has it: its anchor has exited) is taken to be that login's, and
+// kept from then on under the caller's anchor (read only then); one that
+// another login has is not: a process that left its parent's login
+// (setsid, where no audit session joins the two) has a login of its own,
+// as it would were the parent unknown to the daemon, so that what a
+// process sees as @s never depends on whether its parent happened to be
+// a client.
+func (s *Server) loginHolds(c *keys.Caller, uid uint32, id loginID, anchor func() procID) bool {
 	if !c.InLogin() {
 		return false
 	}
 	k := c.Session()
 	s.mu.Lock()
+	key, known := s.loginOfLocked(k)
+	s.mu.Unlock()
+	if known {
+		return key.uid == uid && key.login == id
+	}
+	key = loginKey{uid: uid, login: id, anchor: anchor()}
+	s.mu.Lock()
 	defer s.mu.Unlock()
-	for id, lk := range s.logins {
-		if lk == k {
-			return id == key
-		}
+	if other, known := s.loginOfLocked(k); known { // found meanwhile
+		return other.uid == uid && other.login == id
 	}
 	if s.logins[key] != nil {
 		return false
 	}
 	s.logins[key] = k
 	return true
+}
+
+// loginOfLocked returns the login whose keyring k is, if the daemon
+// keeps one. s.mu is held.
+func (s *Server) loginOfLocked(k *keys.Key) (loginKey, bool) {
+	for id, lk := range s.logins {
+		if lk == k {
+			return id, true
+		}
+	}
+	return loginKey{}, false
 }
 
 // joinLogin gives p its login's session keyring, and the login's anchor
@@ -120,12 +156,19 @@ func (s *Server) joinLogin(p *proc) {
 	if !ok || p.start == "" {
 		return
 	}
-	key := loginKey{uid: cred.UID, login: id}
-	if s.loginHolds(p.caller, key) {
+	var anchor procID // read once, if needed: it walks the ancestry
+	anchorOf := func() procID {
+		if anchor.pid == 0 {
+			anchor = loginAnchor(pid, p.start, id, cred.UID)
+		}
+		return anchor
+	}
+	if s.loginHolds(p.caller, cred.UID, id, anchorOf) {
 		return // inherited from an ancestor in its login
 	}
+	key := loginKey{uid: cred.UID, login: id, anchor: anchorOf()}
 	var a *proc
-	if anchor := loginAnchor(pid, p.start, id, cred.UID); anchor.pid != pid {
+	if anchor.pid != pid {
 		// Not when it is p itself: p then leads its login, whose keyring
 		// goes when p and every other process holding it have exited.
 		a, _ = s.knownProc(anchor.pid, anchor.start, cred)
@@ -138,7 +181,7 @@ func (s *Server) joinLogin(p *proc) {
 	// The login's keyring: the anchor's, or the one other processes of
 	// the login hold, or else a new one.
 	var k *keys.Key
-	anchorHolds := a != nil && s.loginHolds(a.caller, key)
+	anchorHolds := a != nil && s.loginHolds(a.caller, cred.UID, id, anchorOf)
 	switch {
 	case anchorHolds:
 		k = a.caller.Session()
@@ -164,11 +207,12 @@ func (s *Server) joinLogin(p *proc) {
 }
 
 // pruneLogins forgets the logins whose keyring no process the daemon
-// keeps holds any more: held is every kept process's session. s.mu is
-// held.
+// keeps holds any more (held is every kept process's session), and those
+// whose anchor it no longer keeps: an anchor that has exited names its
+// login no more, whoever gets its pid. s.mu is held.
 func (s *Server) pruneLogins(held map[*keys.Key]bool) {
 	for id, k := range s.logins {
-		if !held[k] {
+		if a := s.procs[id.anchor.pid]; !held[k] || a == nil || a.start != id.anchor.start {
 			delete(s.logins, id)
 		}
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -24,6 +25,10 @@ func init() { testChildren["login"] = loginChild }
 // would: it connects with no session token and does UKEYS_TEST_STEP to
 // its session keyring, printing one line.
 func loginChild() {
+	if want := os.Getenv("UKEYS_TEST_WANT_PID"); want != "" && want != strconv.Itoa(os.Getpid()) {
+		fmt.Println("pid", os.Getpid())
+		return
+	}
 	c, err := client.Dial(os.Getenv("UKEYS_SOCKET"))
 	if err != nil {
 		fmt.Println("dial:", err)
@@ -31,6 +36,18 @@ func loginChild() {
 	}
 	defer c.Close()
 	switch step := os.Getenv("UKEYS_TEST_STEP"); step {
+	case "job":
+		// A job that daemonizes after it started: it takes its login's
+		// session keyring, leaves the login (setsid) and holds on.
+		_, err := c.Search(keys.SessionKeyring, "user", "greeting", 0)
+		if err == nil {
+			_, err = syscall.Setsid()
+		}
+		fmt.Println("job", errText(err))
+		if err != nil {
+			return
+		}
+		select {}
 	case "add":
 		_, err = c.AddKey("user", "greeting", []byte("hello"), keys.SessionKeyring)
 		fmt.Println("add", errText(err))
@@ -196,5 +213,66 @@ func TestLoginSessionsOff(t *testing.T) {
 	got := loginRun(t, os.Args[0], d.Socket, `UKEYS_TEST_STEP=add "$T"; UKEYS_TEST_STEP=find "$T"; :`)
 	if got != "add ok\nfind error: search: Required key not available" {
 		t.Fatalf("two processes of one login, logins off:\n%s", got)
+	}
+}
+
+// A login is found again by its anchor, never by its session's number:
+// login A's leader (pid P) adds a key to @s and starts a job that
+// daemonizes (setsid) holding A's keyring; once the leader has exited,
+// a new process of the same uid given pid P starts a session of its own
+// (setsid: session id P, as A's was). It must not possess A's keys.
+// Runs in a pid namespace of its own, where ns_last_pid chooses the pid.
+func TestLoginNotFoundByReusedSessionID(t *testing.T) {
+	if os.Getenv("UKEYS_TEST_IN_PIDNS") == "" {
+		ukeystest.NeedRoot(t, "to make a pid namespace and choose the next pid there (ns_last_pid)")
+		inPidNamespace(t, "TestLoginNotFoundByReusedSessionID", true, "UKEYS_TEST_IN_PIDNS=1")
+		return
+	}
+	if b, err := os.ReadFile("/proc/self/sessionid"); err == nil && strings.TrimSpace(string(b)) != "4294967295" {
+		t.Skipf("this process is in audit session %s, which names its logins (never reused): the attack needs POSIX sessions", strings.TrimSpace(string(b)))
+	}
+	d := ukeystest.NewDaemon(t, ukeystest.WithConfig(server.Config{ProcessPoll: 10 * time.Millisecond}))
+	bin, dir := os.Args[0], t.TempDir()
+	got := loginRun(t, bin, d.Socket, `echo $$ >"$D/leader"; UKEYS_TEST_STEP=add "$T"
+UKEYS_TEST_STEP=job "$T" >"$D/job" 2>&1 & echo $! >"$D/jobpid"
+while ! grep -q job "$D/job"; do sleep 0.01; done; cat "$D/job"`, "D="+dir)
+	if got != "add ok\njob ok" {
+		t.Fatalf("login A: %q, want add ok, job ok", got)
+	}
+	b, _ := os.ReadFile(filepath.Join(dir, "jobpid"))
+	if pid, _ := strconv.Atoi(strings.TrimSpace(string(b))); pid > 1 {
+		t.Cleanup(func() { syscall.Kill(pid, syscall.SIGKILL) })
+	} else {
+		t.Fatalf("job pid %q", b)
+	}
+	b, _ = os.ReadFile(filepath.Join(dir, "leader"))
+	leader, _ := strconv.Atoi(strings.TrimSpace(string(b)))
+	if leader <= 1 {
+		t.Fatalf("leader pid %q", b)
+	}
+	// The leader is gone (loginRun waited for it) and the job left its
+	// session: pid P is free. Start processes until one gets it.
+	for try := 0; ; try++ {
+		if try == 50 {
+			t.Fatalf("no new process got pid %d", leader)
+		}
+		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(leader-1)), 0); err != nil {
+			t.Skipf("cannot choose the next pid (ns_last_pid, root): %v", err)
+		}
+		cmd := exec.Command(bin)
+		cmd.Env = []string{"UKEYS_SOCKET=" + d.Socket, "UKEYS_TEST_CHILD=login", "UKEYS_TEST_STEP=find", "UKEYS_TEST_WANT_PID=" + strconv.Itoa(leader)}
+		cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("new process: %v\n%s", err, out)
+		}
+		got := strings.TrimSpace(string(out))
+		if strings.HasPrefix(got, "pid ") {
+			continue // another process or thread took pid P first
+		}
+		if got != "find error: search: Required key not available" {
+			t.Fatalf("a new process of the uid given login A's leader's pid %d, in a session of its own, found A's key: %q", leader, got)
+		}
+		return
 	}
 }

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"math"
 	"net"
 	"os"
 	"syscall"
@@ -62,6 +63,10 @@ func openProc(uc *net.UnixConn, pid int) procHandle {
 // read before, which the process must still have once the pidfd is open,
 // so that the pidfd is known to be that process's and not a later one's.
 func openPid(pid int, start string) (procHandle, bool) {
+	if pid <= 0 || pid > math.MaxInt32 {
+		// Not a pid_t: pidfd_open would open the pid it truncates to.
+		return procHandle{fd: -1}, false
+	}
 	h := procHandle{pid: pid, fd: -1}
 	if pfd, err := unix.PidfdOpen(pid, 0); err == nil {
 		h.fd = pfd

@@ -356,6 +356,11 @@ func (t *takeover) ask(stateVersion int) error {
 	if err := out.Request(&req); err != nil {
 		return err
 	}
+	// The old daemon reads this process's user namespace, which the
+	// kernel shows it only while this process is dumpable (it may lack
+	// CAP_SYS_PTRACE): dumpable until the answer, which is read to its
+	// last byte and no further, so that no key arrives meanwhile.
+	defer dumpableWhileAsking()()
 	if err := t.writeAll(out.Bytes()); err != nil {
 		return fmt.Errorf("server: asking to take over: %w", err)
 	}
@@ -378,7 +383,7 @@ func (t *takeover) ask(stateVersion int) error {
 	case 0:
 		return nil
 	case keys.EPERM:
-		return fmt.Errorf("server: the old daemon refuses a hand-over to a process less privileged than itself (another user, or fewer capabilities)")
+		return fmt.Errorf("server: the old daemon refuses a hand-over to a process less privileged than itself (another user, another user namespace, or fewer capabilities; see its log)")
 	case keys.EPROTONOSUPPORT:
 		return ErrVersions
 	case keys.EOPNOTSUPP:
@@ -585,7 +590,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 	}
 	for _, lr := range rec.Logins {
 		if k := rs.Key(lr.Serial); k != nil && k.IsKeyring() {
-			s.logins[loginKey{uid: lr.UID, login: loginID{audit: lr.Audit, id: lr.ID}}] = k
+			s.logins[loginKey{uid: lr.UID, login: loginID{audit: lr.Audit, id: lr.ID}, anchor: procID{pid: lr.AnchorPID, start: lr.AnchorStart}}] = k
 		}
 	}
 	for i, cr := range rec.Conns {

@@ -115,7 +115,7 @@ func TestCaplessRootCannotTakeOver(t *testing.T) {
 	cmd.Env = []string{"UKEYS_SOCKET=" + path, "UKEYS_TEST_CHILD=capless-takeover", "UKEYS_TEST_SERIAL=" + serial}
 	out, _ = cmd.CombinedOutput()
 	want := "normal read as capless root: read: Permission denied\n" +
-		"takeover: server: the old daemon refuses a hand-over to a process less privileged than itself (another user, or fewer capabilities)\n"
+		"takeover: server: the old daemon refuses a hand-over to a process less privileged than itself (another user, another user namespace, or fewer capabilities; see its log)\n"
 	if string(out) != want {
 		t.Errorf("root without capabilities said:\n%s\nwant:\n%s", out, want)
 	}

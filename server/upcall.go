@@ -84,6 +84,7 @@ func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
 	}
 	cmd := exec.CommandContext(ctx, path, args...)
 	cmd.Env = []string{"HOME=/", "PATH=/sbin:/bin:/usr/sbin:/usr/bin", "UKEYS_SOCKET=" + h.Socket, HelperEnv + "=" + token}
+	cmd.Dir = "/" // as the kernel's helper: not the daemon's own directory
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	cmd.Cancel = func() error {
 		// Kill the helper's whole process group: its children too.

@@ -31,7 +31,11 @@ var dialOpts = []client.Option{client.WithBlockingIO(), client.WithDeferredHands
 // connect dials the daemon on its default socket. If nothing answers
 // there (no socket, or a stale one) and UKEYS_NO_AUTOSTART is not set, it
 // starts ukeyd in the background, waits for it to answer, and says so.
-func (a *app) connect() (*client.Client, error) {
+func (a *app) connect() (*client.Client, error) { return a.dialDaemon(true) }
+
+// dialDaemon is connect; rechoose lets it follow, once, the user's
+// private directory that another ukeyctl chose at the same moment.
+func (a *app) dialDaemon(rechoose bool) (*client.Client, error) {
 	path := client.DefaultSocket()
 	a.path = path
 	cl, err := client.Dial(path, dialOpts...)
@@ -79,6 +83,15 @@ func (a *app) connect() (*client.Client, error) {
 				// Another ukeyctl started one at the same moment, and says
 				// so; this one's found the socket taken and has exited.
 				return cl, nil
+			}
+			if rechoose && os.Getenv(endpoint.SocketEnv) == "" && path != endpoint.System() && endpoint.User() != path {
+				// Where another user took the user's directory, another
+				// ukeyctl of this user made a private one at the same
+				// moment, which every later command takes (endpoint.User):
+				// so does this one, and the daemon started here goes.
+				cl.Close()
+				syscall.Kill(pid, syscall.SIGTERM)
+				return a.dialDaemon(false)
 			}
 			a.eprintf("ukeyctl: started ukeyd (pid %d) on %s; its log is %s\n", pid, path, daemonLog(path))
 			if os.Geteuid() != 0 {

@@ -133,12 +133,26 @@ func nameAgent(path, listener string) error {
 	if err != nil {
 		return err
 	}
-	// Replaced whole, so that the runtime never reads half a file.
+	// Replaced whole, so that the runtime never reads half a file. The
+	// temporary file is made new (O_EXCL, and O_NOFOLLOW for clarity): a
+	// name planted there beforehand, a symbolic link to some other file
+	// above all, is refused rather than written through.
 	tmp := path + ".ukeys"
-	if err := os.WriteFile(tmp, out, st.Mode().Perm()); err != nil {
+	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_EXCL|syscall.O_NOFOLLOW|syscall.O_CLOEXEC, st.Mode().Perm())
+	if err != nil {
+		if errors.Is(err, os.ErrExist) {
+			return errors.New(tmp + ": already exists (a symbolic link or a file left behind): not writing through it; remove it and retry")
+		}
 		return err
 	}
-	if err := os.Rename(tmp, path); err != nil {
+	_, err = f.Write(out)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(tmp, path)
+	}
+	if err != nil {
 		os.Remove(tmp)
 		return err
 	}

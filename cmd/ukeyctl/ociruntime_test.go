@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -111,4 +112,50 @@ func FuzzNameAgent(f *testing.F) {
 			t.Fatalf("%q became %q", b, out)
 		}
 	})
+}
+
+// A name planted at the temporary config.json.ukeys (here a symbolic
+// link to a file of the runtime's user's) is never written through:
+// oci-runtime refuses with a message naming it, runs no runtime, and
+// the link's target and the configuration are left as they were.
+func TestOCIRuntimeRefusesPlantedTemporary(t *testing.T) {
+	bin := binDir(t, "ukeyctl")
+	bundle := t.TempDir()
+	const config = `{"ociVersion":"1.0.2","linux":{"seccomp":{"defaultAction":"SCMP_ACT_ALLOW",` +
+		`"syscalls":[{"names":["add_key","keyctl","request_key"],"action":"SCMP_ACT_NOTIFY"}]}}}`
+	path := filepath.Join(bundle, "config.json")
+	if err := os.WriteFile(path, []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	victim := filepath.Join(t.TempDir(), "victim")
+	if err := os.WriteFile(victim, []byte("the victim's own file\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(victim, path+".ukeys"); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	marker, runtime := filepath.Join(dir, "ran"), filepath.Join(dir, "runtime")
+	if err := os.WriteFile(runtime, []byte("#!/bin/sh\ntouch "+marker+"\n"), 0o700); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(filepath.Join(bin, "ukeyctl"), "oci-runtime", "--runtime", runtime, "--", "create", "--bundle", bundle, "id")
+	out, err := cmd.CombinedOutput()
+	if err == nil {
+		t.Errorf("oci-runtime succeeded with a link planted at config.json.ukeys:\n%s", out)
+	}
+	if !strings.Contains(string(out), "config.json.ukeys") {
+		t.Errorf("the refusal does not name the planted file:\n%s", out)
+	}
+	if b, _ := os.ReadFile(victim); string(b) != "the victim's own file\n" {
+		t.Errorf("the link's target was written through: %q", b)
+	}
+	if st, err := os.Lstat(path); err != nil || !st.Mode().IsRegular() {
+		t.Errorf("config.json is no longer the regular file it was: %v %v", st.Mode(), err)
+	} else if b, _ := os.ReadFile(path); string(b) != config {
+		t.Errorf("config.json changed: %s", b)
+	}
+	if _, err := os.Stat(marker); err == nil {
+		t.Error("the runtime ran after the refusal")
+	}
 }

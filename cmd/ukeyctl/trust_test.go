@@ -306,24 +306,56 @@ func wantEmpty(t *testing.T, dir string, except ...string) {
 	}
 }
 
+// wantServedPrivately checks that the victim, whose default directory
+// another user holds, was served all the same by a daemon of its own in
+// its private directory beside it (ukeys-1000.XXXXXXXX: the victim's,
+// 0700), the same one every time: it adds a key and reads it back.
+func (w *trustWorld) wantServedPrivately(t *testing.T) {
+	t.Helper()
+	r := w.victim(t, nil, "add", "user", "k", victimSecret, "@u")
+	if r.Code != 0 {
+		t.Fatalf("the victim's add, its default directory taken: %+v", r)
+	}
+	r = w.victim(t, nil, "print", strings.TrimSpace(r.Stdout))
+	if r.Code != 0 || r.Stdout != victimSecret+"\n" || r.Stderr != "" {
+		t.Fatalf("the victim's print, its default directory taken: %+v", r)
+	}
+	dirs, _ := filepath.Glob(filepath.Join(w.shared, "ukeys-1000.*"))
+	if len(dirs) != 1 {
+		t.Fatalf("the victim's private directories: %q, want one", dirs)
+	}
+	st, err := os.Lstat(dirs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Mode() != os.ModeDir|0o700 || st.Sys().(*syscall.Stat_t).Uid != victimUID {
+		t.Errorf("%s: mode %v, uid %d; want %v, uid %d", dirs[0], st.Mode(), st.Sys().(*syscall.Stat_t).Uid, os.ModeDir|0o700, victimUID)
+	}
+	if _, err := os.Stat(filepath.Join(dirs[0], "ukeyd.sock.pid")); err != nil {
+		t.Errorf("no daemon of the victim's in %s: %v", dirs[0], err)
+	}
+}
+
 // The attacker makes the victim's default directory first and listens
-// in it: the victim refuses before sending anything, its hello and its
-// payload included, and does not start a daemon there either.
-func TestTrustAttackersDirectory(t *testing.T) {
+// in it (issue 33, finding 14: where there is no XDG_RUNTIME_DIR, as
+// under cron, su or ssh without pam_systemd, another user's mkdir of
+// /tmp/ukeys-UID left UID with no key service until root removed it).
+// The victim never sends the attacker anything, its hello and its payload
+// included, and starts no daemon there: it is served by a daemon of its
+// own in a private directory beside it, which its later commands find.
+func TestTrustSquattedDirectory(t *testing.T) {
 	w := newTrustWorld(t)
 	dir := filepath.Join(w.shared, "ukeys-1000")
 	sock := filepath.Join(dir, "ukeyd.sock")
 	tr := w.startTrap(t, sock, "755")
-	reason := "its directory " + dir + " belongs to uid 1002, not to you (uid 1000) or root"
-	wantRefusal(t, w.victim(t, nil, "add", "user", "k", victimSecret, "@s"), sock, reason)
-	wantRefusal(t, w.victim(t, nil, "print", "%user:k"), sock, reason)
+	w.wantServedPrivately(t)
 	if r := tr.report(t); r.conns != 0 || r.bytes != 0 || r.secret {
 		t.Errorf("the attacker's socket took %d connections and received %d bytes (the secret among them: %t)", r.conns, r.bytes, r.secret)
 	}
 	wantEmpty(t, dir, "ukeyd.sock")
 
 	// The same directory without a socket, and open to all: where an
-	// absent daemon would be started, none is.
+	// absent daemon would be started, none is; the victim's own serves on.
 	if err := os.RemoveAll(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -336,8 +368,29 @@ func TestTrustAttackersDirectory(t *testing.T) {
 	if err := os.Chown(dir, attackerUID, attackerGID); err != nil {
 		t.Fatal(err)
 	}
-	wantRefusal(t, w.victim(t, nil, "add", "user", "k", victimSecret, "@s"), sock, reason)
+	w.wantServedPrivately(t)
 	wantEmpty(t, dir)
+	// A decoy beside it, named as the victim's private directories are
+	// but the attacker's, is never taken for one.
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
+	decoy := filepath.Join(w.shared, "ukeys-1000.0")
+	if err := os.Mkdir(decoy, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(decoy, attackerUID, attackerGID); err != nil {
+		t.Fatal(err)
+	}
+	dirs, _ := filepath.Glob(filepath.Join(w.shared, "ukeys-1000.*"))
+	r := w.victim(t, nil, "print", "%user:k")
+	if r.Code != 0 || r.Stdout != victimSecret+"\n" {
+		t.Errorf("with the default directory free again and a decoy: %+v", r)
+	}
+	wantEmpty(t, decoy)
+	if len(dirs) != 2 {
+		t.Errorf("directories %q", dirs)
+	}
 }
 
 // A directory that passes (root's, 0755) but a socket served by the
@@ -367,7 +420,8 @@ func TestTrustPeerCredentials(t *testing.T) {
 
 // The victim's default directory is the attacker's link to a directory
 // of the victim's: followed, it would pass every test of ownership, and
-// the victim's daemon would run (and log) where the attacker chose.
+// the victim's daemon would run (and log) where the attacker chose. It
+// runs in the victim's private directory instead.
 func TestTrustSymlinkedDirectory(t *testing.T) {
 	w := newTrustWorld(t)
 	own := filepath.Join(w.shared, "victims-own")
@@ -384,8 +438,7 @@ func TestTrustSymlinkedDirectory(t *testing.T) {
 	if err := os.Lchown(link, attackerUID, attackerGID); err != nil {
 		t.Fatal(err)
 	}
-	sock := filepath.Join(link, "ukeyd.sock")
-	wantRefusal(t, w.victim(t, nil, "add", "user", "k", victimSecret, "@s"), sock, "its directory "+link+" is a symbolic link")
+	w.wantServedPrivately(t)
 	wantEmpty(t, own)
 }
 
@@ -395,7 +448,6 @@ func TestTrustSymlinkedDirectory(t *testing.T) {
 func TestTrustPlantedLog(t *testing.T) {
 	w := newTrustWorld(t)
 	dir := filepath.Join(w.shared, "ukeys-1000")
-	sock := filepath.Join(dir, "ukeyd.sock")
 	target := filepath.Join(w.shared, "victims-file")
 	const precious = "the victim's own content\n"
 	plant := func(t *testing.T, dirUID, dirGID int, mode os.FileMode) {
@@ -432,8 +484,7 @@ func TestTrustPlantedLog(t *testing.T) {
 
 	t.Run("attacker's directory", func(t *testing.T) {
 		plant(t, attackerUID, attackerGID, 0o777)
-		r := w.victim(t, nil, "add", "user", "k", victimSecret, "@s")
-		wantRefusal(t, r, sock, "its directory "+dir+" belongs to uid 1002, not to you (uid 1000) or root")
+		w.wantServedPrivately(t)
 		unchanged(t)
 		wantEmpty(t, dir, "ukeyd.log")
 	})

@@ -30,6 +30,9 @@ func TestMain(m *testing.M) {
 	if len(os.Args) > 1 && os.Args[1] == clientArg {
 		os.Exit(clientMain(os.Args[2:]))
 	}
+	if len(os.Args) > 1 && os.Args[1] == usernsClientArg {
+		os.Exit(usernsClient(os.Args[2:]))
+	}
 	if len(os.Args) > 1 && os.Args[1] == storeArg {
 		os.Exit(storeMain(os.Args[2:]))
 	}

@@ -1,9 +1,13 @@
 package endpoint
 
 import (
+	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
+	"syscall"
 )
 
 // SocketEnv overrides where the daemon listens and clients connect.
@@ -32,12 +36,93 @@ func System() string {
 
 // User returns the socket of a user's own daemon, which holds that
 // user's keys only: $XDG_RUNTIME_DIR/ukeys/ukeyd.sock, falling back to a
-// per-user directory under the temporary directory.
+// per-user directory under the temporary directory (userDir).
 func User() string {
 	if d := os.Getenv("XDG_RUNTIME_DIR"); d != "" {
 		return filepath.Join(d, "ukeys", "ukeyd.sock")
 	}
-	return filepath.Join(os.TempDir(), "ukeys-"+strconv.Itoa(os.Geteuid()), "ukeyd.sock")
+	return filepath.Join(userDir(os.TempDir(), os.Geteuid()), "ukeyd.sock")
+}
+
+// userDir returns the user's directory under tmp, where there is no
+// XDG_RUNTIME_DIR: tmp/ukeys-UID, unless another user has taken that
+// name (cron, su, or ssh without pam_systemd leave it to whoever makes
+// it first, and a daemon must never serve from a directory another user
+// controls). Then it is a private directory of the user's own beside it,
+// tmp/ukeys-UID.XXXXXXXX, made with a name nobody can guess (as mkdtemp
+// does) if there is none yet. The user's processes find it again by
+// looking: no other user can make a directory that belongs to UID, so
+// every real directory of that pattern that belongs to UID and that no
+// one else may enter is one that UID made, and they all take the first
+// by name. Once the taken name is free again, the private directory
+// stays in use while it is there, so that a running daemon is not
+// lost.
+func userDir(tmp string, euid int) string {
+	base := filepath.Join(tmp, "ukeys-"+strconv.Itoa(euid))
+	st, err := os.Lstat(base)
+	switch {
+	case err == nil && usableDir(st, euid):
+		return base
+	case err != nil && !errors.Is(err, fs.ErrNotExist):
+		return base // cannot tell: where it was, to be refused there
+	}
+	if d, ok := privateDir(tmp, euid); ok {
+		return d
+	}
+	if err != nil {
+		return base // free: made by whoever starts the daemon there
+	}
+	d, err := os.MkdirTemp(tmp, "ukeys-"+strconv.Itoa(euid)+".")
+	if err != nil {
+		return base // refused there, as before
+	}
+	// Another process of the user may have made one at the same moment:
+	// every one of them takes the first by name.
+	if first, ok := privateDir(tmp, euid); ok && first != d {
+		os.Remove(d)
+		return first
+	}
+	return d
+}
+
+// usableDir reports whether st (from lstat) is a directory a daemon of
+// euid may serve from and its clients trust: a real directory of euid's
+// or root's that no one else may write unless it is sticky (what client
+// and server ask of the socket's directory).
+func usableDir(st fs.FileInfo, euid int) bool {
+	sys, ok := st.Sys().(*syscall.Stat_t)
+	if !ok || !st.IsDir() {
+		return false
+	}
+	if int64(sys.Uid) != int64(euid) && sys.Uid != 0 {
+		return false
+	}
+	return st.Mode().Perm()&0o022 == 0 || st.Mode()&fs.ModeSticky != 0
+}
+
+// privateDir returns the first by name of euid's private directories
+// under tmp: real directories named ukeys-UID.* that belong to euid and
+// that no one else may enter.
+func privateDir(tmp string, euid int) (string, bool) {
+	prefix := "ukeys-" + strconv.Itoa(euid) + "."
+	ents, err := os.ReadDir(tmp) // sorted by name
+	if err != nil {
+		return "", false
+	}
+	for _, e := range ents {
+		if !strings.HasPrefix(e.Name(), prefix) || !e.IsDir() {
+			continue
+		}
+		d := filepath.Join(tmp, e.Name())
+		st, err := os.Lstat(d)
+		if err != nil || !st.IsDir() || st.Mode().Perm()&0o077 != 0 {
+			continue
+		}
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok && int64(sys.Uid) == int64(euid) {
+			return d, true
+		}
+	}
+	return "", false
 }
 
 // Listen returns where a daemon listens by default: $UKEYS_SOCKET if

@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -76,5 +77,62 @@ func TestScope(t *testing.T) {
 	}
 	if got := Scope(1000); got != "uid 1000 only" {
 		t.Fatal(got)
+	}
+}
+
+// Where another user has made ukeys-UID (here: a directory anyone may
+// write, which no daemon may serve from), the user's is a private one
+// beside it, made once and found again; the first of the user's by name
+// when there are several; never one that others may enter, nor a link.
+// Once ukeys-UID is free again, the private one stays in use.
+func TestUserDirTaken(t *testing.T) {
+	tmp := t.TempDir()
+	euid := os.Geteuid()
+	base := filepath.Join(tmp, "ukeys-"+strconv.Itoa(euid))
+	if got := userDir(tmp, euid); got != base {
+		t.Fatalf("free: %q, want %q", got, base)
+	}
+	if err := os.Mkdir(base, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if got := userDir(tmp, euid); got != base {
+		t.Fatalf("the user's own: %q, want %q", got, base)
+	}
+	if err := os.Chmod(base, 0o777); err != nil {
+		t.Fatal(err)
+	}
+	// Decoys: open to others, and a link to a private-looking directory.
+	open := base + ".0"
+	os.Mkdir(open, 0o700)
+	os.Chmod(open, 0o755)
+	real := filepath.Join(tmp, "elsewhere")
+	os.Mkdir(real, 0o700)
+	os.Symlink(real, base+".00")
+	got := userDir(tmp, euid)
+	st, err := os.Lstat(got)
+	if err != nil || !strings.HasPrefix(got, base+".") || got == open || got == base+".00" || st.Mode() != os.ModeDir|0o700 {
+		t.Fatalf("taken: %q (%v, %v), want a new private directory %s.*", got, st.Mode(), err, base)
+	}
+	if again := userDir(tmp, euid); again != got {
+		t.Fatalf("taken, asked again: %q, want %q", again, got)
+	}
+	// Another made at the same moment, first by name: everyone takes it.
+	first := base + ".000"
+	if err := os.Mkdir(first, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if again := userDir(tmp, euid); again != first {
+		t.Fatalf("two private directories: %q, want the first by name %q", again, first)
+	}
+	os.Remove(first)
+	// Free again: the private directory stays.
+	if err := os.Remove(base); err != nil {
+		t.Fatal(err)
+	}
+	if again := userDir(tmp, euid); again != got {
+		t.Fatalf("free again: %q, want the private %q", again, got)
+	}
+	if ents, _ := os.ReadDir(tmp); len(ents) != 4 {
+		t.Errorf("made more than one private directory: %v", ents)
 	}
 }

@@ -1,0 +1,104 @@
+package server
+
+import (
+	"errors"
+	"os"
+	"strconv"
+	"sync"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/internal/procfs"
+)
+
+// pidfdGetUserNamespace is the pidfd ioctl (Linux 6.11) that opens the
+// user namespace of the process a pidfd names: _IO(PIDFS_IOCTL_MAGIC, 9).
+const pidfdGetUserNamespace = 0xFF<<8 | 9
+
+// errNSHidden: the kernel would not show the peer's user namespace. It
+// shows it to a process that may ptrace the peer (PTRACE_MODE_READ): a
+// peer of the daemon's uid that is not dumpable hides it from a daemon
+// without CAP_SYS_PTRACE. TakeOver keeps its process dumpable until the
+// old daemon has answered.
+var errNSHidden = errors.New("its user namespace cannot be read (a process that is not dumpable: see TakeOver)")
+
+// errNSUnknown: neither a pidfd nor the daemon's own /proc names the peer.
+var errNSUnknown = errors.New("its user namespace cannot be told (no pidfd, and /proc is another pid namespace's)")
+
+// ownUserNS is the daemon's user namespace (device and inode), read once:
+// a multithreaded process cannot change its user namespace.
+var ownUserNS = sync.OnceValues(func() (unix.Stat_t, error) {
+	var st unix.Stat_t
+	if pfd, err := unix.PidfdOpen(os.Getpid(), 0); err == nil {
+		defer unix.Close(pfd)
+		if ns, err := userNSOfPidfd(pfd); err == nil {
+			return ns, nil
+		}
+	}
+	if !procfs.Ours() {
+		return st, errNSUnknown
+	}
+	err := unix.Stat("/proc/self/ns/user", &st)
+	return st, err
+})
+
+// userNSOfPidfd returns the user namespace of the process pfd names.
+func userNSOfPidfd(pfd int) (unix.Stat_t, error) {
+	var st unix.Stat_t
+	nsfd, err := unix.IoctlRetInt(pfd, pidfdGetUserNamespace)
+	if err != nil {
+		return st, err
+	}
+	defer unix.Close(nsfd)
+	err = unix.Fstat(nsfd, &st)
+	return st, err
+}
+
+// inOwnUserNS reports whether the process h names (a client's, pinned by
+// its pidfd) is in the daemon's own user namespace, or why it cannot be
+// told. A process in a namespace that `unshare -U` made may have the
+// daemon's uid to SO_PEERCRED, and yet the kernel lets it ptrace no
+// process of the daemon's namespace that is not dumpable, nor read a key
+// it does not possess. The pidfd's own ioctl answers for the process
+// itself; where the kernel has none (before 6.11), /proc/<pid>/ns/user,
+// read while the pidfd shows the process alive, answers for it too.
+func (h *procHandle) inOwnUserNS() (bool, error) {
+	own, err := ownUserNS()
+	if err != nil {
+		return false, err
+	}
+	var st unix.Stat_t
+	switch {
+	case h.fd >= 0:
+		st, err = userNSOfPidfd(h.fd)
+		if errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
+			err = h.procUserNS(&st)
+		}
+	case h.pid > 0 && h.start != "":
+		err = h.procUserNS(&st)
+	default:
+		err = errNSUnknown
+	}
+	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
+		err = errNSHidden
+	}
+	if err != nil {
+		return false, err
+	}
+	return st.Dev == own.Dev && st.Ino == own.Ino, nil
+}
+
+// procUserNS reads h's user namespace from /proc, and makes sure that the
+// process read was h's: still there (pidfd, or start time) after.
+func (h *procHandle) procUserNS(st *unix.Stat_t) error {
+	if !procfs.Ours() {
+		return errNSUnknown
+	}
+	if err := unix.Stat("/proc/"+strconv.Itoa(h.pid)+"/ns/user", st); err != nil {
+		return err
+	}
+	if h.exited() {
+		return unix.ESRCH
+	}
+	return nil
+}
