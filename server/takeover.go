@@ -356,11 +356,6 @@ func (t *takeover) ask(stateVersion int) error {
 	if err := out.Request(&req); err != nil {
 		return err
 	}
-	// The old daemon reads this process's user namespace, which the
-	// kernel shows it only while this process is dumpable (it may lack
-	// CAP_SYS_PTRACE): dumpable until the answer, which is read to its
-	// last byte and no further, so that no key arrives meanwhile.
-	defer dumpableWhileAsking()()
 	if err := t.writeAll(out.Bytes()); err != nil {
 		return fmt.Errorf("server: asking to take over: %w", err)
 	}

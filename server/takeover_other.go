@@ -24,7 +24,3 @@ func handoverSocket() (int, error) {
 // handoverRecvFlags: the descriptors received are made close-on-exec
 // once received (receiveFDs).
 const handoverRecvFlags = 0
-
-// dumpableWhileAsking: only Linux's old daemon reads the taker's user
-// namespace.
-func dumpableWhileAsking() (restore func()) { return func() {} }

@@ -15,12 +15,9 @@ import (
 // user namespace of the process a pidfd names: _IO(PIDFS_IOCTL_MAGIC, 9).
 const pidfdGetUserNamespace = 0xFF<<8 | 9
 
-// errNSHidden: the kernel would not show the peer's user namespace. It
-// shows it to a process that may ptrace the peer (PTRACE_MODE_READ): a
-// peer of the daemon's uid that is not dumpable hides it from a daemon
-// without CAP_SYS_PTRACE. TakeOver keeps its process dumpable until the
-// old daemon has answered.
-var errNSHidden = errors.New("its user namespace cannot be read (a process that is not dumpable: see TakeOver)")
+// errNSHidden: the kernel would show neither the peer's user namespace
+// nor its id maps.
+var errNSHidden = errors.New("its user namespace cannot be read")
 
 // errNSUnknown: neither a pidfd nor the daemon's own /proc names the peer.
 var errNSUnknown = errors.New("its user namespace cannot be told (no pidfd, and /proc is another pid namespace's)")
@@ -80,12 +77,47 @@ func (h *procHandle) inOwnUserNS() (bool, error) {
 		err = errNSUnknown
 	}
 	if errors.Is(err, unix.EACCES) || errors.Is(err, unix.EPERM) {
-		err = errNSHidden
+		return h.sameIDMaps()
 	}
 	if err != nil {
 		return false, err
 	}
 	return st.Dev == own.Dev && st.Ino == own.Ino, nil
+}
+
+// sameIDMaps answers inOwnUserNS where the kernel hides the peer's
+// namespace: it shows it only to a process that may ptrace the peer, and
+// a daemon without CAP_SYS_PTRACE may not ptrace a peer that is not
+// dumpable (ukeyd -takeover is not, and must not become so even for a
+// moment: a tracer that attaches while it is stays attached). A process's
+// uid and gid maps are readable by everyone, and read from the daemon's
+// namespace they equal the daemon's own only in the daemon's namespace
+// or in one whose maker could map every id the daemon's maps hold, which
+// needs CAP_SETUID and CAP_SETGID over the daemon's namespace (a user's
+// own `unshare -U` maps one id, its own). Read while the pidfd (or start
+// time) shows the process alive, they are the peer's.
+func (h *procHandle) sameIDMaps() (bool, error) {
+	if !procfs.Ours() || h.pid <= 0 {
+		return false, errNSUnknown
+	}
+	dir := "/proc/" + strconv.Itoa(h.pid) + "/"
+	for _, f := range []string{"uid_map", "gid_map"} {
+		own, err := os.ReadFile("/proc/self/" + f)
+		if err != nil {
+			return false, errNSHidden
+		}
+		peer, err := os.ReadFile(dir + f)
+		if err != nil {
+			return false, errNSHidden
+		}
+		if string(own) != string(peer) {
+			return false, nil
+		}
+	}
+	if h.exited() {
+		return false, unix.ESRCH
+	}
+	return true, nil
 }
 
 // procUserNS reads h's user namespace from /proc, and makes sure that the
