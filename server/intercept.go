@@ -236,13 +236,16 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 }
 
 // credOf is the credentials of an intercepted call's thread, as the
-// kernel's key checks see them.
+// kernel's key checks see them: its filesystem uid and gid (fsuid,
+// fsgid), which the kernel checks permissions against and makes a new
+// key's owner (key_task_permission, key_alloc), and which are the
+// effective ones unless the thread has set them apart (setfsuid).
 func credOf(ic intercept.Caller) keys.Cred {
 	st := &ic.Status
 	// Capabilities count only in the daemon's user namespace (ic.Caps),
 	// and a status that shows none has none: never unknown, which would
 	// make uid 0 privileged whatever it holds.
-	return keys.Cred{UID: st.UIDs[1], GID: st.GIDs[1], Groups: st.Groups, PID: ic.Pid,
+	return keys.Cred{UID: st.UIDs[3], GID: st.GIDs[3], Groups: st.Groups, PID: ic.Pid,
 		Caps: ic.Caps, CapsKnown: true}
 }
 
