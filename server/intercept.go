@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/ukeys/ukeys/internal/intercept"
@@ -29,6 +30,9 @@ type intercepting struct {
 	// found the process known (interceptedProc); guarded by the
 	// server's mu.
 	task uint64
+	// execd: the process events connector has reported an exec of the
+	// process, whose threads are to be dropped before its next call.
+	execd atomic.Bool
 }
 
 // maxThreads is how many threads' callers a process keeps before it
@@ -203,6 +207,9 @@ func (b listenerBudget) Give() {
 // intercepted serves one intercepted call of process ic.Pid, with the
 // calling thread's credentials as they were at the call.
 func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Response {
+	// An exec the connector has queued is applied before the new
+	// program's call.
+	s.syncForks()
 	cred := credOf(ic)
 	p, err := s.interceptedProc(cred, ic.Task)
 	if err != nil {
@@ -210,6 +217,11 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 	}
 	p.calls.mu.Lock()
 	defer p.calls.mu.Unlock()
+	if p.calls.execd.Swap(false) {
+		// The connector's exec event, applied to the process's keyrings
+		// (handle) before this call: its threads go too.
+		p.calls.releaseLocked()
+	}
 	if ic.Exec {
 		// A new program: the threads it had are gone, and the process
 		// keeps its session but neither thread nor process keyring.

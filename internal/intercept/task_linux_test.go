@@ -16,10 +16,12 @@ func TestTaskNumbers(t *testing.T) {
 	ip := uint64(reflect.ValueOf(TestTaskNumbers).Pointer()) // mapped here
 	read := func(tid int) uint64 {
 		t.Helper()
-		_, task, _, errno := ts.read(tid, ip)
+		_, c, errno := ts.read(tid, ip)
+		c.end()
 		if errno != 0 {
 			t.Fatalf("read %d: %v", tid, errno)
 		}
+		task := c.tv.task
 		if task == 0 {
 			t.Fatalf("read %d: task 0", tid)
 		}
@@ -36,13 +38,26 @@ func TestTaskNumbers(t *testing.T) {
 	}
 	pid := child.Process.Pid
 	var other uint64
-	if _, task, _, errno := ts.read(pid, 0); errno == 0 {
-		other = task
+	if _, c, errno := ts.read(pid, 0); errno == 0 {
+		c.end()
+		other = c.tv.task
 	} else {
 		t.Fatalf("read the child: %v", errno)
 	}
 	if other == self {
 		t.Fatalf("two tasks given one number, %d", self)
+	}
+	if identities() {
+		// The kernel's identity of a task: the same to a listener that
+		// has forgotten it, or never met it.
+		var fresh tasks
+		defer fresh.close()
+		if _, c, errno := fresh.read(os.Getpid(), ip); errno != 0 || c.tv.task != self {
+			c.end()
+			t.Fatalf("this thread read afresh: task %d (%v), first %d", c.tv.task, errno, self)
+		} else {
+			c.end()
+		}
 	}
 	child.Process.Kill()
 	child.Wait()
