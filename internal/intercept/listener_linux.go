@@ -337,8 +337,8 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		return 0, unix.EOPNOTSUPP
 	}
 	// The thread's credentials now, as the kernel would check them, and
-	// its memory, opened for this call.
-	st, c, errno := l.tasks.read(pid, n.ip)
+	// its memory, opened for this call if it writes results.
+	st, c, errno := l.tasks.read(pid, n.ip, spec.Result.BufReg != 0)
 	defer c.end()
 	if errno != 0 {
 		return 0, errno

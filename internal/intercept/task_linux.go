@@ -101,11 +101,14 @@ type call struct {
 }
 
 // read returns the credentials and process of thread tid as they are
-// now, and what is needed to serve its call. ip is the call's
-// instruction pointer. The caller checks afterwards that the call is
-// still pending, which proves tid was the caller's while it was read,
+// now, and what is needed to serve its call: with mem, the thread's
+// memory, for a call that writes results (opening it costs a few
+// microseconds, which a call that writes none is spared, unless it is
+// its process's first: the process's witness). ip is the
+// call's instruction pointer. The caller checks afterwards that the call
+// is still pending, which proves tid was the caller's while it was read,
 // and then commits the call (commit); either way it ends it (end).
-func (t *tasks) read(tid int, ip uint64) (st procfs.Status, c call, errno syscall.Errno) {
+func (t *tasks) read(tid int, ip uint64, mem bool) (st procfs.Status, c call, errno syscall.Errno) {
 	c.mem = -1
 	st, tv, ok := t.readStatus(tid)
 	if !ok {
@@ -115,19 +118,30 @@ func (t *tasks) read(tid int, ip uint64) (st procfs.Status, c call, errno syscal
 		st.Tgid = tid
 	}
 	c.tv = tv
-	c.mem = openMem(tid)
-	if c.mem >= 0 && tv.proc != 0 {
-		if pv := t.procs[tv.proc]; pv != nil && pv.witness >= 0 && !readable(pv.witness, ip) {
-			c.exec = true
-		}
+	var pv *procView
+	if tv.proc != 0 {
+		pv = t.procs[tv.proc]
+	}
+	if mem || tv.proc != 0 && pv == nil {
+		// Also at a process's first call: its witness.
+		c.mem = openMem(tid)
+	}
+	if pv != nil && pv.witness >= 0 && !readable(pv.witness, ip) {
+		c.exec = true
 	}
 	return st, c, 0
 }
 
 // commit records what a call proved pending showed of its process (an
-// exec), makes the memory it ran in the process's witness, and returns
-// whether the process has exec'd since the handler was last told so:
-// the handler is told now.
+// exec), makes the memory it ran in (if it opened it) the process's
+// witness, and returns whether the process has exec'd since the handler
+// was last told so: the handler is told now. (A witness last set before
+// an exec that it did not show, because the old memory lives on and
+// maps the new program's code, and that the daemon saw by the
+// connector, may show it again at a later call that writes nothing,
+// whose instruction pointer it does not map: the new program's @t and @p
+// are then dropped once more. Only a call that writes results sets the
+// witness anew.)
 func (t *tasks) commit(c *call) (exec bool) {
 	if c.tv == nil || c.tv.proc == 0 {
 		return false

@@ -16,7 +16,7 @@ func TestTaskNumbers(t *testing.T) {
 	ip := uint64(reflect.ValueOf(TestTaskNumbers).Pointer()) // mapped here
 	read := func(tid int) uint64 {
 		t.Helper()
-		_, c, errno := ts.read(tid, ip)
+		_, c, errno := ts.read(tid, ip, true)
 		c.end()
 		if errno != 0 {
 			t.Fatalf("read %d: %v", tid, errno)
@@ -38,7 +38,7 @@ func TestTaskNumbers(t *testing.T) {
 	}
 	pid := child.Process.Pid
 	var other uint64
-	if _, c, errno := ts.read(pid, 0); errno == 0 {
+	if _, c, errno := ts.read(pid, 0, true); errno == 0 {
 		c.end()
 		other = c.tv.task
 	} else {
@@ -52,7 +52,7 @@ func TestTaskNumbers(t *testing.T) {
 		// has forgotten it, or never met it.
 		var fresh tasks
 		defer fresh.close()
-		if _, c, errno := fresh.read(os.Getpid(), ip); errno != 0 || c.tv.task != self {
+		if _, c, errno := fresh.read(os.Getpid(), ip, true); errno != 0 || c.tv.task != self {
 			c.end()
 			t.Fatalf("this thread read afresh: task %d (%v), first %d", c.tv.task, errno, self)
 		} else {
