@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -48,8 +49,6 @@ func mapFixed() []byte {
 // maps fixedAddr, alive. Told to, it says what is at fixedAddr.
 func memReuseAttacker() {
 	page := mapFixed()
-	s := []byte("@s\x00")
-	_ = s
 	x, err := sharedvm.Run([]sharedvm.Call{{Nr: unix.SYS_KEYCTL, Args: [6]uintptr{unix.KEYCTL_GET_KEYRING_ID, uintptr(0xfffffffd), 0}}})
 	if err != nil {
 		fmt.Println("sharedvm:", err)
@@ -65,6 +64,10 @@ func memReuseAttacker() {
 // memReuseVictim reads a key of its own into fixedAddr and says what
 // it got there.
 func memReuseVictim() {
+	if os.Getenv("UKEYS_TEST_WANT_PID") != strconv.Itoa(os.Getpid()) {
+		return
+	}
+	fmt.Println("pid reused")
 	page := mapFixed()
 	id, s := addKey("user", "victim", "the victim's secret", -3)
 	if id < 0 {
@@ -95,38 +98,35 @@ func memReuseChild() {
 		fmt.Printf("attacker said %q\n", line)
 		return
 	}
-	var said string
-	for try := 0; try < 100; try++ {
-		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(x-1)), 0); err != nil {
-			fmt.Println("ns_last_pid:", err)
+	ns, err := os.OpenFile("/proc/sys/kernel/ns_last_pid", os.O_WRONLY, 0)
+	if err != nil {
+		fmt.Println("ns_last_pid:", err)
+		return
+	}
+	last := []byte(strconv.Itoa(x - 1))
+	victim := execCall("memreuse-victim", "UKEYS_TEST_WANT_PID="+strconv.Itoa(x))
+	reused := false
+	for try := 0; try < 100 && !reused; try++ {
+		// The write, then at once the clone that takes the next pid:
+		// no Go scheduling in between to start a thread (which would).
+		if _, _, e := unix.RawSyscall6(unix.SYS_PWRITE64, ns.Fd(), uintptr(unsafe.Pointer(&last[0])), uintptr(len(last)), 0, 0, 0); e != 0 {
+			fmt.Println("ns_last_pid:", e)
 			return
 		}
-		v := exec.Command(os.Args[0], "-test.run=^$")
-		v.Env = append(os.Environ(), "UKEYS_TEST_CHILD=memreuse-victim", "UKEYS_TEST_WANT_PID="+strconv.Itoa(x))
-		var out bytes.Buffer
-		v.Stdout, v.Stderr = &out, &out
-		if err := v.Start(); err != nil {
+		v, err := sharedvm.Run([]sharedvm.Call{victim})
+		if err != nil {
 			fmt.Println("victim:", err)
 			return
 		}
-		got := v.Process.Pid
-		if os.Getenv("UKEYS_TEST_DEBUG") != "" {
-			fmt.Fprintln(os.Stderr, "want", x, "got", got)
-		}
-		if got != x {
-			v.Process.Kill()
-			v.Wait()
-			continue
-		}
-		v.Wait()
-		said = out.String()
-		break
+		// A victim given another pid says nothing.
+		var ws unix.WaitStatus
+		unix.Wait4(v, &ws, 0, nil)
+		reused = v == x
 	}
-	if said == "" {
+	if !reused {
 		fmt.Println("no victim was given X's pid")
 		return
 	}
-	fmt.Print("pid reused\n", said)
 	ain.Write([]byte("\n"))
 	rest, _ := ar.ReadString('\n')
 	fmt.Print(rest)
@@ -164,22 +164,6 @@ func TestResultsGoToTheCallersOwnMemoryWhenItsPidIsReused(t *testing.T) {
 func vmExecChild() {
 	startIntercepted(true)
 	page := mapFixed()
-	exe, _ := os.Executable()
-	path := append([]byte(exe), 0)
-	arg0, arg1 := append([]byte(exe), 0), []byte("-test.run=^$\x00")
-	argv := []*byte{&arg0[0], &arg1[0], nil}
-	var envs [][]byte
-	for _, e := range os.Environ() {
-		if !strings.HasPrefix(e, "UKEYS_TEST_CHILD=") {
-			envs = append(envs, append([]byte(e), 0))
-		}
-	}
-	envs = append(envs, []byte("UKEYS_TEST_CHILD=vmexec-after\x00"))
-	envp := make([]*byte, 0, len(envs)+1)
-	for _, e := range envs {
-		envp = append(envp, &e[0])
-	}
-	envp = append(envp, nil)
 	typ, desc, payload := []byte("user\x00"), []byte("old image's\x00"), []byte("secret")
 	add := func(ring int32) sharedvm.Call {
 		return sharedvm.Call{Nr: unix.SYS_ADD_KEY, Args: [6]uintptr{uintptr(unsafe.Pointer(&typ[0])), uintptr(unsafe.Pointer(&desc[0])),
@@ -187,8 +171,11 @@ func vmExecChild() {
 	}
 	e, err := sharedvm.Run([]sharedvm.Call{
 		add(-2), add(-1),
-		{Nr: unix.SYS_EXECVE, Args: [6]uintptr{uintptr(unsafe.Pointer(&path[0])), uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envp[0]))}},
+		execCall("vmexec-after"),
 	})
+	runtime.KeepAlive(typ)
+	runtime.KeepAlive(desc)
+	runtime.KeepAlive(payload)
 	if err != nil {
 		fmt.Println("sharedvm:", err)
 		return
@@ -278,4 +265,31 @@ func runInterceptedOn(t *testing.T, srv *server.Server, role string) string {
 	}
 	<-done
 	return said
+}
+
+// keepAlive holds what sharedvm calls point to, which they name by
+// address only, for as long as the test child runs.
+var keepAlive []any
+
+// execCall is an execve of this program as child role, with this
+// environment and env, its arguments kept on the heap for sharedvm.
+func execCall(role string, env ...string) sharedvm.Call {
+	exe, _ := os.Executable()
+	path := append([]byte(exe), 0)
+	arg1 := []byte("-test.run=^$\x00")
+	argv := []*byte{&path[0], &arg1[0], nil}
+	var envs [][]byte
+	for _, e := range append(os.Environ(), env...) {
+		if !strings.HasPrefix(e, "UKEYS_TEST_CHILD=") {
+			envs = append(envs, append([]byte(e), 0))
+		}
+	}
+	envs = append(envs, []byte("UKEYS_TEST_CHILD="+role+"\x00"))
+	envp := make([]*byte, 0, len(envs)+1)
+	for _, e := range envs {
+		envp = append(envp, &e[0])
+	}
+	envp = append(envp, nil)
+	keepAlive = append(keepAlive, path, arg1, argv, envs, envp)
+	return sharedvm.Call{Nr: unix.SYS_EXECVE, Args: [6]uintptr{uintptr(unsafe.Pointer(&path[0])), uintptr(unsafe.Pointer(&argv[0])), uintptr(unsafe.Pointer(&envp[0]))}}
 }

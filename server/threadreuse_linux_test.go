@@ -3,6 +3,7 @@ package server_test
 import (
 	"fmt"
 	"os"
+	"runtime"
 	"strconv"
 	"testing"
 	"unsafe"
@@ -26,6 +27,9 @@ func threadReuseChild() {
 			uintptr(unsafe.Pointer(&payload[0])), uintptr(len(payload)), uintptr(0xffffffff)}},
 	}
 	tidA, err := sharedvm.RunThread(a)
+	runtime.KeepAlive(typ)
+	runtime.KeepAlive(desc)
+	runtime.KeepAlive(payload)
 	if err != nil {
 		fmt.Println("thread A:", err)
 		return
@@ -34,9 +38,16 @@ func threadReuseChild() {
 		fmt.Println("thread A's calls:", unix.Errno(-int64(a[0].Ret)), unix.Errno(-int64(a[1].Ret)))
 		return
 	}
+	ns, err := os.OpenFile("/proc/sys/kernel/ns_last_pid", os.O_WRONLY, 0)
+	if err != nil {
+		fmt.Println("ns_last_pid:", err)
+		return
+	}
+	last := []byte(strconv.Itoa(tidA - 1))
 	for try := 0; try < 100; try++ {
-		if err := os.WriteFile("/proc/sys/kernel/ns_last_pid", []byte(strconv.Itoa(tidA-1)), 0); err != nil {
-			fmt.Println("ns_last_pid:", err)
+		// The write, then at once the clone that takes the next id.
+		if _, _, e := unix.RawSyscall6(unix.SYS_PWRITE64, ns.Fd(), uintptr(unsafe.Pointer(&last[0])), uintptr(len(last)), 0, 0, 0); e != 0 {
+			fmt.Println("ns_last_pid:", e)
 			return
 		}
 		b := []sharedvm.Call{{Nr: unix.SYS_KEYCTL, Args: [6]uintptr{unix.KEYCTL_GET_KEYRING_ID, uintptr(0xffffffff), 0}}}
