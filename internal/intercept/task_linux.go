@@ -54,12 +54,19 @@ func (t *tasks) give(fd int) {
 
 // threadView is a kept descriptor of one thread's /proc status, the
 // number (Caller.Task) that names the task it was opened on, and the
-// identity of that task's process (0 where the kernel gives none).
+// key of that task's process among the listener's procViews: the
+// process's identity (pidfs), or, where the kernel gives none, its pid
+// marked as such (byPid), whose procView is then pinned by a pidfd of
+// the process; 0 where its process is unknown.
 type threadView struct {
 	fd   int
 	task uint64
 	proc uint64
 }
+
+// byPid is the key of process pid's view where the kernel gives
+// processes no identity: above every pidfs inode number.
+func byPid(pid int) uint64 { return 1<<63 | uint64(uint32(pid)) }
 
 // procView is what the listener keeps of one process: a descriptor of
 // the memory its last call proved pending ran in (its /proc/<tid>/mem,
@@ -70,6 +77,10 @@ type threadView struct {
 // the kernel gives neither thread nor process keyring.
 type procView struct {
 	witness int // or -1
+	// pin is a pidfd of the process, where its view is found by pid
+	// (byPid): while it shows the process alive, the pid is still the
+	// process's. -1 where the view is found by the process's identity.
+	pin int
 	// exec: a call has shown the exec, and no call has yet told the
 	// handler.
 	exec bool
@@ -98,18 +109,21 @@ type call struct {
 	// exec: the caller's instruction pointer is not mapped in the
 	// memory its process's last call ran in.
 	exec bool
+	// pin is a pidfd of the caller's process, opened for a view found
+	// by pid that the call may make, or -1.
+	pin int
 }
 
 // read returns the credentials and process of thread tid as they are
 // now, and what is needed to serve its call: with mem, the thread's
 // memory, for a call that writes results (opening it costs a few
 // microseconds, which a call that writes none is spared, unless it is
-// its process's first: the process's witness). ip is the
+// its process's first, or shows an exec: the process's witness). ip is the
 // call's instruction pointer. The caller checks afterwards that the call
 // is still pending, which proves tid was the caller's while it was read,
 // and then commits the call (commit); either way it ends it (end).
 func (t *tasks) read(tid int, ip uint64, mem bool) (st procfs.Status, c call, errno syscall.Errno) {
-	c.mem = -1
+	c.mem, c.pin = -1, -1
 	st, tv, ok := t.readStatus(tid)
 	if !ok {
 		return procfs.Status{}, c, unix.EPERM // gone, or /proc not to be read
@@ -122,12 +136,21 @@ func (t *tasks) read(tid int, ip uint64, mem bool) (st procfs.Status, c call, er
 	if tv.proc != 0 {
 		pv = t.procs[tv.proc]
 	}
-	if mem || tv.proc != 0 && pv == nil {
-		// Also at a process's first call: its witness.
-		c.mem = openMem(tid)
-	}
 	if pv != nil && pv.witness >= 0 && !readable(pv.witness, ip) {
 		c.exec = true
+	}
+	if mem || tv.proc != 0 && pv == nil || c.exec {
+		// Also at a process's first call, and at the first after an
+		// exec: the process's witness (anew).
+		c.mem = openMem(tid)
+	}
+	if tv.proc != 0 && pv == nil && tv.proc == byPid(st.Tgid) {
+		// Opened before the call is proved pending, and so the
+		// caller's process's.
+		c.pin, _ = unix.PidfdOpen(st.Tgid, 0)
+		if c.pin < 0 {
+			c.pin = -1
+		}
 	}
 	return st, c, 0
 }
@@ -154,10 +177,18 @@ func (t *tasks) commit(c *call) (exec bool) {
 		if len(t.procs) >= maxTasks {
 			t.sweepProcs()
 		}
-		if !t.take() {
+		byPidView := c.tv.proc&(1<<63) != 0
+		if byPidView && c.pin < 0 || !t.take() {
 			return false
 		}
-		pv = &procView{witness: -1}
+		if byPidView && !t.take() {
+			t.untake()
+			return false
+		}
+		pv = &procView{witness: -1, pin: -1}
+		if byPidView {
+			pv.pin, c.pin = c.pin, -1
+		}
 		if t.procs == nil {
 			t.procs = make(map[uint64]*procView)
 		}
@@ -181,6 +212,10 @@ func (c *call) end() {
 	if c.mem >= 0 {
 		unix.Close(c.mem)
 		c.mem = -1
+	}
+	if c.pin >= 0 {
+		unix.Close(c.pin)
+		c.pin = -1
 	}
 }
 
@@ -220,8 +255,15 @@ func (t *tasks) readStatus(tid int) (procfs.Status, *threadView, bool) {
 			return procfs.Status{}, nil, false
 		}
 		st, ok := procfs.ParseStatus(t.buf[:n])
-		if ok && !kept && v.proc == 0 && identities() {
-			t.identify(v, tid, st.Tgid)
+		if ok && !kept && v.proc == 0 {
+			if st.Tgid == 0 {
+				st.Tgid = tid
+			}
+			if identities() {
+				t.identify(v, tid, st.Tgid)
+			} else {
+				t.byPid(v, st.Tgid)
+			}
 		}
 		return st, v, ok
 	}
@@ -269,6 +311,25 @@ func (t *tasks) identify(v *threadView, tid, tgid int) {
 	v.task, v.proc = task, proc
 }
 
+// byPid gives the view just opened of a thread of process tgid, where
+// the kernel gives processes no identity, the key of its process's view
+// by pid, after dropping a view kept under that key for a process that
+// has exited since (whose pid tgid now names another): the thread is
+// alive, so tgid is its own process's.
+func (t *tasks) byPid(v *threadView, tgid int) {
+	v.proc = byPid(tgid)
+	pv := t.procs[v.proc]
+	if pv == nil {
+		return
+	}
+	fds := []unix.PollFd{{Fd: int32(pv.pin), Events: unix.POLLIN}}
+	if n, err := unix.Poll(fds, 0); err == nil && n == 0 {
+		return // the process the view was made for lives, and has tgid
+	}
+	t.closeProc(pv)
+	delete(t.procs, v.proc)
+}
+
 // inode is a pidfd's inode number, or 0.
 func inode(pidfd int) uint64 {
 	var st unix.Stat_t
@@ -280,7 +341,7 @@ func inode(pidfd int) uint64 {
 
 // identities reports whether pidfds are pidfs's (Linux 6.9), whose inode
 // numbers are identities of tasks, and whether a thread's may be opened
-// (PIDFD_THREAD, also 6.9).
+// (PIDFD_THREAD, also 6.9). Tests set it to try the way without.
 var identities = sync.OnceValue(func() bool {
 	fd, err := unix.PidfdOpen(unix.Gettid(), unix.PIDFD_THREAD)
 	if err != nil {
@@ -373,6 +434,10 @@ func (t *tasks) closeProc(pv *procView) {
 		pv.witness = -1
 	}
 	t.untake()
+	if pv.pin >= 0 {
+		t.give(pv.pin)
+		pv.pin = -1
+	}
 }
 
 // openMem opens thread tid's memory, for reading and writing, or returns
