@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/binary"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/ukeys/ukeys/internal/procfs"
@@ -154,6 +155,15 @@ func (s *Server) entombLocked(p *proc) {
 	s.tombs[p.handle.pid] = tomb{p: p, at: time.Now()}
 }
 
+// forkReader is held by whoever takes datagrams off the connector
+// socket, from the read until their events are applied (readForks,
+// syncForks): once a holder finds the socket empty, every event the
+// kernel had queued has been applied.
+type forkReader struct {
+	mu  sync.Mutex
+	buf []byte // syncForks'
+}
+
 // handle applies one connector event.
 func (s *Server) handle(ev procEvent) {
 	var done []*proc
@@ -171,6 +181,8 @@ func (s *Server) handle(ev procEvent) {
 		// keyrings again when the new program connected.
 		if p := s.procs[ev.pid]; p != nil {
 			execd = p.caller
+			// Its intercepted threads go at its next call.
+			p.calls.execd.Store(true)
 		}
 	case ev.exit:
 		if t, ok := s.tombs[ev.pid]; ok {

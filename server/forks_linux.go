@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/binary"
 	"os"
+	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -60,7 +61,9 @@ func (s *Server) readForks(f *os.File) {
 	}
 	buf := make([]byte, 64<<10)
 	for {
-		n, fromKernel, err := readProcDatagram(rc, buf)
+		// s.forkRead is held from each read until its events are
+		// applied, and not while waiting for one (syncForks).
+		n, fromKernel, err := readProcDatagram(rc, buf, &s.forkRead.mu)
 		if err != nil {
 			if errIsNoBufs(err) {
 				// Events were lost: those children learn their
@@ -70,11 +73,59 @@ func (s *Server) readForks(f *os.File) {
 			}
 			return // closed
 		}
-		if !fromKernel {
-			continue
+		if fromKernel {
+			for _, ev := range parseProcEvents(buf[:n]) {
+				s.handle(ev)
+			}
 		}
-		for _, ev := range parseProcEvents(buf[:n]) {
-			s.handle(ev)
+		s.forkRead.mu.Unlock()
+	}
+}
+
+// syncForks applies every event the connector has queued, if the daemon
+// follows forks. An intercepted call runs it before it is served: the
+// kernel queues a process's exec event before the new program runs, so
+// that a call the new program makes finds the exec applied (the thread
+// and process keyrings dropped), which the goroutine that reads the
+// events (readForks) may not yet have done.
+func (s *Server) syncForks() {
+	s.mu.Lock()
+	f := s.forks
+	s.mu.Unlock()
+	if f == nil {
+		return
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	fr := &s.forkRead
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if fr.buf == nil {
+		fr.buf = make([]byte, 64<<10)
+	}
+	for {
+		var n int
+		var from unix.Sockaddr
+		var rerr error = unix.EAGAIN
+		// Control, not Read: Read holds the descriptor's read lock,
+		// which readForks holds while it waits for fr.mu.
+		if rc.Control(func(fd uintptr) {
+			n, from, rerr = unix.Recvfrom(int(fd), fr.buf, unix.MSG_DONTWAIT)
+		}) != nil || rerr == unix.EAGAIN || rerr == unix.EINTR {
+			return
+		}
+		if rerr != nil {
+			if rerr == unix.ENOBUFS {
+				continue
+			}
+			return
+		}
+		if nl, ok := from.(*unix.SockaddrNetlink); ok && nl.Pid == 0 {
+			for _, ev := range parseProcEvents(fr.buf[:n]) {
+				s.handle(ev)
+			}
 		}
 	}
 }
@@ -85,16 +136,30 @@ func (s *Server) readForks(f *os.File) {
 // the host's network) may send a datagram to the daemon's port: a forged
 // fork would give a process of its choosing the keyrings of another, a
 // forged exit would drop them. The kernel's own are from port 0.
-func readProcDatagram(rc syscall.RawConn, buf []byte) (n int, fromKernel bool, err error) {
+// On success, mu is locked (before the read), for the caller to unlock
+// once it has applied the datagram's events; it is never held while the
+// read waits.
+func readProcDatagram(rc syscall.RawConn, buf []byte, mu *sync.Mutex) (n int, fromKernel bool, err error) {
 	var from unix.Sockaddr
 	var rerr error
+	locked := false
 	if err := rc.Read(func(fd uintptr) bool {
-		n, from, rerr = unix.Recvfrom(int(fd), buf, 0)
-		return rerr != unix.EAGAIN
+		mu.Lock()
+		n, from, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
+		if rerr == unix.EAGAIN {
+			mu.Unlock()
+			return false
+		}
+		locked = true
+		return true
 	}); err != nil {
+		if locked {
+			mu.Unlock()
+		}
 		return 0, false, err
 	}
 	if rerr != nil {
+		mu.Unlock()
 		return 0, false, &os.PathError{Op: "recvfrom", Path: "proc-connector", Err: rerr}
 	}
 	nl, ok := from.(*unix.SockaddrNetlink)

@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"os"
 	"os/exec"
+	"sync"
 	"testing"
 	"time"
 
@@ -101,8 +102,12 @@ func TestForgedProcEventsIgnored(t *testing.T) {
 	f.SetReadDeadline(time.Now().Add(10 * time.Second))
 	buf := make([]byte, 64<<10)
 	sawForged, sawKernel := false, false
+	var mu sync.Mutex
 	for !sawForged || !sawKernel {
-		n, fromKernel, err := readProcDatagram(rc, buf)
+		n, fromKernel, err := readProcDatagram(rc, buf, &mu)
+		if err == nil {
+			mu.Unlock()
+		}
 		if err != nil {
 			t.Fatalf("reading (forged seen %v, kernel's seen %v): %v", sawForged, sawKernel, err)
 		}

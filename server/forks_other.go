@@ -10,3 +10,6 @@ func (s *Server) subscribeForks(bool) *os.File { return nil }
 
 // readForks: nothing is ever subscribed here.
 func (s *Server) readForks(*os.File) { s.watchers.Done() }
+
+// syncForks: nothing to apply here.
+func (s *Server) syncForks() {}

@@ -496,6 +496,11 @@ type procRecord struct {
 	// Threads are the callers of the process's threads other than its
 	// first, by tid, that its intercepted calls made (their own @t).
 	Threads map[int]keys.CallerState `json:"threads,omitempty"`
+	// ThreadTasks are those threads' intercept.Caller.Task, by tid:
+	// the kernel's identities of the tasks (pidfs), which the next
+	// daemon's listeners give them too. A thread without one is known
+	// again by its tid at its next call.
+	ThreadTasks map[int]uint64 `json:"thread_tasks,omitempty"`
 }
 
 type sessionRecord struct {
@@ -556,11 +561,14 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		pr := procRecord{PID: p.handle.pid, Start: p.start, Ghost: p.ghost, Inherited: p.inherited.Load(),
 			Settled: p.settled.Load(), Caller: p.caller.State()}
 		p.calls.mu.Lock()
-		for tid, tc := range p.calls.threads {
+		for task, tc := range p.calls.threads {
 			if pr.Threads == nil {
-				pr.Threads = make(map[int]keys.CallerState)
+				pr.Threads, pr.ThreadTasks = make(map[int]keys.CallerState), make(map[int]uint64)
 			}
-			pr.Threads[tid] = tc.caller.State()
+			pr.Threads[tc.tid] = tc.c.caller.State()
+			if !tc.pending {
+				pr.ThreadTasks[tc.tid] = task
+			}
 		}
 		p.calls.mu.Unlock()
 		return pr

@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"github.com/ukeys/ukeys/internal/intercept"
@@ -22,14 +23,48 @@ import (
 
 // intercepting is the server's part of a process's intercepted calls.
 type intercepting struct {
-	mu      sync.Mutex    // one call at a time per process
-	conn    *conn         // a connection without a socket, for dispatch
-	threads map[int]*conn // the process's other threads, by tid: a caller each (keys.Caller.NewThread)
+	mu   sync.Mutex // one call at a time per process
+	conn *conn      // a connection without a socket, for dispatch
+	// threads are the process's other threads, a caller each
+	// (keys.Caller.NewThread), by the task each is (intercept.Caller.Task),
+	// never by thread id alone: a thread that has exited leaves its id to
+	// the next thread made, which must not find its thread keyring.
+	threads map[uint64]*threadCaller
 	// task is the intercept.Caller.Task of the thread whose call last
 	// found the process known (interceptedProc); guarded by the
 	// server's mu.
 	task uint64
+	// execd: the process events connector has reported an exec of the
+	// process, whose threads are to be dropped before its next call.
+	execd atomic.Bool
 }
+
+// threadCaller is one thread's connection, and the id the thread had.
+type threadCaller struct {
+	tid int
+	c   *conn
+	// pending: handed over by a daemon that knew the thread by its id
+	// alone (no task identity), and not yet met again.
+	pending bool
+}
+
+// adopt keeps a thread's connection handed over by the previous daemon:
+// by the task it is, where that daemon knew it, and otherwise by its id
+// until its next call.
+func (ic *intercepting) adopt(tid int, task uint64, c *conn) {
+	if ic.threads == nil {
+		ic.threads = make(map[uint64]*threadCaller)
+	}
+	tc := &threadCaller{tid: tid, c: c}
+	if task == 0 {
+		task, tc.pending = pendingTask(tid), true
+	}
+	ic.threads[task] = tc
+}
+
+// pendingTask is the key of a thread handed over by id alone: above
+// every task number a listener gives.
+func pendingTask(tid int) uint64 { return 1<<63 | uint64(uint32(tid)) }
 
 // maxThreads is how many threads' callers a process keeps before it
 // looks for those that have exited.
@@ -45,33 +80,48 @@ func (ic *intercepting) release() {
 // releaseLocked is release with ic.mu held.
 func (ic *intercepting) releaseLocked() {
 	for _, tc := range ic.threads {
-		tc.caller.Release()
+		tc.c.caller.Release()
 	}
 	ic.threads = nil
 }
 
-// thread returns the connection of thread tid of process p, making its
-// caller, a thread of p's (its own @t, p's @p), on its first call.
-// ic.mu is held.
-func (ic *intercepting) thread(s *Server, p *proc, tid int) *conn {
-	if tc := ic.threads[tid]; tc != nil {
-		return tc
+// thread returns the connection of the thread of process p that is task
+// (tid its id now), making its caller, a thread of p's (its own @t,
+// p's @p), on its first call. ic.mu is held.
+func (ic *intercepting) thread(s *Server, p *proc, task uint64, tid int) *conn {
+	if tc := ic.threads[task]; tc != nil {
+		return tc.c
+	}
+	if tc := ic.threads[pendingTask(tid)]; tc != nil {
+		// Handed over by id: the thread that had it then, unless it
+		// exited in between.
+		delete(ic.threads, pendingTask(tid))
+		tc.pending = false
+		ic.threads[task] = tc
+		return tc.c
+	}
+	for t, tc := range ic.threads {
+		// The caller has tid now: a task kept with that id has exited.
+		if tc.tid == tid {
+			tc.c.caller.Release()
+			delete(ic.threads, t)
+		}
 	}
 	if len(ic.threads) >= maxThreads {
 		// Forget the threads that have exited (and so their @t).
 		for t, tc := range ic.threads {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", p.handle.pid, t)); err != nil {
-				tc.caller.Release()
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", p.handle.pid, tc.tid)); err != nil {
+				tc.c.caller.Release()
 				delete(ic.threads, t)
 			}
 		}
 	}
 	if ic.threads == nil {
-		ic.threads = make(map[int]*conn)
+		ic.threads = make(map[uint64]*threadCaller)
 	}
 	caller := p.caller.NewThread()
 	tc := &conn{s: s, cred: caller.Cred(), proc: p, caller: caller}
-	ic.threads[tid] = tc
+	ic.threads[task] = &threadCaller{tid: tid, c: tc}
 	return tc
 }
 
@@ -203,6 +253,9 @@ func (b listenerBudget) Give() {
 // intercepted serves one intercepted call of process ic.Pid, with the
 // calling thread's credentials as they were at the call.
 func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Response {
+	// An exec the connector has queued is applied before the new
+	// program's call.
+	s.syncForks()
 	cred := credOf(ic)
 	p, err := s.interceptedProc(cred, ic.Task)
 	if err != nil {
@@ -210,6 +263,11 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 	}
 	p.calls.mu.Lock()
 	defer p.calls.mu.Unlock()
+	if p.calls.execd.Swap(false) {
+		// The connector's exec event, applied to the process's keyrings
+		// (handle) before this call: its threads go too.
+		p.calls.releaseLocked()
+	}
 	if ic.Exec {
 		// A new program: the threads it had are gone, and the process
 		// keeps its session but neither thread nor process keyring.
@@ -219,7 +277,7 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 	var c *conn
 	if ic.Tid != ic.Pid && ic.Tid > 0 {
 		// Another thread than the first: a thread keyring of its own.
-		c = p.calls.thread(s, p, ic.Tid)
+		c = p.calls.thread(s, p, ic.Task, ic.Tid)
 	} else {
 		if p.calls.conn == nil {
 			p.calls.conn = &conn{s: s, cred: p.caller.Cred(), proc: p, caller: p.caller}
@@ -236,13 +294,16 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 }
 
 // credOf is the credentials of an intercepted call's thread, as the
-// kernel's key checks see them.
+// kernel's key checks see them: its filesystem uid and gid (fsuid,
+// fsgid), which the kernel checks permissions against and makes a new
+// key's owner (key_task_permission, key_alloc), and which are the
+// effective ones unless the thread has set them apart (setfsuid).
 func credOf(ic intercept.Caller) keys.Cred {
 	st := &ic.Status
 	// Capabilities count only in the daemon's user namespace (ic.Caps),
 	// and a status that shows none has none: never unknown, which would
 	// make uid 0 privileged whatever it holds.
-	return keys.Cred{UID: st.UIDs[1], GID: st.GIDs[1], Groups: st.Groups, PID: ic.Pid,
+	return keys.Cred{UID: st.UIDs[3], GID: st.GIDs[3], Groups: st.Groups, PID: ic.Pid,
 		Caps: ic.Caps, CapsKnown: true}
 }
 

@@ -111,6 +111,7 @@ type Server struct {
 	forksIdle *time.Timer                          // gives it up once no process is kept (idleForksLocked)
 	forkSubs  int                                  // subscriptions made, for tests
 	forksOnce sync.Once                            // probeForks, on the first Serve
+	forkRead  forkReader                           // orders the connector's events with intercepted calls (syncForks)
 	tombs     map[int]tomb                         // exited processes kept for their queued forks (forks.go)
 	listeners map[*intercept.Listener]listenerInfo // seccomp listeners served (intercept.go)
 	exitSeen  map[int]time.Time                    // exits the connector told of before the daemon noticed them

@@ -541,10 +541,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 				p.calls.releaseLocked()
 				return nil, fmt.Errorf("server: process %d's thread %d's keyrings: %w", pr.PID, tid, err)
 			}
-			if p.calls.threads == nil {
-				p.calls.threads = make(map[int]*conn)
-			}
-			p.calls.threads[tid] = &conn{s: s, cred: tcaller.Cred(), proc: p, caller: tcaller}
+			p.calls.adopt(tid, pr.ThreadTasks[tid], &conn{s: s, cred: tcaller.Cred(), proc: p, caller: tcaller})
 		}
 		return p, nil
 	}

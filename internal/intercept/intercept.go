@@ -28,14 +28,21 @@ type Caller struct {
 	// namespace.
 	Caps uint64
 	// Exec says that the process has run another program (execve) since
-	// the listener last served it: the kernel drops a process's thread
-	// and process keyrings at exec.
+	// the listener last served it, as far as the listener can tell: the
+	// memory its last call ran in no longer maps this call's
+	// instruction pointer. The kernel drops a process's thread and
+	// process keyrings at exec. (An exec whose old memory lives on in
+	// another process mapping the same code is not seen here: the
+	// daemon sees those by the process events it follows.)
 	Exec bool
 	// Task numbers the calling thread as the task it is: never 0, and
-	// never given to another task, by this listener or any other. A
-	// thread keeps its number from call to call, unless the listener
-	// has had to forget it (it keeps 256 threads' descriptors) and gives
-	// it a new one. So the same Task as at an earlier call proves that
+	// never given to another task, by this listener or any other. Where
+	// the kernel gives tasks identities (pidfs, Linux 6.9), it is the
+	// kernel's identity of the thread (its pidfd's inode number), which
+	// the thread keeps from call to call and from listener to listener;
+	// elsewhere a number the listener gives the thread, which it keeps
+	// unless the listener has had to forget it (it keeps 256 threads'
+	// descriptors). So the same Task as at an earlier call proves that
 	// the caller is the thread that made it, and that Pid is still the
 	// process it was, without asking the kernel again: the listener's
 	// descriptor of the thread's /proc status, read for this call, can
@@ -57,12 +64,14 @@ type HandlerFunc func(c Caller, r *wire.Request) *wire.Response
 func (f HandlerFunc) Serve(c Caller, r *wire.Request) *wire.Response { return f(c, r) }
 
 // A Budget is what a listener draws on for the descriptors it keeps of
-// its callers between calls (a thread's /proc status, a process's
-// memory): the daemon charges them to the uid the listener serves, as it
-// charges the processes it keeps, so that one uid's callers cannot fill
-// the daemon's descriptor table. A listener that cannot take one keeps
-// none for that caller, and serves it all the same: it opens what it
-// needs at each call, and tells no exec of that process.
+// its callers between calls (a thread's /proc status, a witness of the
+// memory a process last called from, through which nothing is ever read
+// or written of the process's data): the daemon charges them to the uid
+// the listener serves, as it charges the processes it keeps, so that one
+// uid's callers cannot fill the daemon's descriptor table. A listener
+// that cannot take one keeps none for that caller, and serves it all the
+// same: it opens what it needs at each call, and tells no exec of that
+// process.
 type Budget interface {
 	// Take asks for one more kept descriptor.
 	Take() bool

@@ -336,8 +336,10 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		// it answers.
 		return 0, unix.EOPNOTSUPP
 	}
-	// The thread's credentials now, as the kernel would check them.
-	st, task, exec, errno := l.tasks.read(pid, n.ip)
+	// The thread's credentials now, as the kernel would check them, and
+	// its memory, opened for this call if it writes results.
+	st, c, errno := l.tasks.read(pid, n.ip, spec.Result.BufReg != 0)
+	defer c.end()
 	if errno != 0 {
 		return 0, errno
 	}
@@ -350,8 +352,7 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		caps = 0
 	}
 	l.mem.pid = pid
-	l.mem.out.fd = l.tasks.mem(st.Tgid)
-	l.mem.out.ok = l.mem.out.fd >= 0
+	l.mem.out.fd, l.mem.out.ok = c.mem, c.mem >= 0
 	req, lazy, errno := decodeCall(&l.mem, sysc, spec, &n.args)
 	defer l.mem.release()
 	// An instantiation whose payload cannot be read: EPERM before EFAULT
@@ -360,17 +361,20 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	if errno != 0 && !askAuthority {
 		return 0, errno
 	}
-	// The arguments and credentials were read from the task the
-	// notification names: if the call is no longer pending, that task
-	// may be gone and its tid another's.
+	// The arguments, credentials and memory were read and opened from
+	// the task the notification names: if the call is no longer pending,
+	// that task may be gone and its tid another's. If it is, the memory
+	// opened is the caller's, and results written through it reach the
+	// caller or nobody, however long the handler takes and whatever
+	// becomes of the caller meanwhile.
 	if !l.valid(n.id) {
 		return 0, unix.ENOENT
 	}
-	caller := Caller{Tid: pid, Pid: st.Tgid, Task: task, Status: st, Caps: caps, Exec: exec}
+	exec := l.tasks.commit(&c)
+	caller := Caller{Tid: pid, Pid: st.Tgid, Task: c.tv.task, Status: st, Caps: caps, Exec: exec}
 	if askAuthority {
 		return 0, l.instantiateFault(caller, int32(uint32(n.args[1])))
 	}
-	l.tasks.delivered(st.Tgid)
 	if lazy {
 		check := &wire.Request{Op: wire.OpAddKeyCheck, Bufs: req.Bufs[:2], Ints: []int64{int64(n.args[3]), req.Ints[0]}}
 		if resp := l.h.Serve(caller, check); resp.Errno != 0 {
@@ -393,12 +397,6 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	}()
 	if resp.Errno != 0 {
 		return 0, syscall.Errno(resp.Errno)
-	}
-	// The handler may have taken long (an upcall, a Diffie-Hellman):
-	// results written by pid go only to a caller still waiting for them,
-	// checked as late as can be.
-	if !l.mem.out.ok && !l.valid(n.id) {
-		return 0, unix.ENOENT
 	}
 	return encode(&l.mem, spec, &n.args, resp)
 }

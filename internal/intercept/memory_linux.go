@@ -16,12 +16,15 @@ import (
 // read is wiped when the call is done (arguments carry payloads).
 type memory struct {
 	pid int
-	// out is the caller's memory to write results to: a descriptor of
-	// its /proc/<pid>/mem, proved the caller's by the check that the call
-	// was still pending after it was opened, so that a write reaches the
-	// caller's memory or none, even if the caller is killed meanwhile and
-	// its pid given to another process. Without one (out.ok false),
-	// results go by pid, which the listener checks just before.
+	// out is the caller's memory to write results to: its
+	// /proc/<tid>/mem, opened for this call and proved the caller's by
+	// the check that the call was still pending after it was opened, so
+	// that a write reaches the caller's memory or none, even if the
+	// caller is killed meanwhile and its id given to another process.
+	// Where it could not be opened (ok false), nothing is
+	// written (EFAULT). Never by pid: between a check that the call is
+	// pending and a write by pid, the caller may be killed and its pid
+	// given to another.
 	out struct {
 		fd int
 		ok bool
@@ -225,36 +228,26 @@ func stringMax(a wire.Arg) int {
 
 // write copies b to addr in the caller: EFAULT if it cannot.
 //
-// Through the caller's /proc/<pid>/mem (m.out), the kernel writes as a
+// Through the caller's /proc/<tid>/mem (m.out), the kernel writes as a
 // debugger does: into the caller's private read-only mappings too, where
 // its own copy to the caller would fail with EFAULT. That costs nobody
-// but the caller, which can write there itself; a write by pid alone
-// could land in another process.
+// but the caller, which can write there itself.
 func (m *memory) write(addr uint64, b []byte) syscall.Errno {
 	if len(b) == 0 {
 		return 0
 	}
-	if m.out.ok {
-		if addr > math.MaxInt64-uint64(len(b)) {
+	if !m.out.ok || addr > math.MaxInt64-uint64(len(b)) {
+		return unix.EFAULT
+	}
+	for len(b) > 0 {
+		n, err := unix.Pwrite(m.out.fd, b, int64(addr))
+		if err == unix.EINTR {
+			continue
+		}
+		if err != nil || n <= 0 {
 			return unix.EFAULT
 		}
-		for len(b) > 0 {
-			n, err := unix.Pwrite(m.out.fd, b, int64(addr))
-			if err == unix.EINTR {
-				continue
-			}
-			if err != nil || n <= 0 {
-				return unix.EFAULT
-			}
-			b, addr = b[n:], addr+uint64(n)
-		}
-		return 0
-	}
-	got, err := unix.ProcessVMWritev(m.pid,
-		[]unix.Iovec{{Base: &b[0], Len: uint64(len(b))}},
-		[]unix.RemoteIovec{{Base: uintptr(addr), Len: len(b)}}, 0)
-	if err != nil || got != len(b) {
-		return unix.EFAULT
+		b, addr = b[n:], addr+uint64(n)
 	}
 	return 0
 }
