@@ -30,6 +30,11 @@ type Agent struct {
 	cfg AgentConfig
 	log *slog.Logger
 
+	// refusals throttles the log lines of refused runtimes, as the
+	// main socket's are (Server.logRefusal): the agent's socket is open
+	// to every user, and each refusal would otherwise be a line.
+	refusals rateLimiter
+
 	mu      sync.Mutex
 	nss     map[string]*namespace
 	lns     []*net.UnixListener
@@ -79,7 +84,21 @@ func NewAgent(cfg AgentConfig) *Agent {
 	if cfg.Server.Logger == nil {
 		cfg.Server.Logger = log
 	}
-	return &Agent{cfg: cfg, log: log, nss: make(map[string]*namespace)}
+	return &Agent{cfg: cfg, log: log, nss: make(map[string]*namespace),
+		refusals: rateLimiter{interval: 10 * time.Second, burst: 5}}
+}
+
+// logRefusal logs a refused runtime, at most a few lines per interval
+// however many there are.
+func (a *Agent) logRefusal(msg string, args ...any) {
+	ok, suppressed := a.refusals.allow(time.Now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed_since_last", suppressed)
+	}
+	a.log.Warn(msg, args...)
 }
 
 // Serve accepts runtimes on ln until Shutdown.
@@ -146,7 +165,7 @@ func (a *Agent) handle(uc *net.UnixConn) {
 		}
 	}
 	if err != nil || !privileged {
-		a.log.Warn("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
+		a.logRefusal("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
 		return
 	}
 	uc.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -154,7 +173,7 @@ func (a *Agent) handle(uc *net.UnixConn) {
 	oob := make([]byte, syscall.CmsgSpace(4*8))
 	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
 	if err != nil {
-		a.log.Warn("ukeyd: seccomp agent: no message from the runtime", "err", err)
+		a.logRefusal("ukeyd: seccomp agent: no message from the runtime", "err", err)
 		return
 	}
 	var fds []int
@@ -174,12 +193,12 @@ func (a *Agent) handle(uc *net.UnixConn) {
 	}()
 	var st ContainerProcessState
 	if err := json.Unmarshal(buf[:n], &st); err != nil {
-		a.log.Warn("ukeyd: seccomp agent: the runtime's state does not decode", "err", err)
+		a.logRefusal("ukeyd: seccomp agent: the runtime's state does not decode", "err", err)
 		return
 	}
 	i := slices.Index(st.FDs, "seccompFd")
 	if i < 0 || i >= len(fds) || st.State.ID == "" {
-		a.log.Warn("ukeyd: seccomp agent: no listener, or no container id", "fds", st.FDs, "id", st.State.ID)
+		a.logRefusal("ukeyd: seccomp agent: no listener, or no container id", "fds", st.FDs, "id", st.State.ID)
 		return
 	}
 	fd := fds[i]

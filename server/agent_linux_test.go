@@ -6,13 +6,16 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 	"unsafe"
@@ -21,10 +24,29 @@ import (
 
 	"github.com/ukeys/ukeys/internal/intercept"
 	"github.com/ukeys/ukeys/internal/testutil"
+	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/server"
 )
 
-func init() { testChildren["agent"] = agentChild }
+func init() {
+	testChildren["agent"] = agentChild
+	testChildren["connect-many"] = connectManyChild
+}
+
+// connectManyChild connects to UKEYS_SOCKET UKEYS_TEST_N times, one
+// after the other, each time waiting for the daemon to hang up.
+func connectManyChild() {
+	n, _ := strconv.Atoi(os.Getenv("UKEYS_TEST_N"))
+	for range n {
+		c, err := net.Dial("unix", os.Getenv("UKEYS_SOCKET"))
+		if err != nil {
+			fmt.Println("dial:", err)
+			os.Exit(1)
+		}
+		c.Read(make([]byte, 1))
+		c.Close()
+	}
+}
 
 // agentChild runs under the filter, as a container's process does: it
 // hands its listener to its parent (fd 3), waits for the word, then adds
@@ -243,4 +265,71 @@ func TestAgentRuntimeMisbehaves(t *testing.T) {
 			t.Errorf("%s: containers %v", c.name, got)
 		}
 	}
+}
+
+// warnCounter is a log handler that counts the records at Warn or above.
+type warnCounter struct{ n *atomic.Int64 }
+
+func (h warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h warnCounter) WithGroup(string) slog.Handler      { return h }
+
+// An unprivileged user who connects to the agent's socket in a loop is
+// refused each time, and the refusals cost a few log lines, as the main
+// socket's do, not one each: before, 92,223 connections in 3 s wrote
+// 92,223 lines.
+func TestAgentRefusalsAreThrottled(t *testing.T) {
+	ukeystest.NeedRoot(t, "to connect as another user")
+	dir := worldDir(t)
+	sock := filepath.Join(dir, "agent.sock")
+	var warned atomic.Int64
+	a := server.NewAgent(server.AgentConfig{Logger: slog.New(warnCounter{&warned})})
+	ln, err := server.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ln) }()
+	defer func() {
+		if err := a.Shutdown(t.Context()); err != nil {
+			t.Error(err)
+		}
+		<-served
+	}()
+	bin := filepath.Join(dir, "child.test")
+	ukeystest.CopyExecutable(t, os.Args[0], bin)
+	const n = 300
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = []string{"UKEYS_TEST_CHILD=connect-many", "UKEYS_SOCKET=" + sock, "UKEYS_TEST_N=" + strconv.Itoa(n)}
+	cmd.SysProcAttr = ukeystest.As(65534, 65534)
+	// Each connection is refused (logged or not) before the agent hangs
+	// up, and the child waits for that: once it is done, all were.
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the unprivileged child: %v\n%s", err, out)
+	}
+	if got := warned.Load(); got == 0 || got > 10 {
+		t.Fatalf("%d refused connections wrote %d log lines", n, got)
+	}
+}
+
+// worldDir returns a directory of the test's own that every user may
+// reach (t.TempDir's parent is root's alone), for a child that runs as
+// another user.
+func worldDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ukeys-agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }
