@@ -6,7 +6,6 @@ import (
 	"errors"
 	"log/slog"
 	"net"
-	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -26,6 +25,12 @@ import (
 // kernel's keyrings lack, and why runtimes forbid those calls). A
 // container's keys are destroyed when its last process has exited (its
 // last listener has no task left).
+//
+// A container's id is no identity by itself: only the agent's equal may
+// hand in a container (judge), and an id is bound to the container's
+// own processes, its pid namespace (or mount namespace, for a container
+// that shares the host's pids), read from the process the runtime's
+// state names (containerOf). A namespace serves no process outside them.
 type Agent struct {
 	cfg AgentConfig
 	log *slog.Logger
@@ -48,6 +53,10 @@ type AgentConfig struct {
 	Logger *slog.Logger
 	Keys   []keys.Option // for each container's keys.Service
 	Server Config        // for each container's Server
+	// MaxContainers bounds the containers whose key namespaces the agent
+	// holds at once (0: DefaultMaxContainers); a runtime handing in one
+	// more is refused.
+	MaxContainers int
 }
 
 // namespace is one container's keys.
@@ -55,6 +64,12 @@ type namespace struct {
 	svc       *keys.Service
 	srv       *Server
 	listeners int
+	// who is the container's identity, recorded from its first
+	// listener's state; init a handle of its init, for as long as the
+	// namespace lives: once it has exited, the id may be a new
+	// container's.
+	who  containerIdentity
+	init procHandle
 }
 
 // ContainerProcessState is what a runtime sends with the listener
@@ -125,10 +140,12 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		// Judged at once: a runtime may exit as soon as it has sent.
+		cred, privileged := judge(uc)
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			a.handle(uc)
+			a.handle(uc, cred, privileged)
 		}()
 	}
 }
@@ -136,36 +153,39 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 // maxStateSize bounds a ContainerProcessState (runc's are a few KiB).
 const maxStateSize = 64 << 10
 
-// handle takes one runtime's message and serves its listener.
-func (a *Agent) handle(uc *net.UnixConn) {
-	defer uc.Close()
-	// Only the agent's equal (its user, root for the system daemon,
-	// with every capability it holds) may hand it a container: a
-	// container's id names its key namespace, and anyone else could join
-	// another's by naming it. A runtime already gone is judged by its
-	// uid alone, as before capabilities were asked.
+// DefaultMaxContainers is how many containers' key namespaces an agent
+// holds at once unless AgentConfig.MaxContainers says otherwise.
+const DefaultMaxContainers = 1024
+
+// judge says whether the runtime at the other end of uc is the agent's
+// equal: its user (root for the system daemon) with every capability
+// the agent holds. A container's id names its key namespace, and anyone
+// else could make namespaces without end, or join another's by naming
+// it. Its capabilities are read as soon as it is accepted (in the accept
+// loop, before anything else), and a runtime already gone by then has
+// none that can be read: it is refused, whatever its uid. Before, a
+// runtime already gone was judged by its uid alone (Docker's runtime
+// sends its container and exits, and now and then under load it was
+// gone first), and a root process without capabilities (a container's
+// root, a service with an empty bounding set) that connected from a
+// child exiting at once could hand in a container of any id.
+func judge(uc *net.UnixConn) (keys.Cred, bool) {
 	cred, err := peerCred(uc)
-	privileged := false
-	if err == nil {
-		h := openProc(uc, cred.PID)
-		gone := cred.PID <= 0 || h.exited()
-		if !gone {
-			cred.Caps, cred.CapsKnown = h.capabilities(cred.UID)
-			gone = h.exited()
-		}
-		h.close()
-		if gone {
-			// A runtime may send its container and exit before the
-			// agent reads it (Docker's does, now and then): its
-			// capabilities can no longer be read, and its uid decides,
-			// root's or the agent's own.
-			privileged = cred.UID == 0 || int(cred.UID) == os.Geteuid()
-		} else {
-			privileged = asPrivileged(cred)
-		}
+	if err != nil || cred.PID <= 0 {
+		return cred, false
 	}
-	if err != nil || !privileged {
-		a.logRefusal("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
+	h := openProc(uc, cred.PID)
+	cred.Caps, cred.CapsKnown = h.capabilities(cred.UID)
+	h.close()
+	return cred, asPrivileged(cred)
+}
+
+// handle takes one runtime's message and serves its listener; privileged
+// is judge's verdict on the runtime.
+func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, privileged bool) {
+	defer uc.Close()
+	if !privileged {
+		a.logRefusal("ukeyd: seccomp agent: refusing a runtime less privileged than the agent (or gone before its capabilities could be read)", "uid", cred.UID, "pid", cred.PID)
 		return
 	}
 	uc.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -201,11 +221,24 @@ func (a *Agent) handle(uc *net.UnixConn) {
 		a.logRefusal("ukeyd: seccomp agent: no listener, or no container id", "fds", st.FDs, "id", st.State.ID)
 		return
 	}
+	// The container's id is bound to the container's own processes: the
+	// first listener of an id records the namespaces of the process the
+	// state names, a later one must name a process in the same, and
+	// only the processes in them are served (Server.member), whatever
+	// listener their calls come through.
+	init, who, err := containerOf(&st)
+	if err != nil {
+		a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pid", st.Pid, "reason", err.Error())
+		return
+	}
 	fd := fds[i]
 	fds[i] = -1
-	ns := a.join(st.State.ID)
+	ns, why := a.join(st.State.ID, who, init)
 	if ns == nil {
 		closeFD(fd)
+		if why != "" {
+			a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pid", st.Pid, "reason", why)
+		}
 		return
 	}
 	defer a.leave(st.State.ID, ns)
@@ -216,23 +249,54 @@ func (a *Agent) handle(uc *net.UnixConn) {
 }
 
 // join returns container id's namespace, making it, and counts one more
-// listener in it; nil once the agent is closing.
-func (a *Agent) join(id string) *namespace {
+// listener in it; nil once the agent is closing (why is then ""), or if
+// the namespace of that id is another container's, or if the agent
+// holds as many as it may (why says which). It takes init, the handle
+// of the container's init (containerOf).
+func (a *Agent) join(id string, who containerIdentity, init procHandle) (*namespace, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closing {
-		return nil
+		init.close()
+		return nil, ""
 	}
 	ns := a.nss[id]
+	if ns != nil && ns.who != who {
+		if !ns.init.exited() {
+			init.close()
+			return nil, "the id is a live container's, and the process the state names is not in it"
+		}
+		// The container of that id is gone (its init has exited) and
+		// its namespace waits for its last listener: a new container
+		// has the id now, and a namespace of its own. The old one goes
+		// with its listener (leave).
+		delete(a.nss, id)
+		ns = nil
+	}
 	if ns == nil {
+		if len(a.nss) >= a.maxContainers() {
+			init.close()
+			return nil, "the agent holds as many containers as it may"
+		}
 		svc := keys.New(a.cfg.Keys...)
 		cfg := a.cfg.Server
 		cfg.NoLogins = true
-		ns = &namespace{svc: svc, srv: New(svc, cfg)}
+		ns = &namespace{svc: svc, srv: New(svc, cfg), who: who, init: init}
+		ns.srv.member = who.holds
 		a.nss[id] = ns
+	} else {
+		init.close()
 	}
 	ns.listeners++
-	return ns
+	return ns, ""
+}
+
+// maxContainers is AgentConfig.MaxContainers or its default.
+func (a *Agent) maxContainers() int {
+	if a.cfg.MaxContainers > 0 {
+		return a.cfg.MaxContainers
+	}
+	return DefaultMaxContainers
 }
 
 // leave counts a listener of container id's out; the container's keys
@@ -248,6 +312,7 @@ func (a *Agent) leave(id string, ns *namespace) {
 	if last {
 		ns.srv.Shutdown(context.Background())
 		ns.svc.Close()
+		ns.init.close()
 		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its keys are gone", "container", id)
 	}
 }

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -31,6 +32,74 @@ import (
 func init() {
 	testChildren["agent"] = agentChild
 	testChildren["connect-many"] = connectManyChild
+	testChildren["agent-forger"] = agentForgerChild
+	testChildren["agent-send"] = agentSendChild
+}
+
+// agentForgerChild is a root process without capabilities that tries to
+// join container UKEYS_TEST_ID's key namespace: it starts its own
+// program under a filter of its own (agentChild: UKEYS_TEST_OP,
+// UKEYS_TEST_DESC), hands the program's listener to the agent at
+// UKEYS_AGENT in a state naming that container, from a child that
+// exits at once (agentSendChild), says "sent" once that child has been
+// reaped, then lets its program make its call and says what came of
+// it.
+func agentForgerChild() {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fmt.Println("socketpair:", err)
+		os.Exit(1)
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "theirs")
+	prog := exec.Command(os.Args[0], "-test.run=^$")
+	prog.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent")
+	prog.ExtraFiles = []*os.File{theirs}
+	out, _ := prog.StdoutPipe()
+	if err := prog.Start(); err != nil {
+		fmt.Println("start:", err)
+		os.Exit(1)
+	}
+	theirs.Close()
+	listener, err := intercept.ReceiveListener(fds[0])
+	if err != nil {
+		fmt.Println("listener:", err)
+		os.Exit(1)
+	}
+	lf := os.NewFile(uintptr(listener), "listener")
+	send := exec.Command(os.Args[0], "-test.run=^$")
+	send.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent-send", "UKEYS_TEST_PID="+strconv.Itoa(prog.Process.Pid))
+	send.ExtraFiles = []*os.File{lf}
+	if b, err := send.CombinedOutput(); err != nil {
+		fmt.Println("send:", err, string(b))
+		os.Exit(1)
+	}
+	lf.Close()
+	fmt.Println("sent")
+	unix.Write(fds[0], []byte{1})
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	fmt.Print(line)
+	unix.Write(fds[0], []byte{1})
+	prog.Wait()
+}
+
+// agentSendChild connects to the agent at UKEYS_AGENT and sends a state
+// naming container UKEYS_TEST_ID and process UKEYS_TEST_PID, with the
+// listener it was given (fd 3), and exits.
+func agentSendChild() {
+	pid, _ := strconv.Atoi(os.Getenv("UKEYS_TEST_PID"))
+	var st server.ContainerProcessState
+	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, pid
+	st.State.ID, st.State.Status, st.State.Pid = os.Getenv("UKEYS_TEST_ID"), "creating", pid
+	msg, _ := json.Marshal(st)
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: os.Getenv("UKEYS_AGENT"), Net: "unix"})
+	if err != nil {
+		fmt.Println("dial:", err)
+		os.Exit(1)
+	}
+	if _, _, err := conn.WriteMsgUnix(msg, unix.UnixRights(3), nil); err != nil {
+		fmt.Println("send:", err)
+		os.Exit(1)
+	}
 }
 
 // connectManyChild connects to UKEYS_SOCKET UKEYS_TEST_N times, one
@@ -79,23 +148,66 @@ type container struct {
 	cmd  *exec.Cmd
 	ours *os.File
 	said *bufio.Reader
+	init int // the host's pid of the container's init
 }
 
+// inContainer says where a simulated container's process runs and what
+// the state its runtime sends says of it.
+type inContainer struct {
+	// join: in that process's container (its pid and mount namespaces),
+	// as runc exec runs a process; else in a new container of its own,
+	// of which it is the init, unless host.
+	join *container
+	// host: in the daemon's own namespaces, in no container at all.
+	host bool
+	// pid and initPid, if set, are what the state says (ContainerProcessState.Pid
+	// and State.Pid) instead of the truth.
+	pid, initPid int
+}
+
+// runInContainer starts a process in a new container id (its own pid and
+// mount namespaces, as a runtime makes them), which adds or searches for
+// desc (op), and hands its listener to the agent at agentSock.
 func runInContainer(t *testing.T, agentSock, id, op, desc string) *container {
 	t.Helper()
+	return startInContainer(t, agentSock, id, op, desc, inContainer{})
+}
+
+// runAnother starts another process in c's container, as runc exec
+// does.
+func (c *container) runAnother(t *testing.T, agentSock, id, op, desc string) *container {
+	t.Helper()
+	return startInContainer(t, agentSock, id, op, desc, inContainer{join: c})
+}
+
+func startInContainer(t *testing.T, agentSock, id, op, desc string, where inContainer) *container {
+	t.Helper()
+	ukeystest.NeedRoot(t, "to give a container its own pid and mount namespaces")
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &container{ours: os.NewFile(uintptr(fds[0]), "ours")}
 	theirs := os.NewFile(uintptr(fds[1]), "theirs")
-	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	switch {
+	case where.join != nil:
+		c.init = where.join.init
+		c.cmd = exec.Command("nsenter", "-t", strconv.Itoa(c.init), "-p", "-m", os.Args[0], "-test.run=^$")
+	case where.host:
+		c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	default:
+		c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+		c.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	}
 	c.cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent", "UKEYS_TEST_OP="+op, "UKEYS_TEST_DESC="+desc)
 	c.cmd.ExtraFiles = []*os.File{theirs}
 	out, _ := c.cmd.StdoutPipe()
 	c.said = bufio.NewReader(out)
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if c.init == 0 {
+		c.init = c.cmd.Process.Pid
 	}
 	theirs.Close()
 	t.Cleanup(func() { c.ours.Close(); c.cmd.Process.Kill(); c.cmd.Wait() })
@@ -109,8 +221,14 @@ func runInContainer(t *testing.T, agentSock, id, op, desc string) *container {
 	}
 	// As runc sends it: the state, the listener with it.
 	var st server.ContainerProcessState
-	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, c.cmd.Process.Pid
-	st.State.ID, st.State.Status = id, "creating"
+	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, c.init
+	st.State.ID, st.State.Status, st.State.Pid = id, "creating", c.init
+	if where.pid != 0 {
+		st.Pid = where.pid
+	}
+	if where.initPid != 0 {
+		st.State.Pid = where.initPid
+	}
 	msg, _ := json.Marshal(st)
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: agentSock, Net: "unix"})
 	if err != nil {
@@ -171,7 +289,7 @@ func TestAgentContainersAreNamespaces(t *testing.T) {
 	if got := b1.result(t); got != "required key not available" {
 		t.Fatalf("container b found container a's key: %s", got)
 	}
-	a2 := runInContainer(t, sock, "ctr-a", "search", "a-key")
+	a2 := a1.runAnother(t, sock, "ctr-a", "search", "a-key")
 	if got := a2.result(t); got != "ok" {
 		t.Fatalf("another process of container a: %s", got)
 	}
@@ -332,4 +450,140 @@ func worldDir(t *testing.T) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// agentTest starts an agent with cfg serving on a socket in dir, and
+// returns it and the socket's path; it is shut down when the test ends.
+func agentTest(t *testing.T, dir string, cfg server.AgentConfig) (*server.Agent, string) {
+	t.Helper()
+	a := server.NewAgent(cfg)
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := server.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := a.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		<-served
+	})
+	return a, sock
+}
+
+// A root process without capabilities (setpriv --bounding-set=-all)
+// hands the agent its own program's listener in a state naming another
+// container's id, from a child that has exited (and been reaped) before
+// the agent accepts: it is refused, and its program can neither read
+// the container's key nor plant one there. Before, a runtime already
+// gone was judged by its uid alone, and the program read the key.
+func TestAgentCaplessRootCannotJoinAContainer(t *testing.T) {
+	ukeystest.NeedRoot(t, "to run a root process without capabilities")
+	setpriv, err := exec.LookPath("setpriv")
+	if err != nil {
+		t.Skip("needs setpriv (util-linux)")
+	}
+	dir := worldDir(t)
+	a, sock := agentTest(t, dir, server.AgentConfig{})
+	a1 := runInContainer(t, sock, "ctr-a", "add", "a-secret")
+	if got := a1.result(t); got != "ok" {
+		t.Fatalf("adding in container a: %s", got)
+	}
+	bin := filepath.Join(dir, "child.test")
+	ukeystest.CopyExecutable(t, os.Args[0], bin)
+	for i, try := range []struct{ op, desc string }{{"search", "a-secret"}, {"add", "planted"}} {
+		// A socket of the agent's own that it serves only once the
+		// forger's runtime is gone.
+		late := filepath.Join(dir, fmt.Sprintf("late%d.sock", i))
+		ln, err := server.Listen(late)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cmd := exec.Command(setpriv, "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", bin, "-test.run=^$")
+		cmd.Env = []string{"UKEYS_TEST_CHILD=agent-forger", "UKEYS_AGENT=" + late, "UKEYS_TEST_ID=ctr-a",
+			"UKEYS_TEST_OP=" + try.op, "UKEYS_TEST_DESC=" + try.desc}
+		out, _ := cmd.StdoutPipe()
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		said := bufio.NewReader(out)
+		if line, _ := said.ReadString('\n'); line != "sent\n" {
+			cmd.Wait()
+			t.Fatalf("the forger: %q", line)
+		}
+		go a.Serve(ln) // ends at the agent's shutdown
+		line, _ := said.ReadString('\n')
+		cmd.Wait()
+		if got := strings.TrimSpace(line); got != "function not implemented" {
+			t.Fatalf("root without capabilities, its runtime gone, naming container a: its program's %s of %q: %s", try.op, try.desc, got)
+		}
+	}
+	a2 := a1.runAnother(t, sock, "ctr-a", "search", "planted")
+	if got := a2.result(t); got != "required key not available" {
+		t.Fatalf("container a found the forger's key: %s", got)
+	}
+	a3 := a1.runAnother(t, sock, "ctr-a", "search", "a-secret")
+	if got := a3.result(t); got != "ok" {
+		t.Fatalf("container a lost its key: %s", got)
+	}
+	if got := a.Containers(); !slices.Equal(got, []string{"ctr-a"}) {
+		t.Fatalf("containers %v", got)
+	}
+}
+
+// A container's id is bound to its processes, whoever hands in a
+// listener under it: a state naming container a's id and a process in
+// another container is refused while a lives; one naming a's own init
+// with another container's listener is taken, but the processes behind
+// that listener are not a's and get nothing; a process in the daemon's
+// own namespaces is no container; and the agent holds only so many
+// containers. Before, the id alone decided, and each of these joined
+// a's keys or made a namespace more.
+func TestAgentContainerIDIsBoundToItsProcesses(t *testing.T) {
+	dir := worldDir(t)
+	a, sock := agentTest(t, dir, server.AgentConfig{MaxContainers: 2})
+	a1 := runInContainer(t, sock, "ctr-a", "add", "a-secret")
+	if got := a1.result(t); got != "ok" {
+		t.Fatalf("adding in container a: %s", got)
+	}
+	x := runInContainer(t, sock, "ctr-a", "search", "a-secret")
+	if got := x.result(t); got != "function not implemented" {
+		t.Fatalf("another container, under container a's id: %s", got)
+	}
+	y := startInContainer(t, sock, "ctr-a", "search", "a-secret", inContainer{pid: a1.init, initPid: a1.init})
+	if got := y.result(t); got != "operation not permitted" {
+		t.Fatalf("another container's listener, in a state naming container a's init: %s", got)
+	}
+	h := startInContainer(t, sock, "ctr-h", "add", "h-key", inContainer{host: true})
+	if got := h.result(t); got != "function not implemented" {
+		t.Fatalf("a process in the daemon's own namespaces, as a container: %s", got)
+	}
+	b1 := runInContainer(t, sock, "ctr-b", "add", "b-key")
+	if got := b1.result(t); got != "ok" {
+		t.Fatalf("container b: %s", got)
+	}
+	c1 := runInContainer(t, sock, "ctr-c", "add", "c-key")
+	if got := c1.result(t); got != "function not implemented" {
+		t.Fatalf("a third container with room for two: %s", got)
+	}
+	a2 := a1.runAnother(t, sock, "ctr-a", "search", "a-secret")
+	if got := a2.result(t); got != "ok" {
+		t.Fatalf("container a's own process: %s", got)
+	}
+	if got := a.Containers(); !slices.Equal(got, []string{"ctr-a", "ctr-b"}) {
+		t.Fatalf("containers %v", got)
+	}
+	// Container a ends; a new container takes its id at once, before the
+	// old namespace has seen its last listener go, and has a namespace
+	// of its own.
+	a1.exit()
+	a3 := runInContainer(t, sock, "ctr-a", "search", "a-secret")
+	if got := a3.result(t); got != "required key not available" {
+		t.Fatalf("a new container a: %s", got)
+	}
 }
