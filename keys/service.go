@@ -71,6 +71,9 @@ type Service struct {
 	// in the order they took effect.
 	tunMu      sync.Mutex
 	onTunables func(Tunables)
+	// share, if set (WithShare), bounds what all the service's keys hold
+	// together, within what other services hold (share.go).
+	share *Share
 
 	index serialIndex
 	count atomic.Int64

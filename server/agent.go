@@ -40,6 +40,13 @@ type Agent struct {
 	// to every user, and each refusal would otherwise be a line.
 	refusals rateLimiter
 
+	// bounds are the containers' bounds together (ContainerBounds);
+	// procs and keys count what every container's namespace holds of
+	// them.
+	bounds ContainerBounds
+	procs  *pool
+	keys   *keys.Share
+
 	mu      sync.Mutex
 	nss     map[string]*namespace
 	lns     []*net.UnixListener
@@ -57,6 +64,72 @@ type AgentConfig struct {
 	// holds at once (0: DefaultMaxContainers); a runtime handing in one
 	// more is refused.
 	MaxContainers int
+	// Bounds are what every container's namespace together may hold of
+	// the daemon's resources; each container gets an eighth of each, and
+	// each uid in a container an eighth of its container's (see
+	// ContainerBounds).
+	Bounds ContainerBounds
+}
+
+// ContainerBounds are what the containers' key namespaces may hold
+// together of what belongs to the one daemon process, whichever of them
+// holds it: without them each namespace had fresh bounds and quotas of
+// its own (a million keys for its root), while big_key files,
+// descriptors and memory are the process's, and one container's root
+// filled every big_key file of the daemon, after which every other
+// container and every host user got EMFILE. Zero fields take the
+// defaults said of each.
+type ContainerBounds struct {
+	// Procs bounds the processes and listeners the containers' Servers
+	// keep (a descriptor or more each); default half of
+	// Config.Server.Limits' MaxProcs (ukeyd takes it out of the host's).
+	Procs int
+	// BigKeyFiles bounds the containers' big_key payload files; default
+	// half of Config.Server.Limits' BigKeyFiles, the process's bound, so
+	// that the host's users keep the other half whatever the containers
+	// hold.
+	BigKeyFiles int
+	// Keys and Bytes bound the keys and bytes charged to the quotas of
+	// every container's owners together; default root's quota
+	// (RootMaxKeys, RootMaxBytes) of the tunables the namespaces are made
+	// with.
+	Keys, Bytes int
+}
+
+// containerShare is the fraction of each of the agent's bounds one
+// container may hold, and of a container's that one uid in it may: so
+// that eight containers are needed to fill the agent, and eight uids to
+// fill a container (as eight uids are needed to fill the daemon).
+const containerShare = 8
+
+// pool counts what several Servers hold together of one resource,
+// against a bound: the processes and listeners of every container's
+// namespace. A nil pool bounds nothing.
+type pool struct {
+	mu     sync.Mutex
+	n, max int
+}
+
+func (p *pool) take() bool {
+	if p == nil {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n >= p.max {
+		return false
+	}
+	p.n++
+	return true
+}
+
+func (p *pool) give() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.n--
+	p.mu.Unlock()
 }
 
 // namespace is one container's keys.
@@ -70,6 +143,9 @@ type namespace struct {
 	// container's.
 	who  containerIdentity
 	init procHandle
+	// share is what its keys hold of the agent's bounds, given back
+	// whole when the namespace ends (keys.Share.Detach).
+	share *keys.Share
 }
 
 // ContainerProcessState is what a runtime sends with the listener
@@ -99,8 +175,40 @@ func NewAgent(cfg AgentConfig) *Agent {
 	if cfg.Server.Logger == nil {
 		cfg.Server.Logger = log
 	}
-	return &Agent{cfg: cfg, log: log, nss: make(map[string]*namespace),
+	a := &Agent{cfg: cfg, log: log, nss: make(map[string]*namespace),
 		refusals: rateLimiter{interval: 10 * time.Second, burst: 5}}
+	lim := cfg.Server.Limits.withDefaults()
+	tun := keys.New(cfg.Keys...)
+	t := tun.Tunables()
+	tun.Close()
+	b := cfg.Bounds
+	fill := func(v *int, def int) {
+		if *v <= 0 {
+			*v = max(def, 1)
+		}
+	}
+	fill(&b.Procs, lim.MaxProcs/2)
+	fill(&b.BigKeyFiles, lim.BigKeyFiles/2)
+	fill(&b.Keys, t.RootMaxKeys)
+	fill(&b.Bytes, t.RootMaxBytes)
+	a.bounds = b
+	a.procs = &pool{max: b.Procs}
+	a.keys = keys.NewShare(nil, keys.ShareLimits{Keys: b.Keys, Bytes: b.Bytes, BigKeyFiles: b.BigKeyFiles})
+	return a
+}
+
+// Bounds returns the agent's bounds, defaults filled in.
+func (a *Agent) Bounds() ContainerBounds { return a.bounds }
+
+// ContainerShare is one container's share of the agent's bounds b, and
+// perUID the share of one uid in a container.
+func ContainerShare(b ContainerBounds) (container, perUID ContainerBounds) {
+	share := func(v int) int { return max(v/containerShare, 1) }
+	container = ContainerBounds{Procs: max(b.Procs/containerShare, 2), BigKeyFiles: share(b.BigKeyFiles),
+		Keys: share(b.Keys), Bytes: share(b.Bytes)}
+	perUID = ContainerBounds{Procs: max(container.Procs/containerShare, 2), BigKeyFiles: share(container.BigKeyFiles),
+		Keys: share(container.Keys), Bytes: share(container.Bytes)}
+	return container, perUID
 }
 
 // logRefusal logs a refused runtime, at most a few lines per interval
@@ -278,17 +386,39 @@ func (a *Agent) join(id string, who containerIdentity, init procHandle) (*namesp
 			init.close()
 			return nil, "the agent holds as many containers as it may"
 		}
-		svc := keys.New(a.cfg.Keys...)
-		cfg := a.cfg.Server
-		cfg.NoLogins = true
-		ns = &namespace{svc: svc, srv: New(svc, cfg), who: who, init: init}
-		ns.srv.member = who.holds
+		ns = a.newNamespace(who, init)
 		a.nss[id] = ns
 	} else {
 		init.close()
 	}
 	ns.listeners++
 	return ns, ""
+}
+
+// newNamespace makes a container's namespace, with its share of the
+// agent's bounds: its keys count against a share of the agent's (keys,
+// bytes, big_key files, and files per uid), each uid in it has a quota
+// of at most its share (root's too), and its Server keeps at most its
+// share of processes and listeners (per uid too), within the agent's
+// pool. a.mu is held.
+func (a *Agent) newNamespace(who containerIdentity, init procHandle) *namespace {
+	ctr, uid := ContainerShare(a.bounds)
+	share := keys.NewShare(a.keys, keys.ShareLimits{Keys: ctr.Keys, Bytes: ctr.Bytes,
+		BigKeyFiles: ctr.BigKeyFiles, BigKeyFilesPerUID: uid.BigKeyFiles})
+	svc := keys.New(append(slices.Clone(a.cfg.Keys), keys.WithShare(share))...)
+	t := svc.Tunables()
+	t.MaxKeys, t.MaxBytes = min(t.MaxKeys, uid.Keys), min(t.MaxBytes, uid.Bytes)
+	t.RootMaxKeys, t.RootMaxBytes = min(t.RootMaxKeys, uid.Keys), min(t.RootMaxBytes, uid.Bytes)
+	_ = svc.SetTunables(t) // within the valid range: each at least 1
+	cfg := a.cfg.Server
+	cfg.NoLogins = true
+	cfg.Limits = cfg.Limits.withDefaults()
+	cfg.Limits.MaxProcs = min(cfg.Limits.MaxProcs, ctr.Procs)
+	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
+	srv := New(svc, cfg)
+	srv.member = who.holds
+	srv.procPool = a.procs
+	return &namespace{svc: svc, srv: srv, who: who, init: init, share: share}
 }
 
 // maxContainers is AgentConfig.MaxContainers or its default.
@@ -312,6 +442,7 @@ func (a *Agent) leave(id string, ns *namespace) {
 	if last {
 		ns.srv.Shutdown(context.Background())
 		ns.svc.Close()
+		ns.share.Detach()
 		ns.init.close()
 		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its keys are gone", "container", id)
 	}

@@ -26,6 +26,7 @@ import (
 	"github.com/ukeys/ukeys/internal/intercept"
 	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 )
 
@@ -127,10 +128,30 @@ func agentChild() {
 	startFiltered(false)
 	desc := os.Getenv("UKEYS_TEST_DESC")
 	var e unix.Errno
-	if os.Getenv("UKEYS_TEST_OP") == "add" {
+	big := make([]byte, 2*keys.BigKeyInline) // kept in a file
+	addBig := func(desc string) unix.Errno {
+		_, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("big_key"), cstr(desc), uintptr(unsafe.Pointer(&big[0])), uintptr(len(big)), uintptr(0xfffffffc), 0)
+		return e
+	}
+	switch os.Getenv("UKEYS_TEST_OP") {
+	case "fill-big":
+		// big_key files until refused: how many, and why.
+		n := 0
+		for ; n < 1000; n++ {
+			if e = addBig(fmt.Sprintf("%s-%d", desc, n)); e != 0 {
+				break
+			}
+		}
+		fmt.Println(n, e)
+		var w [1]byte
+		unix.Read(3, w[:])
+		return
+	case "add-big":
+		e = addBig(desc)
+	case "add":
 		v := []byte("v")
 		_, _, e = unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr(desc), uintptr(unsafe.Pointer(&v[0])), 1, uintptr(0xfffffffc), 0)
-	} else {
+	default:
 		_, _, e = unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, uintptr(0xfffffffc), cstr("user"), cstr(desc), 0, 0)
 	}
 	if e != 0 {
@@ -585,5 +606,58 @@ func TestAgentContainerIDIsBoundToItsProcesses(t *testing.T) {
 	a3 := runInContainer(t, sock, "ctr-a", "search", "a-secret")
 	if got := a3.result(t); got != "required key not available" {
 		t.Fatalf("a new container a: %s", got)
+	}
+}
+
+// One container's root fills its share of big_key files, and each of
+// its processes the container's share of listeners and processes: the
+// cost is its own. Another container adds a big key and has its calls
+// served, and so does a host user of the daemon's own Service. Before,
+// each container's namespace had the daemon's bounds whole: container
+// a's root took every big_key file of the process, and container b and
+// the host got EMFILE.
+func TestAgentContainerAtItsShareCostsNoOneElse(t *testing.T) {
+	prev := keys.SetBigKeyFileLimit(32)
+	t.Cleanup(func() { keys.SetBigKeyFileLimit(prev) })
+	dir := worldDir(t)
+	// 16 big_key files for the containers (2 a container, 1 a uid in
+	// one), 16 processes and listeners (2 a container).
+	a, sock := agentTest(t, dir, server.AgentConfig{Bounds: server.ContainerBounds{BigKeyFiles: 16, Procs: 16}})
+	base := keys.BigKeyFiles()
+	a1 := runInContainer(t, sock, "ctr-a", "fill-big", "a-big")
+	if got := a1.result(t); got != "1 disk quota exceeded" {
+		t.Fatalf("container a's root filling big_key files: %s", got)
+	}
+	// Container a's processes: its listener and its process hold its
+	// share; one more is refused (its listener is not served).
+	a2 := a1.runAnother(t, sock, "ctr-a", "search", "a-big-0")
+	if got := a2.result(t); got != "function not implemented" {
+		t.Fatalf("a process of container a beyond its share: %s", got)
+	}
+	b1 := runInContainer(t, sock, "ctr-b", "add-big", "b-big")
+	if got := b1.result(t); got != "ok" {
+		t.Fatalf("container b, once container a is at its bound: %s", got)
+	}
+	svc := keys.New()
+	defer svc.Close()
+	host := svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: os.Getpid()})
+	defer host.Release()
+	if _, err := host.AddKey("big_key", "host-big", make([]byte, 2*keys.BigKeyInline), keys.ProcessKeyring); err != nil {
+		t.Fatalf("a host user, once container a is at its bound: %v", err)
+	}
+	if got := a.Containers(); !slices.Equal(got, []string{"ctr-a", "ctr-b"}) {
+		t.Fatalf("containers %v", got)
+	}
+	// Container a ends with its keys in its user keyring: what they
+	// held of the containers' bounds and of the process's is given back.
+	a1.exit()
+	a2.exit()
+	testutil.Eventually(t, "container a to be reaped", func() bool { return !slices.Contains(a.Containers(), "ctr-a") })
+	if got := keys.BigKeyFiles(); got != base+2 { // container b's and the host's
+		t.Fatalf("%d big_key files counted once container a has ended; %d before it began, and 2 of others since", got, base)
+	}
+	a3 := runInContainer(t, sock, "ctr-a", "fill-big", "a-big")
+	if got := a3.result(t); got != "1 disk quota exceeded" {
+		t.Fatalf("a new container a's root filling big_key files: %s", got)
 	}
 }
