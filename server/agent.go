@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"os"
 	"slices"
 	"sync"
 	"syscall"
@@ -249,11 +250,11 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 			continue
 		}
 		// Judged at once: a runtime may exit as soon as it has sent.
-		cred, privileged := judge(uc)
+		cred, v := judge(uc)
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			a.handle(uc, cred, privileged)
+			a.handle(uc, cred, v)
 		}()
 	}
 }
@@ -265,35 +266,58 @@ const maxStateSize = 64 << 10
 // holds at once unless AgentConfig.MaxContainers says otherwise.
 const DefaultMaxContainers = 1024
 
+// A runtime's verdict (judge).
+type verdict int
+
+const (
+	refused verdict = iota
+	// equal: the agent's equal, its capabilities read.
+	equal
+	// unread: the agent's uid, reaped before its capabilities could be
+	// read; judged by the container it hands over (Agent.join).
+	unread
+)
+
 // judge says whether the runtime at the other end of uc is the agent's
 // equal: its user (root for the system daemon) with every capability
 // the agent holds. A container's id names its key namespace, and anyone
 // else could make namespaces without end, or join another's by naming
 // it. Its capabilities are read as soon as it is accepted (in the accept
-// loop, before anything else), and a runtime already gone by then has
-// none that can be read: it is refused, whatever its uid. Before, a
-// runtime already gone was judged by its uid alone (Docker's runtime
-// sends its container and exits, and now and then under load it was
-// gone first), and a root process without capabilities (a container's
-// root, a service with an empty bounding set) that connected from a
-// child exiting at once could hand in a container of any id.
-func judge(uc *net.UnixConn) (keys.Cred, bool) {
+// loop, before anything else), those of a runtime that has exited but
+// is not yet reaped too (runtimeCapabilities).
+//
+// A runtime reaped before that (runc sends its container and exits, and
+// under load its parent has often reaped it before the agent accepts)
+// has nothing left to read but its uid, which cannot decide: a root
+// process without capabilities (a container's root, a service with an
+// empty bounding set) that connects from a child exiting at once would
+// be as good as the runtime. Such a runtime, if it had the agent's uid,
+// is "unread": what it hands over must prove that a privileged process
+// made the container, and that the container is new (Agent.join).
+func judge(uc *net.UnixConn) (keys.Cred, verdict) {
 	cred, err := peerCred(uc)
 	if err != nil || cred.PID <= 0 {
-		return cred, false
+		return cred, refused
 	}
 	h := openProc(uc, cred.PID)
-	cred.Caps, cred.CapsKnown = h.capabilities(cred.UID)
+	var reaped bool
+	cred.Caps, cred.CapsKnown, reaped = runtimeCapabilities(&h, cred.UID)
 	h.close()
-	return cred, asPrivileged(cred)
+	switch {
+	case asPrivileged(cred):
+		return cred, equal
+	case reaped && cred.UID == uint32(os.Geteuid()):
+		return cred, unread
+	}
+	return cred, refused
 }
 
-// handle takes one runtime's message and serves its listener; privileged
-// is judge's verdict on the runtime.
-func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, privileged bool) {
+// handle takes one runtime's message and serves its listener; v is
+// judge's verdict on the runtime.
+func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 	defer uc.Close()
-	if !privileged {
-		a.logRefusal("ukeyd: seccomp agent: refusing a runtime less privileged than the agent (or gone before its capabilities could be read)", "uid", cred.UID, "pid", cred.PID)
+	if v == refused {
+		a.logRefusal("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
 		return
 	}
 	uc.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -334,14 +358,14 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, privileged bool) {
 	// state names, a later one must name a process in the same, and
 	// only the processes in them are served (Server.member), whatever
 	// listener their calls come through.
-	init, who, err := containerOf(&st)
+	init, who, hostMade, err := containerOf(&st)
 	if err != nil {
 		a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pid", st.Pid, "reason", err.Error())
 		return
 	}
 	fd := fds[i]
 	fds[i] = -1
-	ns, why := a.join(st.State.ID, who, init)
+	ns, why := a.join(st.State.ID, who, init, v == unread, hostMade)
 	if ns == nil {
 		closeFD(fd)
 		if why != "" {
@@ -350,7 +374,8 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, privileged bool) {
 		return
 	}
 	defer a.leave(st.State.ID, ns)
-	a.log.Info("ukeyd: seccomp agent: serving a container's key calls", "container", st.State.ID, "pid", st.Pid)
+	a.log.Info("ukeyd: seccomp agent: serving a container's key calls", "container", st.State.ID, "pid", st.Pid,
+		"runtime_gone", v == unread)
 	if err := ns.srv.ServeListener(fd); err != nil {
 		a.log.Warn("ukeyd: seccomp agent: cannot serve the listener", "container", st.State.ID, "err", err)
 	}
@@ -359,9 +384,25 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, privileged bool) {
 // join returns container id's namespace, making it, and counts one more
 // listener in it; nil once the agent is closing (why is then ""), or if
 // the namespace of that id is another container's, or if the agent
-// holds as many as it may (why says which). It takes init, the handle
+// holds as many as it may, or if an unread runtime hands in a container
+// that does not prove itself (why says which). It takes init, the handle
 // of the container's init (containerOf).
-func (a *Agent) join(id string, who containerIdentity, init procHandle) (*namespace, string) {
+//
+// A runtime unread (judge: reaped before its capabilities could be read)
+// is taken on what it handed over, which outlives it: a new container
+// (its id no live container's, its namespace no container's the agent
+// holds) in a namespace only a privileged process could have made
+// (hostMade: owned by the daemon's user namespace, which needs
+// CAP_SYS_ADMIN there). A root process without capabilities can make no
+// such namespace, nor enter one (setns needs CAP_SYS_ADMIN over it), so
+// the processes behind its listener are never in the namespace it names
+// (Server.member refuses them); and it cannot name a container the agent
+// holds, so it can neither join one nor keep a dead one's keys alive,
+// nor bind one namespace twice. It can bind a namespace that exists and
+// is no container of the agent's (another engine's container, a
+// service's): one namespace, of the bounded many (MaxContainers), that
+// serves none of its processes.
+func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, hostMade bool) (*namespace, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closing {
@@ -369,6 +410,26 @@ func (a *Agent) join(id string, who containerIdentity, init procHandle) (*namesp
 		return nil, ""
 	}
 	ns := a.nss[id]
+	if unread {
+		why := ""
+		switch {
+		case !hostMade:
+			why = "a runtime gone before it could be read, handing a container whose namespace it could have made without privilege"
+		case ns != nil && !ns.init.exited():
+			why = "a runtime gone before it could be read, handing a listener under a live container's id"
+		default:
+			for _, other := range a.nss {
+				if other.who == who {
+					why = "a runtime gone before it could be read, handing a namespace that is already a container's"
+					break
+				}
+			}
+		}
+		if why != "" {
+			init.close()
+			return nil, why
+		}
+	}
 	if ns != nil && ns.who != who {
 		if !ns.init.exited() {
 			init.close()

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -37,14 +38,17 @@ func init() {
 	testChildren["agent-send"] = agentSendChild
 }
 
-// agentForgerChild is a root process without capabilities that tries to
-// join container UKEYS_TEST_ID's key namespace: it starts its own
-// program under a filter of its own (agentChild: UKEYS_TEST_OP,
-// UKEYS_TEST_DESC), hands the program's listener to the agent at
-// UKEYS_AGENT in a state naming that container, from a child that
-// exits at once (agentSendChild), says "sent" once that child has been
-// reaped, then lets its program make its call and says what came of
-// it.
+// agentForgerChild is a root process (one without capabilities, in
+// the attack) that tries to hand the agent a container: it starts its
+// own program under a filter of its own (agentChild: UKEYS_TEST_OP,
+// UKEYS_TEST_DESC), in the daemon's namespaces or, as UKEYS_TEST_NS
+// says, in new pid and mount namespaces ("pid") or those in a user
+// namespace of its own too ("userpid"), hands the program's listener to
+// the agent at UKEYS_AGENT in a state naming container UKEYS_TEST_ID and
+// process UKEYS_TEST_NAME (or its program), from a child that exits at
+// once (agentSendChild), says "sent" once that child has been reaped
+// (or, with UKEYS_TEST_ZOMBIE, has exited and is not yet reaped), then
+// lets its program make its call and says what came of it.
 func agentForgerChild() {
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
@@ -55,6 +59,13 @@ func agentForgerChild() {
 	prog := exec.Command(os.Args[0], "-test.run=^$")
 	prog.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent")
 	prog.ExtraFiles = []*os.File{theirs}
+	switch os.Getenv("UKEYS_TEST_NS") {
+	case "pid":
+		prog.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	case "userpid":
+		// No uid mapped in it: mapping uid 0 needs CAP_SETFCAP.
+		prog.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	}
 	out, _ := prog.StdoutPipe()
 	if err := prog.Start(); err != nil {
 		fmt.Println("start:", err)
@@ -67,10 +78,25 @@ func agentForgerChild() {
 		os.Exit(1)
 	}
 	lf := os.NewFile(uintptr(listener), "listener")
+	name := os.Getenv("UKEYS_TEST_NAME")
+	if name == "" {
+		name = strconv.Itoa(prog.Process.Pid)
+	}
 	send := exec.Command(os.Args[0], "-test.run=^$")
-	send.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent-send", "UKEYS_TEST_PID="+strconv.Itoa(prog.Process.Pid))
+	send.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent-send", "UKEYS_TEST_PID="+name)
 	send.ExtraFiles = []*os.File{lf}
-	if b, err := send.CombinedOutput(); err != nil {
+	said, _ := send.StdoutPipe()
+	send.Stderr = os.Stderr
+	if err := send.Start(); err != nil {
+		fmt.Println("send:", err)
+		os.Exit(1)
+	}
+	b, _ := io.ReadAll(said)
+	if os.Getenv("UKEYS_TEST_ZOMBIE") != "" {
+		// Exited, and left unreaped until the program has made its call.
+		var info unix.Siginfo
+		unix.Waitid(unix.P_PID, send.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+	} else if err := send.Wait(); err != nil {
 		fmt.Println("send:", err, string(b))
 		os.Exit(1)
 	}
@@ -81,6 +107,7 @@ func agentForgerChild() {
 	fmt.Print(line)
 	unix.Write(fds[0], []byte{1})
 	prog.Wait()
+	send.Wait()
 }
 
 // agentSendChild connects to the agent at UKEYS_AGENT and sends a state
@@ -496,18 +523,78 @@ func agentTest(t *testing.T, dir string, cfg server.AgentConfig) (*server.Agent,
 	return a, sock
 }
 
+// forgery is what a forger (agentForgerChild) is and does.
+type forgery struct {
+	capless bool   // a root process without capabilities
+	ns      string // UKEYS_TEST_NS: where its program runs
+	id      string // the container its state names
+	name    int    // the process its state names (0: its program)
+	zombie  bool   // its sending child exited, not yet reaped, when the agent accepts
+	op      string // what its program does (agentChild)
+	desc    string
+}
+
+var forgeries atomic.Int64
+
+// forge runs forger f against agent a, which it reaches on a socket of
+// the agent's in dir that the agent serves only once the forger's
+// sending child is gone, and returns what came of its program's call;
+// bin is a copy of the test binary that every user may run.
+func forge(t *testing.T, a *server.Agent, dir, bin string, f forgery) string {
+	t.Helper()
+	late := filepath.Join(dir, fmt.Sprintf("late%d.sock", forgeries.Add(1)))
+	ln, err := server.Listen(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmd *exec.Cmd
+	if f.capless {
+		setpriv, err := exec.LookPath("setpriv")
+		if err != nil {
+			t.Skip("needs setpriv (util-linux)")
+		}
+		cmd = exec.Command(setpriv, "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", bin, "-test.run=^$")
+	} else {
+		cmd = exec.Command(bin, "-test.run=^$")
+	}
+	cmd.Env = []string{"GORACE=atexit_sleep_ms=0", "UKEYS_TEST_CHILD=agent-forger", "UKEYS_AGENT=" + late, "UKEYS_TEST_ID=" + f.id,
+		"UKEYS_TEST_NS=" + f.ns, "UKEYS_TEST_OP=" + f.op, "UKEYS_TEST_DESC=" + f.desc}
+	if f.name != 0 {
+		cmd.Env = append(cmd.Env, "UKEYS_TEST_NAME="+strconv.Itoa(f.name))
+	}
+	if f.zombie {
+		cmd.Env = append(cmd.Env, "UKEYS_TEST_ZOMBIE=1")
+	}
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	said := bufio.NewReader(out)
+	if line, _ := said.ReadString('\n'); line != "sent\n" {
+		cmd.Wait()
+		t.Fatalf("the forger: %q", line)
+	}
+	go a.Serve(ln) // ends at the agent's shutdown
+	line, _ := said.ReadString('\n')
+	cmd.Wait()
+	return strings.TrimSpace(line)
+}
+
 // A root process without capabilities (setpriv --bounding-set=-all)
-// hands the agent its own program's listener in a state naming another
-// container's id, from a child that has exited (and been reaped) before
-// the agent accepts: it is refused, and its program can neither read
-// the container's key nor plant one there. Before, a runtime already
-// gone was judged by its uid alone, and the program read the key.
+// hands the agent its own program's listener, from a child that has
+// exited (and been reaped) before the agent accepts: such a runtime is
+// judged by what it hands over, and every container it can hand is
+// refused: its program in the daemon's namespaces under container a's
+// id; a state naming container a's init, under a's id or another (a's
+// pid namespace is a's already); its program in pid namespaces of its
+// own, made in a user namespace of its own (no other can it make). Nor
+// does a sending child left unreaped help it: its capabilities are read.
+// Its program can neither read container a's key nor plant one there.
+// Before (0d3718e), a runtime already gone was judged by its uid alone,
+// and the program read the key.
 func TestAgentCaplessRootCannotJoinAContainer(t *testing.T) {
 	ukeystest.NeedRoot(t, "to run a root process without capabilities")
-	setpriv, err := exec.LookPath("setpriv")
-	if err != nil {
-		t.Skip("needs setpriv (util-linux)")
-	}
 	dir := worldDir(t)
 	a, sock := agentTest(t, dir, server.AgentConfig{})
 	a1 := runInContainer(t, sock, "ctr-a", "add", "a-secret")
@@ -516,32 +603,20 @@ func TestAgentCaplessRootCannotJoinAContainer(t *testing.T) {
 	}
 	bin := filepath.Join(dir, "child.test")
 	ukeystest.CopyExecutable(t, os.Args[0], bin)
-	for i, try := range []struct{ op, desc string }{{"search", "a-secret"}, {"add", "planted"}} {
-		// A socket of the agent's own that it serves only once the
-		// forger's runtime is gone.
-		late := filepath.Join(dir, fmt.Sprintf("late%d.sock", i))
-		ln, err := server.Listen(late)
-		if err != nil {
-			t.Fatal(err)
-		}
-		cmd := exec.Command(setpriv, "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", bin, "-test.run=^$")
-		cmd.Env = []string{"UKEYS_TEST_CHILD=agent-forger", "UKEYS_AGENT=" + late, "UKEYS_TEST_ID=ctr-a",
-			"UKEYS_TEST_OP=" + try.op, "UKEYS_TEST_DESC=" + try.desc}
-		out, _ := cmd.StdoutPipe()
-		cmd.Stderr = os.Stderr
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		said := bufio.NewReader(out)
-		if line, _ := said.ReadString('\n'); line != "sent\n" {
-			cmd.Wait()
-			t.Fatalf("the forger: %q", line)
-		}
-		go a.Serve(ln) // ends at the agent's shutdown
-		line, _ := said.ReadString('\n')
-		cmd.Wait()
-		if got := strings.TrimSpace(line); got != "function not implemented" {
-			t.Fatalf("root without capabilities, its runtime gone, naming container a: its program's %s of %q: %s", try.op, try.desc, got)
+	for _, f := range []forgery{
+		{id: "ctr-a", op: "search", desc: "a-secret"},
+		{id: "ctr-a", op: "add", desc: "planted"},
+		{id: "ctr-a", name: a1.init, op: "search", desc: "a-secret"},
+		{id: "ctr-a", name: a1.init, op: "add", desc: "planted"},
+		{id: "ctr-x", name: a1.init, op: "add", desc: "x"},
+		{id: "ctr-y", ns: "userpid", op: "add", desc: "y"},
+		{id: "ctr-a", name: a1.init, op: "add", desc: "planted", zombie: true},
+		{id: "ctr-z", ns: "userpid", op: "add", desc: "z", zombie: true},
+	} {
+		f.capless = true
+		if got := forge(t, a, dir, bin, f); got != "function not implemented" {
+			t.Fatalf("root without capabilities, its runtime gone, its program in namespaces %q, naming container %s and process %d (its program's if 0), zombie %v: its program's %s of %q: %s",
+				f.ns, f.id, f.name, f.zombie, f.op, f.desc, got)
 		}
 	}
 	a2 := a1.runAnother(t, sock, "ctr-a", "search", "planted")
@@ -554,6 +629,51 @@ func TestAgentCaplessRootCannotJoinAContainer(t *testing.T) {
 	}
 	if got := a.Containers(); !slices.Equal(got, []string{"ctr-a"}) {
 		t.Fatalf("containers %v", got)
+	}
+}
+
+// A runtime with every capability that sends its container and exits
+// before the agent accepts (runc does; under load its parent has often
+// reaped it by then) is taken on what it handed over: a new container in
+// pid namespaces only a privileged process could make is served, as one
+// whose runtime the agent could read. A runtime of root's reaped so is
+// still refused a container already bound (container a's id, or its pid
+// namespace under another id), where a privileged runtime's exec would
+// join; one exited and not yet reaped is read, and judged by its
+// capabilities. Before, a runtime gone before it was read was refused
+// whatever it handed over, and under two busy loops TestDockerContainers
+// failed one run in four.
+func TestAgentRuntimeGoneBeforeItIsRead(t *testing.T) {
+	ukeystest.NeedRoot(t, "to make pid namespaces")
+	dir := worldDir(t)
+	a, sock := agentTest(t, dir, server.AgentConfig{})
+	a1 := runInContainer(t, sock, "ctr-a", "add", "a-secret")
+	if got := a1.result(t); got != "ok" {
+		t.Fatalf("adding in container a: %s", got)
+	}
+	bin := filepath.Join(dir, "child.test")
+	ukeystest.CopyExecutable(t, os.Args[0], bin)
+	for _, c := range []struct {
+		f    forgery
+		want string
+	}{
+		{forgery{id: "ctr-g", ns: "pid", op: "add", desc: "g-key"}, "ok"},
+		{forgery{id: "ctr-h", ns: "pid", op: "add", desc: "h-key", zombie: true}, "ok"},
+		{forgery{id: "ctr-a", name: a1.init, op: "search", desc: "a-secret"}, "function not implemented"},
+		{forgery{id: "ctr-x", name: a1.init, op: "search", desc: "a-secret"}, "function not implemented"},
+		{forgery{id: "ctr-u", ns: "userpid", op: "add", desc: "u-key"}, "function not implemented"},
+		// Read, as an exec's runtime: it joins container a, and its
+		// program, in no namespace of a's, is refused each call.
+		{forgery{id: "ctr-a", name: a1.init, op: "search", desc: "a-secret", zombie: true}, "operation not permitted"},
+	} {
+		if got := forge(t, a, dir, bin, c.f); got != c.want {
+			t.Fatalf("a runtime of root's gone (zombie %v), its program in namespaces %q, naming container %s and process %d (its program's if 0): its program's %s of %q: %s, want %s",
+				c.f.zombie, c.f.ns, c.f.id, c.f.name, c.f.op, c.f.desc, got, c.want)
+		}
+	}
+	a2 := a1.runAnother(t, sock, "ctr-a", "search", "a-secret")
+	if got := a2.result(t); got != "ok" {
+		t.Fatalf("container a's own process: %s", got)
 	}
 }
 

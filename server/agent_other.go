@@ -9,12 +9,18 @@ import "errors"
 // listeners to serve, and no container is admitted.
 type containerIdentity struct{}
 
-func identityOf(*procHandle) (containerIdentity, error) {
-	return containerIdentity{}, errors.New("containers are told apart only on Linux")
+func identityOf(*procHandle) (containerIdentity, bool, error) {
+	return containerIdentity{}, false, errors.New("containers are told apart only on Linux")
 }
 
 func (containerIdentity) holds(int) bool { return false }
 
-func containerOf(*ContainerProcessState) (procHandle, containerIdentity, error) {
-	return procHandle{fd: -1}, containerIdentity{}, errors.New("containers are told apart only on Linux")
+func containerOf(*ContainerProcessState) (procHandle, containerIdentity, bool, error) {
+	return procHandle{fd: -1}, containerIdentity{}, false, errors.New("containers are told apart only on Linux")
+}
+
+// runtimeCapabilities: no capabilities to read here (see capabilities).
+func runtimeCapabilities(h *procHandle, euid uint32) (caps uint64, known, reaped bool) {
+	caps, known = h.capabilities(euid)
+	return caps, known, false
 }
