@@ -137,9 +137,9 @@ func (sh *Share) giveFile(uid uint32) bool {
 
 // Detach gives back to sh's parents (and to the process's bound on
 // big_key files) everything sh still holds, for a Service closed with
-// keys in it: Close destroys none (a container's user and persistent
-// keyrings outlive its processes), and their charges would otherwise
-// stay with the parents for good. The service must be closed; what its
+// keys in it: Close wipes their payloads but destroys no key (a
+// container's user and persistent keyrings outlive its processes), and
+// their charges would otherwise stay with the parents for good. The service must be closed; what its
 // keys still hold is counted nowhere once it is detached.
 func (sh *Share) Detach() {
 	sh.mu.Lock()
