@@ -301,7 +301,11 @@ func judge(uc *net.UnixConn) (keys.Cred, verdict) {
 	}
 	h := openProc(uc, cred.PID)
 	var reaped bool
-	cred.Caps, cred.CapsKnown, reaped = runtimeCapabilities(&h, cred.UID)
+	if !h.isPeer() && peerReaped(uc) {
+		reaped, cred.CapsKnown = true, true // none that can be read
+	} else {
+		cred.Caps, cred.CapsKnown, reaped = runtimeCapabilities(&h, cred.UID)
+	}
 	h.close()
 	switch {
 	case asPrivileged(cred):

@@ -2,6 +2,7 @@ package server
 
 import (
 	"errors"
+	"net"
 	"strconv"
 	"sync"
 	"syscall"
@@ -29,6 +30,28 @@ const (
 func runtimeCapabilities(h *procHandle, euid uint32) (caps uint64, known, reaped bool) {
 	caps, known = h.capabilitiesUnless(euid, h.reaped)
 	return caps, known, caps == 0 && h.reaped()
+}
+
+// peerReaped reports whether the kernel, which could have given a
+// pidfd of the peer of uc (SO_PEERPIDFD, Linux 6.5), did not because the
+// peer has been reaped (before 6.16, which gives a pidfd of a reaped
+// peer too): a handle the peer's pid opened since (openProc's fallback)
+// may be a later process's with that pid, whose capabilities are not
+// the runtime's.
+func peerReaped(uc *net.UnixConn) bool {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	reaped := false
+	_ = raw.Control(func(fd uintptr) {
+		pfd, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+		if err == nil {
+			unix.Close(pfd)
+		}
+		reaped = errors.Is(err, unix.ESRCH)
+	})
+	return reaped
 }
 
 // reaped reports whether the process h is a handle of has been reaped

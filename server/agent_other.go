@@ -2,7 +2,10 @@
 
 package server
 
-import "errors"
+import (
+	"errors"
+	"net"
+)
 
 // containerIdentity is what ties a container's id to its processes: on
 // Linux, its pid or mount namespace. Elsewhere there are no seccomp
@@ -24,3 +27,6 @@ func runtimeCapabilities(h *procHandle, euid uint32) (caps uint64, known, reaped
 	caps, known = h.capabilities(euid)
 	return caps, known, false
 }
+
+// peerReaped: no pidfds here (see openProc).
+func peerReaped(*net.UnixConn) bool { return false }
