@@ -47,7 +47,7 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 	var prep *Payload
 	charge := 0
 	if t.Prepare == nil && t != keyringType {
-		if prep, charge, err = t.Preparse(payload); err != nil {
+		if prep, charge, err = t.preparseFor(c, payload); err != nil {
 			return 0, err
 		}
 	}

@@ -59,6 +59,10 @@ type sealed struct {
 	f    *os.File
 	key  [32]byte
 	size int
+	// share and uid are whom the file is charged to besides the process
+	// (Share.takeFile); share may be nil.
+	share *Share
+	uid   uint32
 }
 
 // payloadLen is the sealed plaintext's length (Payload.Len).
@@ -83,7 +87,9 @@ func (b *sealed) Wipe() {
 		}
 		_ = b.f.Close()
 		b.f = nil
-		bigKeyFiles.open.Add(-1)
+		if b.share.giveFile(b.uid) {
+			bigKeyFiles.open.Add(-1)
+		}
 	}
 }
 
@@ -124,8 +130,10 @@ func newAEAD(key []byte) (cipher.AEAD, error) {
 	return cipher.NewGCM(block)
 }
 
-func seal(data []byte) (*sealed, error) {
-	b := &sealed{size: len(data)}
+// seal keeps data in a file charged to the process's bound and to
+// share (nil: none) for uid.
+func seal(data []byte, share *Share, uid uint32) (*sealed, error) {
+	b := &sealed{size: len(data), share: share, uid: uid}
 	if _, err := rand.Read(b.key[:]); err != nil {
 		return nil, ENOMEM
 	}
@@ -147,18 +155,26 @@ func seal(data []byte) (*sealed, error) {
 		*bp = box[:0]
 		boxes.Put(bp)
 	}()
+	// The share first: a tenant at its own bound never takes, even for
+	// a moment, one of the process's files that another could use.
+	if e := share.takeFile(uid); e != 0 {
+		return nil, e
+	}
 	if !takeBigKeyFile() {
+		share.giveFile(uid)
 		return nil, EMFILE
 	}
 	f, err := os.CreateTemp("", "ukeys-big_key-*")
 	if err != nil {
 		bigKeyFiles.open.Add(-1)
+		share.giveFile(uid)
 		return nil, ENOMEM
 	}
 	_ = os.Remove(f.Name()) // unlinked: reachable only through this handle
 	if _, err := f.Write(box); err != nil {
 		_ = f.Close()
 		bigKeyFiles.open.Add(-1)
+		share.giveFile(uid)
 		return nil, ENOMEM
 	}
 	b.f = f
@@ -171,20 +187,36 @@ var zeros [64 << 10]byte
 // boxes holds the buffers sealed boxes are made in (wiped when put back).
 var boxes = sync.Pool{New: func() any { return new([]byte) }}
 
+// bigKeyPreparse is big_key's Preparse, its file (if it needs one)
+// charged to share for uid.
+func bigKeyPreparse(data []byte, share *Share, uid uint32) (*Payload, int, error) {
+	if len(data) == 0 || len(data) > MaxBigKeyPayload {
+		return nil, 0, EINVAL
+	}
+	if len(data) <= BigKeyInline {
+		return newPayload(data), bigKeyCharge, nil
+	}
+	b, err := seal(data, share, uid)
+	if err != nil {
+		return nil, 0, err
+	}
+	return &Payload{Extra: b}, bigKeyCharge, nil
+}
+
+// preparseFor is t's Preparse for caller c: a big_key's file is charged
+// to c's service's share (WithShare) for c's uid, besides the process's
+// bound.
+func (t *Type) preparseFor(c *Caller, data []byte) (*Payload, int, error) {
+	if t == bigKeyType && c != nil && c.s.share != nil {
+		return bigKeyPreparse(data, c.s.share, c.cr().UID)
+	}
+	return t.Preparse(data)
+}
+
 var bigKeyType = &Type{
 	Name: "big_key",
 	Preparse: func(data []byte) (*Payload, int, error) {
-		if len(data) == 0 || len(data) > MaxBigKeyPayload {
-			return nil, 0, EINVAL
-		}
-		if len(data) <= BigKeyInline {
-			return newPayload(data), bigKeyCharge, nil
-		}
-		b, err := seal(data)
-		if err != nil {
-			return nil, 0, err
-		}
-		return &Payload{Extra: b}, bigKeyCharge, nil
+		return bigKeyPreparse(data, nil, 0)
 	},
 	MaxSize:   MaxBigKeyPayload,
 	Updatable: true,

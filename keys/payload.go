@@ -217,7 +217,7 @@ func (c *Caller) updateKey(id Serial, payload []byte) error {
 		p, charge, err = t.prepareUpdate(c, r.key.description(), r.key.loadPayload(), payload)
 		sec.End()
 	} else {
-		p, charge, err = t.Preparse(payload)
+		p, charge, err = t.preparseFor(c, payload)
 	}
 	if err != nil {
 		return err

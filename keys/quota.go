@@ -88,6 +88,9 @@ func (s *Service) charge(u *quotaUser, quotalen int, overrun bool) error {
 	if !overrun && (u.qnkeys+1 > maxKeys || u.qnbyte+quotalen > maxBytes) {
 		return EDQUOT
 	}
+	if !s.share.charge(1, quotalen, overrun) {
+		return EDQUOT
+	}
 	u.qnkeys++
 	u.qnbyte += quotalen
 	return nil
@@ -101,6 +104,9 @@ func (s *Service) adjust(u *quotaUser, delta int) error {
 	if delta > 0 && u.qnbyte+delta > maxBytes {
 		return EDQUOT
 	}
+	if !s.share.charge(0, delta, false) {
+		return EDQUOT
+	}
 	u.qnbyte += delta
 	return nil
 }
@@ -111,6 +117,7 @@ func (s *Service) uncharge(u *quotaUser, quotalen int) {
 	u.qnkeys--
 	u.qnbyte -= quotalen
 	u.mu.Unlock()
+	s.share.charge(-1, -quotalen, true)
 }
 
 // quotaReturn is what destroying keys gives back to one owner.
@@ -157,6 +164,7 @@ func (s *Service) returnQuota(r quotaReturns) {
 		u.qnkeys -= e.quotaKeys
 		u.qnbyte -= e.quotaBytes
 		u.mu.Unlock()
+		s.share.charge(-e.quotaKeys, -e.quotaBytes, true)
 		if u.refs.Add(-int64(e.keys-1)) <= 0 {
 			panic("keys: quota record released while keys it counts remain")
 		}

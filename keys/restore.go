@@ -333,6 +333,7 @@ func (s *Service) chargeAnyway(k *Key, n int) {
 	k.quota.mu.Lock()
 	k.quota.qnbyte += n
 	k.quota.mu.Unlock()
+	s.share.charge(0, n, true)
 	k.quotalen += int32(n)
 }
 

@@ -1,6 +1,7 @@
 package keys
 
 import (
+	"context"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -71,6 +72,9 @@ type Service struct {
 	// in the order they took effect.
 	tunMu      sync.Mutex
 	onTunables func(Tunables)
+	// share, if set (WithShare), bounds what all the service's keys hold
+	// together, within what other services hold (share.go).
+	share *Share
 
 	index serialIndex
 	count atomic.Int64
@@ -215,12 +219,48 @@ func (s *Service) Close() error {
 	}
 	s.closeMu.Unlock()
 	s.gcol.close()
+	s.wipeLive()
 	s.index.close()
 	s.coarse.close()
 	if s.ownDom {
 		return s.dom.Close()
 	}
 	return nil
+}
+
+// wipeLive wipes the payloads of the keys still indexed once the service
+// is closed: those its own registers hold (a user's keyrings, persistent
+// keyrings) and what they link, which no caller can reach any more (an
+// agent's container namespace ends so, with its last process). Each
+// payload is taken from its key, and wiped (its type's Destroy run: a
+// big_key's file is overwritten and closed) once a grace period has
+// passed, so that no reader still holds it, as the collector destroys a
+// key. Before, Close left them to Go's collector unwiped: a container's
+// secrets stayed in the daemon's memory after it ended. Their quota
+// charges are not returned (a Share gives them back whole: Detach).
+func (s *Service) wipeLive() {
+	type dead struct {
+		p       *Payload
+		destroy func(*Payload)
+	}
+	var ds []dead
+	for k := range s.index.all() {
+		k.mu.Lock()
+		if p := k.swapPayload(nil); p != nil {
+			ds = append(ds, dead{p, k.typ.Load().Destroy})
+		}
+		k.mu.Unlock()
+	}
+	if len(ds) == 0 {
+		return
+	}
+	_ = s.dom.Synchronize(context.Background())
+	for _, d := range ds {
+		d.p.wipe()
+		if d.destroy != nil {
+			d.destroy(d.p)
+		}
+	}
 }
 
 // Domain returns the rcu domain the service's readers use.

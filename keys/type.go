@@ -72,7 +72,7 @@ func (t *Type) prepare(c *Caller, desc string, old *Payload, data []byte) (*Payl
 	if t.Prepare != nil {
 		return t.Prepare(c, desc, old, data)
 	}
-	return t.Preparse(data)
+	return t.preparseFor(c, data)
 }
 
 // prepareUpdate is Prepare for an update of a key whose payload is old.

@@ -143,6 +143,78 @@ func TestPayloadWipedAtClose(t *testing.T) {
 	}
 }
 
+// Keys still held when the service closes (a user keyring and a
+// persistent keyring outlive their callers: an agent's container
+// namespace ends so, with its last process) are wiped too, a big_key's
+// file overwritten and closed, once a grace period has passed. Before,
+// Close left them to Go's collector: "payload memory of the key in the
+// user keyring after Close: "wiped-at-close-user"".
+func TestHeldKeysWipedAtClose(t *testing.T) {
+	sh := NewShare(nil, ShareLimits{Keys: 100, Bytes: 1 << 20, BigKeyFiles: 10})
+	s := New(WithShare(sh))
+	c := s.NewCaller(Cred{UID: 1000, GID: 100, PID: 4242})
+	if _, err := c.JoinSessionKeyring(nil); err != nil {
+		t.Fatal(err)
+	}
+	user, err := c.AddKey("user", "in-user", []byte("wiped-at-close-user"), UserKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pers, err := c.GetPersistent(-1, SessionKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	inPers, err := c.AddKey("logon", "svc:in-persistent", []byte("wiped-at-close-persistent"), pers)
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := bytes.Repeat([]byte("big-close-marker"), 4096/16)
+	bigID, err := c.AddKey("big_key", "big", big, UserKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mems := map[string][]byte{"the key in the user keyring": backing(t, s, user),
+		"the key in the persistent keyring": backing(t, s, inPers)}
+	sl, ok := s.lookup(bigID).loadPayload().Extra.(*sealed)
+	if !ok {
+		t.Fatalf("a %d-byte big_key is not sealed in a file", len(big))
+	}
+	fd, err := syscall.Dup(int(sl.f.Fd()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f := os.NewFile(uintptr(fd), "big_key copy")
+	defer f.Close()
+	sealedKey := sl.key[:]
+	c.Release()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for what, mem := range mems {
+		if !isZero(mem) {
+			t.Errorf("payload memory of %s after Close: %q", what, mem)
+		}
+	}
+	if !isZero(sealedKey) {
+		t.Error("the big_key file's encryption key survived Close")
+	}
+	st, err := f.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rest := make([]byte, st.Size())
+	if _, err := f.ReadAt(rest, 0); err != nil {
+		t.Fatal(err)
+	}
+	if st.Size() == 0 || !isZero(rest) {
+		t.Errorf("the big_key file (%d bytes) was not overwritten at Close", st.Size())
+	}
+	if u := sh.Usage(); u.BigKeyFiles != 0 {
+		t.Errorf("the share still counts %d big_key files once they are closed", u.BigKeyFiles)
+	}
+	sh.Detach()
+}
+
 // A sealed big_key is decrypted for each read into a buffer of its own;
 // once the read has copied it out, that buffer is wiped, by the general
 // read and by the fast path (and by a read whose buffer was too small,

@@ -26,9 +26,27 @@ import (
 // kernel's keyrings lack, and why runtimes forbid those calls). A
 // container's keys are destroyed when its last process has exited (its
 // last listener has no task left).
+//
+// A container's id is no identity by itself: only the agent's equal may
+// hand in a container (judge), and an id is bound to the container's
+// own processes, its pid namespace (or mount namespace, for a container
+// that shares the host's pids), read from the process the runtime's
+// state names (containerOf). A namespace serves no process outside them.
 type Agent struct {
 	cfg AgentConfig
 	log *slog.Logger
+
+	// refusals throttles the log lines of refused runtimes, as the
+	// main socket's are (Server.logRefusal): the agent's socket is open
+	// to every user, and each refusal would otherwise be a line.
+	refusals rateLimiter
+
+	// bounds are the containers' bounds together (ContainerBounds);
+	// procs and keys count what every container's namespace holds of
+	// them.
+	bounds ContainerBounds
+	procs  *pool
+	keys   *keys.Share
 
 	mu      sync.Mutex
 	nss     map[string]*namespace
@@ -43,6 +61,76 @@ type AgentConfig struct {
 	Logger *slog.Logger
 	Keys   []keys.Option // for each container's keys.Service
 	Server Config        // for each container's Server
+	// MaxContainers bounds the containers whose key namespaces the agent
+	// holds at once (0: DefaultMaxContainers); a runtime handing in one
+	// more is refused.
+	MaxContainers int
+	// Bounds are what every container's namespace together may hold of
+	// the daemon's resources; each container gets an eighth of each, and
+	// each uid in a container an eighth of its container's (see
+	// ContainerBounds).
+	Bounds ContainerBounds
+}
+
+// ContainerBounds are what the containers' key namespaces may hold
+// together of what belongs to the one daemon process, whichever of them
+// holds it: without them each namespace had fresh bounds and quotas of
+// its own (a million keys for its root), while big_key files,
+// descriptors and memory are the process's, and one container's root
+// filled every big_key file of the daemon, after which every other
+// container and every host user got EMFILE. Zero fields take the
+// defaults said of each.
+type ContainerBounds struct {
+	// Procs bounds the processes and listeners the containers' Servers
+	// keep (a descriptor or more each); default half of
+	// Config.Server.Limits' MaxProcs (ukeyd takes it out of the host's).
+	Procs int
+	// BigKeyFiles bounds the containers' big_key payload files; default
+	// half of Config.Server.Limits' BigKeyFiles, the process's bound, so
+	// that the host's users keep the other half whatever the containers
+	// hold.
+	BigKeyFiles int
+	// Keys and Bytes bound the keys and bytes charged to the quotas of
+	// every container's owners together; default root's quota
+	// (RootMaxKeys, RootMaxBytes) of the tunables the namespaces are made
+	// with.
+	Keys, Bytes int
+}
+
+// containerShare is the fraction of each of the agent's bounds one
+// container may hold, and of a container's that one uid in it may: so
+// that eight containers are needed to fill the agent, and eight uids to
+// fill a container (as eight uids are needed to fill the daemon).
+const containerShare = 8
+
+// pool counts what several Servers hold together of one resource,
+// against a bound: the processes and listeners of every container's
+// namespace. A nil pool bounds nothing.
+type pool struct {
+	mu     sync.Mutex
+	n, max int
+}
+
+func (p *pool) take() bool {
+	if p == nil {
+		return true
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.n >= p.max {
+		return false
+	}
+	p.n++
+	return true
+}
+
+func (p *pool) give() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.n--
+	p.mu.Unlock()
 }
 
 // namespace is one container's keys.
@@ -50,6 +138,15 @@ type namespace struct {
 	svc       *keys.Service
 	srv       *Server
 	listeners int
+	// who is the container's identity, recorded from its first
+	// listener's state; init a handle of its init, for as long as the
+	// namespace lives: once it has exited, the id may be a new
+	// container's.
+	who  containerIdentity
+	init procHandle
+	// share is what its keys hold of the agent's bounds, given back
+	// whole when the namespace ends (keys.Share.Detach).
+	share *keys.Share
 }
 
 // ContainerProcessState is what a runtime sends with the listener
@@ -79,7 +176,53 @@ func NewAgent(cfg AgentConfig) *Agent {
 	if cfg.Server.Logger == nil {
 		cfg.Server.Logger = log
 	}
-	return &Agent{cfg: cfg, log: log, nss: make(map[string]*namespace)}
+	a := &Agent{cfg: cfg, log: log, nss: make(map[string]*namespace),
+		refusals: rateLimiter{interval: 10 * time.Second, burst: 5}}
+	lim := cfg.Server.Limits.withDefaults()
+	tun := keys.New(cfg.Keys...)
+	t := tun.Tunables()
+	tun.Close()
+	b := cfg.Bounds
+	fill := func(v *int, def int) {
+		if *v <= 0 {
+			*v = max(def, 1)
+		}
+	}
+	fill(&b.Procs, lim.MaxProcs/2)
+	fill(&b.BigKeyFiles, lim.BigKeyFiles/2)
+	fill(&b.Keys, t.RootMaxKeys)
+	fill(&b.Bytes, t.RootMaxBytes)
+	a.bounds = b
+	a.procs = &pool{max: b.Procs}
+	a.keys = keys.NewShare(nil, keys.ShareLimits{Keys: b.Keys, Bytes: b.Bytes, BigKeyFiles: b.BigKeyFiles})
+	return a
+}
+
+// Bounds returns the agent's bounds, defaults filled in.
+func (a *Agent) Bounds() ContainerBounds { return a.bounds }
+
+// ContainerShare is one container's share of the agent's bounds b, and
+// perUID the share of one uid in a container.
+func ContainerShare(b ContainerBounds) (container, perUID ContainerBounds) {
+	share := func(v int) int { return max(v/containerShare, 1) }
+	container = ContainerBounds{Procs: max(b.Procs/containerShare, 2), BigKeyFiles: share(b.BigKeyFiles),
+		Keys: share(b.Keys), Bytes: share(b.Bytes)}
+	perUID = ContainerBounds{Procs: max(container.Procs/containerShare, 2), BigKeyFiles: share(container.BigKeyFiles),
+		Keys: share(container.Keys), Bytes: share(container.Bytes)}
+	return container, perUID
+}
+
+// logRefusal logs a refused runtime, at most a few lines per interval
+// however many there are.
+func (a *Agent) logRefusal(msg string, args ...any) {
+	ok, suppressed := a.refusals.allow(time.Now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed_since_last", suppressed)
+	}
+	a.log.Warn(msg, args...)
 }
 
 // Serve accepts runtimes on ln until Shutdown.
@@ -106,10 +249,12 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 			time.Sleep(10 * time.Millisecond)
 			continue
 		}
+		// Judged at once: a runtime may exit as soon as it has sent.
+		cred, v := judge(uc)
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
-			a.handle(uc)
+			a.handle(uc, cred, v)
 		}()
 	}
 }
@@ -117,36 +262,66 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 // maxStateSize bounds a ContainerProcessState (runc's are a few KiB).
 const maxStateSize = 64 << 10
 
-// handle takes one runtime's message and serves its listener.
-func (a *Agent) handle(uc *net.UnixConn) {
-	defer uc.Close()
-	// Only the agent's equal (its user, root for the system daemon,
-	// with every capability it holds) may hand it a container: a
-	// container's id names its key namespace, and anyone else could join
-	// another's by naming it. A runtime already gone is judged by its
-	// uid alone, as before capabilities were asked.
+// DefaultMaxContainers is how many containers' key namespaces an agent
+// holds at once unless AgentConfig.MaxContainers says otherwise.
+const DefaultMaxContainers = 1024
+
+// A runtime's verdict (judge).
+type verdict int
+
+const (
+	refused verdict = iota
+	// equal: the agent's equal, its capabilities read.
+	equal
+	// unread: the agent's uid, reaped before its capabilities could be
+	// read; judged by the container it hands over (Agent.join).
+	unread
+)
+
+// judge says whether the runtime at the other end of uc is the agent's
+// equal: its user (root for the system daemon) with every capability
+// the agent holds. A container's id names its key namespace, and anyone
+// else could make namespaces without end, or join another's by naming
+// it. Its capabilities are read as soon as it is accepted (in the accept
+// loop, before anything else), those of a runtime that has exited but
+// is not yet reaped too (runtimeCapabilities).
+//
+// A runtime reaped before that (runc sends its container and exits, and
+// under load its parent has often reaped it before the agent accepts)
+// has nothing left to read but its uid, which cannot decide: a root
+// process without capabilities (a container's root, a service with an
+// empty bounding set) that connects from a child exiting at once would
+// be as good as the runtime. Such a runtime, if it had the agent's uid,
+// is "unread": what it hands over must prove that a privileged process
+// made the container, and that the container is new (Agent.join).
+func judge(uc *net.UnixConn) (keys.Cred, verdict) {
 	cred, err := peerCred(uc)
-	privileged := false
-	if err == nil {
-		h := openProc(uc, cred.PID)
-		gone := cred.PID <= 0 || h.exited()
-		if !gone {
-			cred.Caps, cred.CapsKnown = h.capabilities(cred.UID)
-			gone = h.exited()
-		}
-		h.close()
-		if gone {
-			// A runtime may send its container and exit before the
-			// agent reads it (Docker's does, now and then): its
-			// capabilities can no longer be read, and its uid decides,
-			// root's or the agent's own.
-			privileged = cred.UID == 0 || int(cred.UID) == os.Geteuid()
-		} else {
-			privileged = asPrivileged(cred)
-		}
+	if err != nil || cred.PID <= 0 {
+		return cred, refused
 	}
-	if err != nil || !privileged {
-		a.log.Warn("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
+	h := openProc(uc, cred.PID)
+	var reaped bool
+	if !h.isPeer() && peerReaped(uc) {
+		reaped, cred.CapsKnown = true, true // none that can be read
+	} else {
+		cred.Caps, cred.CapsKnown, reaped = runtimeCapabilities(&h, cred.UID)
+	}
+	h.close()
+	switch {
+	case asPrivileged(cred):
+		return cred, equal
+	case reaped && cred.UID == uint32(os.Geteuid()):
+		return cred, unread
+	}
+	return cred, refused
+}
+
+// handle takes one runtime's message and serves its listener; v is
+// judge's verdict on the runtime.
+func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
+	defer uc.Close()
+	if v == refused {
+		a.logRefusal("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
 		return
 	}
 	uc.SetReadDeadline(time.Now().Add(10 * time.Second))
@@ -154,7 +329,7 @@ func (a *Agent) handle(uc *net.UnixConn) {
 	oob := make([]byte, syscall.CmsgSpace(4*8))
 	n, oobn, _, _, err := uc.ReadMsgUnix(buf, oob)
 	if err != nil {
-		a.log.Warn("ukeyd: seccomp agent: no message from the runtime", "err", err)
+		a.logRefusal("ukeyd: seccomp agent: no message from the runtime", "err", err)
 		return
 	}
 	var fds []int
@@ -174,46 +349,149 @@ func (a *Agent) handle(uc *net.UnixConn) {
 	}()
 	var st ContainerProcessState
 	if err := json.Unmarshal(buf[:n], &st); err != nil {
-		a.log.Warn("ukeyd: seccomp agent: the runtime's state does not decode", "err", err)
+		a.logRefusal("ukeyd: seccomp agent: the runtime's state does not decode", "err", err)
 		return
 	}
 	i := slices.Index(st.FDs, "seccompFd")
 	if i < 0 || i >= len(fds) || st.State.ID == "" {
-		a.log.Warn("ukeyd: seccomp agent: no listener, or no container id", "fds", st.FDs, "id", st.State.ID)
+		a.logRefusal("ukeyd: seccomp agent: no listener, or no container id", "fds", st.FDs, "id", st.State.ID)
+		return
+	}
+	// The container's id is bound to the container's own processes: the
+	// first listener of an id records the namespaces of the process the
+	// state names, a later one must name a process in the same, and
+	// only the processes in them are served (Server.member), whatever
+	// listener their calls come through.
+	init, who, hostMade, err := containerOf(&st)
+	if err != nil {
+		a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pid", st.Pid, "reason", err.Error())
 		return
 	}
 	fd := fds[i]
 	fds[i] = -1
-	ns := a.join(st.State.ID)
+	ns, why := a.join(st.State.ID, who, init, v == unread, hostMade)
 	if ns == nil {
 		closeFD(fd)
+		if why != "" {
+			a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pid", st.Pid, "reason", why)
+		}
 		return
 	}
 	defer a.leave(st.State.ID, ns)
-	a.log.Info("ukeyd: seccomp agent: serving a container's key calls", "container", st.State.ID, "pid", st.Pid)
+	a.log.Info("ukeyd: seccomp agent: serving a container's key calls", "container", st.State.ID, "pid", st.Pid,
+		"runtime_gone", v == unread)
 	if err := ns.srv.ServeListener(fd); err != nil {
 		a.log.Warn("ukeyd: seccomp agent: cannot serve the listener", "container", st.State.ID, "err", err)
 	}
 }
 
 // join returns container id's namespace, making it, and counts one more
-// listener in it; nil once the agent is closing.
-func (a *Agent) join(id string) *namespace {
+// listener in it; nil once the agent is closing (why is then ""), or if
+// the namespace of that id is another container's, or if the agent
+// holds as many as it may, or if an unread runtime hands in a container
+// that does not prove itself (why says which). It takes init, the handle
+// of the container's init (containerOf).
+//
+// A runtime unread (judge: reaped before its capabilities could be read)
+// is taken on what it handed over, which outlives it: a new container
+// (its id no live container's, its namespace no container's the agent
+// holds) in a namespace only a privileged process could have made
+// (hostMade: owned by the daemon's user namespace, which needs
+// CAP_SYS_ADMIN there). A root process without capabilities can make no
+// such namespace, nor enter one (setns needs CAP_SYS_ADMIN over it), so
+// the processes behind its listener are never in the namespace it names
+// (Server.member refuses them); and it cannot name a container the agent
+// holds, so it can neither join one nor keep a dead one's keys alive,
+// nor bind one namespace twice. It can bind a namespace that exists and
+// is no container of the agent's (another engine's container, a
+// service's): one namespace, of the bounded many (MaxContainers), that
+// serves none of its processes.
+func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, hostMade bool) (*namespace, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closing {
-		return nil
+		init.close()
+		return nil, ""
 	}
 	ns := a.nss[id]
+	if unread {
+		why := ""
+		switch {
+		case !hostMade:
+			why = "a runtime gone before it could be read, handing a container whose namespace it could have made without privilege"
+		case ns != nil && !ns.init.exited():
+			why = "a runtime gone before it could be read, handing a listener under a live container's id"
+		default:
+			for _, other := range a.nss {
+				if other.who == who {
+					why = "a runtime gone before it could be read, handing a namespace that is already a container's"
+					break
+				}
+			}
+		}
+		if why != "" {
+			init.close()
+			return nil, why
+		}
+	}
+	if ns != nil && ns.who != who {
+		if !ns.init.exited() {
+			init.close()
+			return nil, "the id is a live container's, and the process the state names is not in it"
+		}
+		// The container of that id is gone (its init has exited) and
+		// its namespace waits for its last listener: a new container
+		// has the id now, and a namespace of its own. The old one goes
+		// with its listener (leave).
+		delete(a.nss, id)
+		ns = nil
+	}
 	if ns == nil {
-		svc := keys.New(a.cfg.Keys...)
-		cfg := a.cfg.Server
-		cfg.NoLogins = true
-		ns = &namespace{svc: svc, srv: New(svc, cfg)}
+		if len(a.nss) >= a.maxContainers() {
+			init.close()
+			return nil, "the agent holds as many containers as it may"
+		}
+		ns = a.newNamespace(who, init)
 		a.nss[id] = ns
+	} else {
+		init.close()
 	}
 	ns.listeners++
-	return ns
+	return ns, ""
+}
+
+// newNamespace makes a container's namespace, with its share of the
+// agent's bounds: its keys count against a share of the agent's (keys,
+// bytes, big_key files, and files per uid), each uid in it has a quota
+// of at most its share (root's too), and its Server keeps at most its
+// share of processes and listeners (per uid too), within the agent's
+// pool. a.mu is held.
+func (a *Agent) newNamespace(who containerIdentity, init procHandle) *namespace {
+	ctr, uid := ContainerShare(a.bounds)
+	share := keys.NewShare(a.keys, keys.ShareLimits{Keys: ctr.Keys, Bytes: ctr.Bytes,
+		BigKeyFiles: ctr.BigKeyFiles, BigKeyFilesPerUID: uid.BigKeyFiles})
+	svc := keys.New(append(slices.Clone(a.cfg.Keys), keys.WithShare(share))...)
+	t := svc.Tunables()
+	t.MaxKeys, t.MaxBytes = min(t.MaxKeys, uid.Keys), min(t.MaxBytes, uid.Bytes)
+	t.RootMaxKeys, t.RootMaxBytes = min(t.RootMaxKeys, uid.Keys), min(t.RootMaxBytes, uid.Bytes)
+	_ = svc.SetTunables(t) // within the valid range: each at least 1
+	cfg := a.cfg.Server
+	cfg.NoLogins = true
+	cfg.Limits = cfg.Limits.withDefaults()
+	cfg.Limits.MaxProcs = min(cfg.Limits.MaxProcs, ctr.Procs)
+	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
+	srv := New(svc, cfg)
+	srv.member = who.holds
+	srv.procPool = a.procs
+	return &namespace{svc: svc, srv: srv, who: who, init: init, share: share}
+}
+
+// maxContainers is AgentConfig.MaxContainers or its default.
+func (a *Agent) maxContainers() int {
+	if a.cfg.MaxContainers > 0 {
+		return a.cfg.MaxContainers
+	}
+	return DefaultMaxContainers
 }
 
 // leave counts a listener of container id's out; the container's keys
@@ -229,6 +507,8 @@ func (a *Agent) leave(id string, ns *namespace) {
 	if last {
 		ns.srv.Shutdown(context.Background())
 		ns.svc.Close()
+		ns.share.Detach()
+		ns.init.close()
 		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its keys are gone", "container", id)
 	}
 }

@@ -6,13 +6,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"runtime"
 	"slices"
+	"strconv"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 	"unsafe"
@@ -21,10 +26,124 @@ import (
 
 	"github.com/ukeys/ukeys/internal/intercept"
 	"github.com/ukeys/ukeys/internal/testutil"
+	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 )
 
-func init() { testChildren["agent"] = agentChild }
+func init() {
+	testChildren["agent"] = agentChild
+	testChildren["connect-many"] = connectManyChild
+	testChildren["agent-forger"] = agentForgerChild
+	testChildren["agent-send"] = agentSendChild
+}
+
+// agentForgerChild is a root process (one without capabilities, in
+// the attack) that tries to hand the agent a container: it starts its
+// own program under a filter of its own (agentChild: UKEYS_TEST_OP,
+// UKEYS_TEST_DESC), in the daemon's namespaces or, as UKEYS_TEST_NS
+// says, in new pid and mount namespaces ("pid") or those in a user
+// namespace of its own too ("userpid"), hands the program's listener to
+// the agent at UKEYS_AGENT in a state naming container UKEYS_TEST_ID and
+// process UKEYS_TEST_NAME (or its program), from a child that exits at
+// once (agentSendChild), says "sent" once that child has been reaped
+// (or, with UKEYS_TEST_ZOMBIE, has exited and is not yet reaped), then
+// lets its program make its call and says what came of it.
+func agentForgerChild() {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		fmt.Println("socketpair:", err)
+		os.Exit(1)
+	}
+	theirs := os.NewFile(uintptr(fds[1]), "theirs")
+	prog := exec.Command(os.Args[0], "-test.run=^$")
+	prog.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent")
+	prog.ExtraFiles = []*os.File{theirs}
+	switch os.Getenv("UKEYS_TEST_NS") {
+	case "pid":
+		prog.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	case "userpid":
+		// No uid mapped in it: mapping uid 0 needs CAP_SETFCAP.
+		prog.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	}
+	out, _ := prog.StdoutPipe()
+	if err := prog.Start(); err != nil {
+		fmt.Println("start:", err)
+		os.Exit(1)
+	}
+	theirs.Close()
+	listener, err := intercept.ReceiveListener(fds[0])
+	if err != nil {
+		fmt.Println("listener:", err)
+		os.Exit(1)
+	}
+	lf := os.NewFile(uintptr(listener), "listener")
+	name := os.Getenv("UKEYS_TEST_NAME")
+	if name == "" {
+		name = strconv.Itoa(prog.Process.Pid)
+	}
+	send := exec.Command(os.Args[0], "-test.run=^$")
+	send.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent-send", "UKEYS_TEST_PID="+name)
+	send.ExtraFiles = []*os.File{lf}
+	said, _ := send.StdoutPipe()
+	send.Stderr = os.Stderr
+	if err := send.Start(); err != nil {
+		fmt.Println("send:", err)
+		os.Exit(1)
+	}
+	b, _ := io.ReadAll(said)
+	if os.Getenv("UKEYS_TEST_ZOMBIE") != "" {
+		// Exited, and left unreaped until the program has made its call.
+		var info unix.Siginfo
+		unix.Waitid(unix.P_PID, send.Process.Pid, &info, unix.WEXITED|unix.WNOWAIT, nil)
+	} else if err := send.Wait(); err != nil {
+		fmt.Println("send:", err, string(b))
+		os.Exit(1)
+	}
+	lf.Close()
+	fmt.Println("sent")
+	unix.Write(fds[0], []byte{1})
+	line, _ := bufio.NewReader(out).ReadString('\n')
+	fmt.Print(line)
+	unix.Write(fds[0], []byte{1})
+	prog.Wait()
+	send.Wait()
+}
+
+// agentSendChild connects to the agent at UKEYS_AGENT and sends a state
+// naming container UKEYS_TEST_ID and process UKEYS_TEST_PID, with the
+// listener it was given (fd 3), and exits.
+func agentSendChild() {
+	pid, _ := strconv.Atoi(os.Getenv("UKEYS_TEST_PID"))
+	var st server.ContainerProcessState
+	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, pid
+	st.State.ID, st.State.Status, st.State.Pid = os.Getenv("UKEYS_TEST_ID"), "creating", pid
+	msg, _ := json.Marshal(st)
+	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: os.Getenv("UKEYS_AGENT"), Net: "unix"})
+	if err != nil {
+		fmt.Println("dial:", err)
+		os.Exit(1)
+	}
+	if _, _, err := conn.WriteMsgUnix(msg, unix.UnixRights(3), nil); err != nil {
+		fmt.Println("send:", err)
+		os.Exit(1)
+	}
+}
+
+// connectManyChild connects to UKEYS_SOCKET UKEYS_TEST_N times, one
+// after the other, each time waiting for the daemon to hang up.
+func connectManyChild() {
+	n, _ := strconv.Atoi(os.Getenv("UKEYS_TEST_N"))
+	for range n {
+		c, err := net.Dial("unix", os.Getenv("UKEYS_SOCKET"))
+		if err != nil {
+			fmt.Println("dial:", err)
+			os.Exit(1)
+		}
+		c.Read(make([]byte, 1))
+		c.Close()
+	}
+}
 
 // agentChild runs under the filter, as a container's process does: it
 // hands its listener to its parent (fd 3), waits for the word, then adds
@@ -36,10 +155,30 @@ func agentChild() {
 	startFiltered(false)
 	desc := os.Getenv("UKEYS_TEST_DESC")
 	var e unix.Errno
-	if os.Getenv("UKEYS_TEST_OP") == "add" {
+	big := make([]byte, 2*keys.BigKeyInline) // kept in a file
+	addBig := func(desc string) unix.Errno {
+		_, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("big_key"), cstr(desc), uintptr(unsafe.Pointer(&big[0])), uintptr(len(big)), uintptr(0xfffffffc), 0)
+		return e
+	}
+	switch os.Getenv("UKEYS_TEST_OP") {
+	case "fill-big":
+		// big_key files until refused: how many, and why.
+		n := 0
+		for ; n < 1000; n++ {
+			if e = addBig(fmt.Sprintf("%s-%d", desc, n)); e != 0 {
+				break
+			}
+		}
+		fmt.Println(n, e)
+		var w [1]byte
+		unix.Read(3, w[:])
+		return
+	case "add-big":
+		e = addBig(desc)
+	case "add":
 		v := []byte("v")
 		_, _, e = unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr(desc), uintptr(unsafe.Pointer(&v[0])), 1, uintptr(0xfffffffc), 0)
-	} else {
+	default:
 		_, _, e = unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, uintptr(0xfffffffc), cstr("user"), cstr(desc), 0, 0)
 	}
 	if e != 0 {
@@ -57,23 +196,66 @@ type container struct {
 	cmd  *exec.Cmd
 	ours *os.File
 	said *bufio.Reader
+	init int // the host's pid of the container's init
 }
 
+// inContainer says where a simulated container's process runs and what
+// the state its runtime sends says of it.
+type inContainer struct {
+	// join: in that process's container (its pid and mount namespaces),
+	// as runc exec runs a process; else in a new container of its own,
+	// of which it is the init, unless host.
+	join *container
+	// host: in the daemon's own namespaces, in no container at all.
+	host bool
+	// pid and initPid, if set, are what the state says (ContainerProcessState.Pid
+	// and State.Pid) instead of the truth.
+	pid, initPid int
+}
+
+// runInContainer starts a process in a new container id (its own pid and
+// mount namespaces, as a runtime makes them), which adds or searches for
+// desc (op), and hands its listener to the agent at agentSock.
 func runInContainer(t *testing.T, agentSock, id, op, desc string) *container {
 	t.Helper()
+	return startInContainer(t, agentSock, id, op, desc, inContainer{})
+}
+
+// runAnother starts another process in c's container, as runc exec
+// does.
+func (c *container) runAnother(t *testing.T, agentSock, id, op, desc string) *container {
+	t.Helper()
+	return startInContainer(t, agentSock, id, op, desc, inContainer{join: c})
+}
+
+func startInContainer(t *testing.T, agentSock, id, op, desc string, where inContainer) *container {
+	t.Helper()
+	ukeystest.NeedRoot(t, "to give a container its own pid and mount namespaces")
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c := &container{ours: os.NewFile(uintptr(fds[0]), "ours")}
 	theirs := os.NewFile(uintptr(fds[1]), "theirs")
-	c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	switch {
+	case where.join != nil:
+		c.init = where.join.init
+		c.cmd = exec.Command("nsenter", "-t", strconv.Itoa(c.init), "-p", "-m", os.Args[0], "-test.run=^$")
+	case where.host:
+		c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	default:
+		c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+		c.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+	}
 	c.cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent", "UKEYS_TEST_OP="+op, "UKEYS_TEST_DESC="+desc)
 	c.cmd.ExtraFiles = []*os.File{theirs}
 	out, _ := c.cmd.StdoutPipe()
 	c.said = bufio.NewReader(out)
 	if err := c.cmd.Start(); err != nil {
 		t.Fatal(err)
+	}
+	if c.init == 0 {
+		c.init = c.cmd.Process.Pid
 	}
 	theirs.Close()
 	t.Cleanup(func() { c.ours.Close(); c.cmd.Process.Kill(); c.cmd.Wait() })
@@ -87,8 +269,14 @@ func runInContainer(t *testing.T, agentSock, id, op, desc string) *container {
 	}
 	// As runc sends it: the state, the listener with it.
 	var st server.ContainerProcessState
-	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, c.cmd.Process.Pid
-	st.State.ID, st.State.Status = id, "creating"
+	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, c.init
+	st.State.ID, st.State.Status, st.State.Pid = id, "creating", c.init
+	if where.pid != 0 {
+		st.Pid = where.pid
+	}
+	if where.initPid != 0 {
+		st.State.Pid = where.initPid
+	}
 	msg, _ := json.Marshal(st)
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: agentSock, Net: "unix"})
 	if err != nil {
@@ -149,7 +337,7 @@ func TestAgentContainersAreNamespaces(t *testing.T) {
 	if got := b1.result(t); got != "required key not available" {
 		t.Fatalf("container b found container a's key: %s", got)
 	}
-	a2 := runInContainer(t, sock, "ctr-a", "search", "a-key")
+	a2 := a1.runAnother(t, sock, "ctr-a", "search", "a-key")
 	if got := a2.result(t); got != "ok" {
 		t.Fatalf("another process of container a: %s", got)
 	}
@@ -242,5 +430,354 @@ func TestAgentRuntimeMisbehaves(t *testing.T) {
 		if got := a.Containers(); len(got) != 0 {
 			t.Errorf("%s: containers %v", c.name, got)
 		}
+	}
+}
+
+// warnCounter is a log handler that counts the records at Warn or above.
+type warnCounter struct{ n *atomic.Int64 }
+
+func (h warnCounter) Enabled(context.Context, slog.Level) bool { return true }
+func (h warnCounter) Handle(_ context.Context, r slog.Record) error {
+	if r.Level >= slog.LevelWarn {
+		h.n.Add(1)
+	}
+	return nil
+}
+func (h warnCounter) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h warnCounter) WithGroup(string) slog.Handler      { return h }
+
+// An unprivileged user who connects to the agent's socket in a loop is
+// refused each time, and the refusals cost a few log lines, as the main
+// socket's do, not one each: before, 92,223 connections in 3 s wrote
+// 92,223 lines.
+func TestAgentRefusalsAreThrottled(t *testing.T) {
+	ukeystest.NeedRoot(t, "to connect as another user")
+	dir := worldDir(t)
+	sock := filepath.Join(dir, "agent.sock")
+	var warned atomic.Int64
+	a := server.NewAgent(server.AgentConfig{Logger: slog.New(warnCounter{&warned})})
+	ln, err := server.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ln) }()
+	defer func() {
+		if err := a.Shutdown(t.Context()); err != nil {
+			t.Error(err)
+		}
+		<-served
+	}()
+	bin := filepath.Join(dir, "child.test")
+	ukeystest.CopyExecutable(t, os.Args[0], bin)
+	const n = 300
+	cmd := exec.Command(bin, "-test.run=^$")
+	cmd.Env = []string{"UKEYS_TEST_CHILD=connect-many", "UKEYS_SOCKET=" + sock, "UKEYS_TEST_N=" + strconv.Itoa(n)}
+	cmd.SysProcAttr = ukeystest.As(65534, 65534)
+	// Each connection is refused (logged or not) before the agent hangs
+	// up, and the child waits for that: once it is done, all were.
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("the unprivileged child: %v\n%s", err, out)
+	}
+	if got := warned.Load(); got == 0 || got > 10 {
+		t.Fatalf("%d refused connections wrote %d log lines", n, got)
+	}
+}
+
+// worldDir returns a directory of the test's own that every user may
+// reach (t.TempDir's parent is root's alone), for a child that runs as
+// another user.
+func worldDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "ukeys-agent-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	if err := os.Chmod(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// agentTest starts an agent with cfg serving on a socket in dir, and
+// returns it and the socket's path; it is shut down when the test ends.
+func agentTest(t *testing.T, dir string, cfg server.AgentConfig) (*server.Agent, string) {
+	t.Helper()
+	a := server.NewAgent(cfg)
+	sock := filepath.Join(dir, "agent.sock")
+	ln, err := server.Listen(sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- a.Serve(ln) }()
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+		defer cancel()
+		if err := a.Shutdown(ctx); err != nil {
+			t.Error(err)
+		}
+		<-served
+	})
+	return a, sock
+}
+
+// forgery is what a forger (agentForgerChild) is and does.
+type forgery struct {
+	capless bool   // a root process without capabilities
+	ns      string // UKEYS_TEST_NS: where its program runs
+	id      string // the container its state names
+	name    int    // the process its state names (0: its program)
+	zombie  bool   // its sending child exited, not yet reaped, when the agent accepts
+	op      string // what its program does (agentChild)
+	desc    string
+}
+
+var forgeries atomic.Int64
+
+// forge runs forger f against agent a, which it reaches on a socket of
+// the agent's in dir that the agent serves only once the forger's
+// sending child is gone, and returns what came of its program's call;
+// bin is a copy of the test binary that every user may run.
+func forge(t *testing.T, a *server.Agent, dir, bin string, f forgery) string {
+	t.Helper()
+	late := filepath.Join(dir, fmt.Sprintf("late%d.sock", forgeries.Add(1)))
+	ln, err := server.Listen(late)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cmd *exec.Cmd
+	if f.capless {
+		setpriv, err := exec.LookPath("setpriv")
+		if err != nil {
+			t.Skip("needs setpriv (util-linux)")
+		}
+		cmd = exec.Command(setpriv, "--bounding-set=-all", "--inh-caps=-all", "--ambient-caps=-all", bin, "-test.run=^$")
+	} else {
+		cmd = exec.Command(bin, "-test.run=^$")
+	}
+	cmd.Env = []string{"GORACE=atexit_sleep_ms=0", "UKEYS_TEST_CHILD=agent-forger", "UKEYS_AGENT=" + late, "UKEYS_TEST_ID=" + f.id,
+		"UKEYS_TEST_NS=" + f.ns, "UKEYS_TEST_OP=" + f.op, "UKEYS_TEST_DESC=" + f.desc}
+	if f.name != 0 {
+		cmd.Env = append(cmd.Env, "UKEYS_TEST_NAME="+strconv.Itoa(f.name))
+	}
+	if f.zombie {
+		cmd.Env = append(cmd.Env, "UKEYS_TEST_ZOMBIE=1")
+	}
+	out, _ := cmd.StdoutPipe()
+	cmd.Stderr = os.Stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	said := bufio.NewReader(out)
+	if line, _ := said.ReadString('\n'); line != "sent\n" {
+		cmd.Wait()
+		t.Fatalf("the forger: %q", line)
+	}
+	go a.Serve(ln) // ends at the agent's shutdown
+	line, _ := said.ReadString('\n')
+	cmd.Wait()
+	return strings.TrimSpace(line)
+}
+
+// A root process without capabilities (setpriv --bounding-set=-all)
+// hands the agent its own program's listener, from a child that has
+// exited (and been reaped) before the agent accepts: such a runtime is
+// judged by what it hands over, and every container it can hand is
+// refused: its program in the daemon's namespaces under container a's
+// id; a state naming container a's init, under a's id or another (a's
+// pid namespace is a's already); its program in pid namespaces of its
+// own, made in a user namespace of its own (no other can it make). Nor
+// does a sending child left unreaped help it: its capabilities are read.
+// Its program can neither read container a's key nor plant one there.
+// Before (0d3718e), a runtime already gone was judged by its uid alone,
+// and the program read the key.
+func TestAgentCaplessRootCannotJoinAContainer(t *testing.T) {
+	ukeystest.NeedRoot(t, "to run a root process without capabilities")
+	dir := worldDir(t)
+	a, sock := agentTest(t, dir, server.AgentConfig{})
+	a1 := runInContainer(t, sock, "ctr-a", "add", "a-secret")
+	if got := a1.result(t); got != "ok" {
+		t.Fatalf("adding in container a: %s", got)
+	}
+	bin := filepath.Join(dir, "child.test")
+	ukeystest.CopyExecutable(t, os.Args[0], bin)
+	for _, f := range []forgery{
+		{id: "ctr-a", op: "search", desc: "a-secret"},
+		{id: "ctr-a", op: "add", desc: "planted"},
+		{id: "ctr-a", name: a1.init, op: "search", desc: "a-secret"},
+		{id: "ctr-a", name: a1.init, op: "add", desc: "planted"},
+		{id: "ctr-x", name: a1.init, op: "add", desc: "x"},
+		{id: "ctr-y", ns: "userpid", op: "add", desc: "y"},
+		{id: "ctr-a", name: a1.init, op: "add", desc: "planted", zombie: true},
+		{id: "ctr-z", ns: "userpid", op: "add", desc: "z", zombie: true},
+	} {
+		f.capless = true
+		if got := forge(t, a, dir, bin, f); got != "function not implemented" {
+			t.Fatalf("root without capabilities, its runtime gone, its program in namespaces %q, naming container %s and process %d (its program's if 0), zombie %v: its program's %s of %q: %s",
+				f.ns, f.id, f.name, f.zombie, f.op, f.desc, got)
+		}
+	}
+	a2 := a1.runAnother(t, sock, "ctr-a", "search", "planted")
+	if got := a2.result(t); got != "required key not available" {
+		t.Fatalf("container a found the forger's key: %s", got)
+	}
+	a3 := a1.runAnother(t, sock, "ctr-a", "search", "a-secret")
+	if got := a3.result(t); got != "ok" {
+		t.Fatalf("container a lost its key: %s", got)
+	}
+	if got := a.Containers(); !slices.Equal(got, []string{"ctr-a"}) {
+		t.Fatalf("containers %v", got)
+	}
+}
+
+// A runtime with every capability that sends its container and exits
+// before the agent accepts (runc does; under load its parent has often
+// reaped it by then) is taken on what it handed over: a new container in
+// pid namespaces only a privileged process could make is served, as one
+// whose runtime the agent could read. A runtime of root's reaped so is
+// still refused a container already bound (container a's id, or its pid
+// namespace under another id), where a privileged runtime's exec would
+// join; one exited and not yet reaped is read, and judged by its
+// capabilities. Before, a runtime gone before it was read was refused
+// whatever it handed over, and under two busy loops TestDockerContainers
+// failed one run in four.
+func TestAgentRuntimeGoneBeforeItIsRead(t *testing.T) {
+	ukeystest.NeedRoot(t, "to make pid namespaces")
+	dir := worldDir(t)
+	a, sock := agentTest(t, dir, server.AgentConfig{})
+	a1 := runInContainer(t, sock, "ctr-a", "add", "a-secret")
+	if got := a1.result(t); got != "ok" {
+		t.Fatalf("adding in container a: %s", got)
+	}
+	bin := filepath.Join(dir, "child.test")
+	ukeystest.CopyExecutable(t, os.Args[0], bin)
+	for _, c := range []struct {
+		f    forgery
+		want string
+	}{
+		{forgery{id: "ctr-g", ns: "pid", op: "add", desc: "g-key"}, "ok"},
+		{forgery{id: "ctr-h", ns: "pid", op: "add", desc: "h-key", zombie: true}, "ok"},
+		{forgery{id: "ctr-a", name: a1.init, op: "search", desc: "a-secret"}, "function not implemented"},
+		{forgery{id: "ctr-x", name: a1.init, op: "search", desc: "a-secret"}, "function not implemented"},
+		{forgery{id: "ctr-u", ns: "userpid", op: "add", desc: "u-key"}, "function not implemented"},
+		// Read, as an exec's runtime: it joins container a, and its
+		// program, in no namespace of a's, is refused each call.
+		{forgery{id: "ctr-a", name: a1.init, op: "search", desc: "a-secret", zombie: true}, "operation not permitted"},
+	} {
+		if got := forge(t, a, dir, bin, c.f); got != c.want {
+			t.Fatalf("a runtime of root's gone (zombie %v), its program in namespaces %q, naming container %s and process %d (its program's if 0): its program's %s of %q: %s, want %s",
+				c.f.zombie, c.f.ns, c.f.id, c.f.name, c.f.op, c.f.desc, got, c.want)
+		}
+	}
+	a2 := a1.runAnother(t, sock, "ctr-a", "search", "a-secret")
+	if got := a2.result(t); got != "ok" {
+		t.Fatalf("container a's own process: %s", got)
+	}
+}
+
+// A container's id is bound to its processes, whoever hands in a
+// listener under it: a state naming container a's id and a process in
+// another container is refused while a lives; one naming a's own init
+// with another container's listener is taken, but the processes behind
+// that listener are not a's and get nothing; a process in the daemon's
+// own namespaces is no container; and the agent holds only so many
+// containers. Before, the id alone decided, and each of these joined
+// a's keys or made a namespace more.
+func TestAgentContainerIDIsBoundToItsProcesses(t *testing.T) {
+	dir := worldDir(t)
+	a, sock := agentTest(t, dir, server.AgentConfig{MaxContainers: 2})
+	a1 := runInContainer(t, sock, "ctr-a", "add", "a-secret")
+	if got := a1.result(t); got != "ok" {
+		t.Fatalf("adding in container a: %s", got)
+	}
+	x := runInContainer(t, sock, "ctr-a", "search", "a-secret")
+	if got := x.result(t); got != "function not implemented" {
+		t.Fatalf("another container, under container a's id: %s", got)
+	}
+	y := startInContainer(t, sock, "ctr-a", "search", "a-secret", inContainer{pid: a1.init, initPid: a1.init})
+	if got := y.result(t); got != "operation not permitted" {
+		t.Fatalf("another container's listener, in a state naming container a's init: %s", got)
+	}
+	h := startInContainer(t, sock, "ctr-h", "add", "h-key", inContainer{host: true})
+	if got := h.result(t); got != "function not implemented" {
+		t.Fatalf("a process in the daemon's own namespaces, as a container: %s", got)
+	}
+	b1 := runInContainer(t, sock, "ctr-b", "add", "b-key")
+	if got := b1.result(t); got != "ok" {
+		t.Fatalf("container b: %s", got)
+	}
+	c1 := runInContainer(t, sock, "ctr-c", "add", "c-key")
+	if got := c1.result(t); got != "function not implemented" {
+		t.Fatalf("a third container with room for two: %s", got)
+	}
+	a2 := a1.runAnother(t, sock, "ctr-a", "search", "a-secret")
+	if got := a2.result(t); got != "ok" {
+		t.Fatalf("container a's own process: %s", got)
+	}
+	if got := a.Containers(); !slices.Equal(got, []string{"ctr-a", "ctr-b"}) {
+		t.Fatalf("containers %v", got)
+	}
+	// Container a ends; a new container takes its id at once, before the
+	// old namespace has seen its last listener go, and has a namespace
+	// of its own.
+	a1.exit()
+	a3 := runInContainer(t, sock, "ctr-a", "search", "a-secret")
+	if got := a3.result(t); got != "required key not available" {
+		t.Fatalf("a new container a: %s", got)
+	}
+}
+
+// One container's root fills its share of big_key files, and each of
+// its processes the container's share of listeners and processes: the
+// cost is its own. Another container adds a big key and has its calls
+// served, and so does a host user of the daemon's own Service. Before,
+// each container's namespace had the daemon's bounds whole: container
+// a's root took every big_key file of the process, and container b and
+// the host got EMFILE.
+func TestAgentContainerAtItsShareCostsNoOneElse(t *testing.T) {
+	prev := keys.SetBigKeyFileLimit(32)
+	t.Cleanup(func() { keys.SetBigKeyFileLimit(prev) })
+	dir := worldDir(t)
+	// 16 big_key files for the containers (2 a container, 1 a uid in
+	// one), 16 processes and listeners (2 a container).
+	a, sock := agentTest(t, dir, server.AgentConfig{Bounds: server.ContainerBounds{BigKeyFiles: 16, Procs: 16}})
+	base := keys.BigKeyFiles()
+	a1 := runInContainer(t, sock, "ctr-a", "fill-big", "a-big")
+	if got := a1.result(t); got != "1 disk quota exceeded" {
+		t.Fatalf("container a's root filling big_key files: %s", got)
+	}
+	// Container a's processes: its listener and its process hold its
+	// share; one more is refused (its listener is not served).
+	a2 := a1.runAnother(t, sock, "ctr-a", "search", "a-big-0")
+	if got := a2.result(t); got != "function not implemented" {
+		t.Fatalf("a process of container a beyond its share: %s", got)
+	}
+	b1 := runInContainer(t, sock, "ctr-b", "add-big", "b-big")
+	if got := b1.result(t); got != "ok" {
+		t.Fatalf("container b, once container a is at its bound: %s", got)
+	}
+	svc := keys.New()
+	defer svc.Close()
+	host := svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: os.Getpid()})
+	defer host.Release()
+	if _, err := host.AddKey("big_key", "host-big", make([]byte, 2*keys.BigKeyInline), keys.ProcessKeyring); err != nil {
+		t.Fatalf("a host user, once container a is at its bound: %v", err)
+	}
+	if got := a.Containers(); !slices.Equal(got, []string{"ctr-a", "ctr-b"}) {
+		t.Fatalf("containers %v", got)
+	}
+	// Container a ends with its keys in its user keyring: what they
+	// held of the containers' bounds and of the process's is given back.
+	a1.exit()
+	a2.exit()
+	testutil.Eventually(t, "container a to be reaped", func() bool { return !slices.Contains(a.Containers(), "ctr-a") })
+	if got := keys.BigKeyFiles(); got != base+2 { // container b's and the host's
+		t.Fatalf("%d big_key files counted once container a has ended; %d before it began, and 2 of others since", got, base)
+	}
+	a3 := runInContainer(t, sock, "ctr-a", "fill-big", "a-big")
+	if got := a3.result(t); got != "1 disk quota exceeded" {
+		t.Fatalf("a new container a's root filling big_key files: %s", got)
 	}
 }

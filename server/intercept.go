@@ -358,6 +358,14 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 	if !ok {
 		return nil, keys.EPERM
 	}
+	if s.member != nil && (!s.member(pid) || h.exited()) {
+		// A container's key namespace serves the container's processes
+		// and no other, whatever listener their calls come through: a
+		// listener handed in under another container's id gets nothing.
+		h.close()
+		s.logRefusal("ukeyd: seccomp agent: a process outside the container called through its listener; refused", "pid", pid)
+		return nil, keys.EPERM
+	}
 	var ended, ghost *proc
 	s.mu.Lock()
 	if s.closing {

@@ -244,7 +244,17 @@ func (s *Server) dropConn(uid uint32) {
 // admitProc counts a new tracked process of uid. s.mu is held.
 func (s *Server) admitProc(uid uint32) keys.Errno {
 	u := s.usageOf(uid)
-	return admit(&u.procs, &s.nprocs, s.lim.MaxProcsPerUID, s.lim.MaxProcs)
+	if e := admit(&u.procs, &s.nprocs, s.lim.MaxProcsPerUID, s.lim.MaxProcs); e != 0 {
+		return e
+	}
+	if !s.procPool.take() {
+		// Every container's namespace together is at its bound
+		// (agent.go): EMFILE, as for the server's own.
+		u.procs--
+		s.nprocs--
+		return keys.EMFILE
+	}
+	return 0
 }
 
 // dropProc undoes admitProc. s.mu is held.
@@ -252,6 +262,7 @@ func (s *Server) dropProc(uid uint32) {
 	if u := s.usage[uid]; u != nil {
 		u.procs--
 		s.nprocs--
+		s.procPool.give()
 		s.forget(uid)
 	}
 }

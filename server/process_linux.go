@@ -135,6 +135,14 @@ func (h *procHandle) leaving() bool { return h.exited() }
 // is unknown, and uid 0 alone is privileged (see README, "Security
 // model").
 func (h *procHandle) capabilities(euid uint32) (uint64, bool) {
+	return h.capabilitiesUnless(euid, h.exited)
+}
+
+// capabilitiesUnless is capabilities, with gone saying, after the read,
+// whether what was read may not have been the process's: for a client,
+// once it has exited (capabilities); for a runtime handing the seccomp
+// agent a container, only once it has been reaped (runtimeCapabilities).
+func (h *procHandle) capabilitiesUnless(euid uint32, gone func() bool) (uint64, bool) {
 	if !procfs.Ours() {
 		return 0, false
 	}
@@ -161,7 +169,7 @@ func (h *procHandle) capabilities(euid uint32) (uint64, bool) {
 			eff = 0
 		}
 	}
-	if !ok || h.exited() {
+	if !ok || gone() {
 		return 0, true
 	}
 	return eff, true

@@ -80,6 +80,15 @@ type Server struct {
 	refusals rateLimiter // of the log lines about refused connections
 	failures rateLimiter // of the log lines about failed accepts
 
+	// member, if set, says whether a process whose intercepted call the
+	// server meets is one it serves: the seccomp agent's container
+	// namespaces serve only the container's own processes (agent.go).
+	member func(pid int) bool
+	// procPool, if set, is what the server's tracked processes and
+	// listeners count against besides its own bound: the seccomp
+	// agent's bound for every container's namespace together.
+	procPool *pool
+
 	// ho is the hand-over under way, if any (handover.go), under mu;
 	// handedOver closes once one has succeeded.
 	ho         *handover

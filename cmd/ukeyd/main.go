@@ -158,6 +158,15 @@ func run(args []string) int {
 		keyOpts = append(keyOpts, keys.WithTunablesChanged(hook))
 	}
 	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
+	var containers server.ContainerBounds
+	if *agentPath != "" {
+		// The containers' processes and listeners (a descriptor or more
+		// each) come out of the host's bound, so that both together
+		// stay within the descriptor limit DefaultLimits splits.
+		containers.Procs = max(lim.MaxProcs/2, 2)
+		lim.MaxProcs -= containers.Procs
+		lim.MaxProcsPerUID = min(lim.MaxProcsPerUID, lim.MaxProcs)
+	}
 	// The agent is made further down; a hand-over asks it then.
 	var agent *server.Agent
 	cfg := server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg, NoLogins: !*logins,
@@ -297,10 +306,19 @@ func run(args []string) int {
 			ln.Close()
 			return 1
 		}
-		// Each container's namespace has the daemon's tunables and bounds.
+		// Each container's namespace has the daemon's tunables and
+		// bounds, within its share of what the containers together may
+		// hold (server.ContainerBounds).
 		agent = server.NewAgent(server.AgentConfig{Logger: log,
 			Keys:   []keys.Option{keys.WithTunables(tun), keys.WithUpcallTimeout(*upcallTimeout)},
-			Server: server.Config{Logger: log, Limits: lim}})
+			Server: server.Config{Logger: log, Limits: lim}, Bounds: containers})
+		ctr, uid := server.ContainerShare(agent.Bounds())
+		b := agent.Bounds()
+		log.Info("ukeyd: the containers' bounds (all together / each container / each uid in one)",
+			"procs", fmt.Sprintf("%d/%d/%d", b.Procs, ctr.Procs, uid.Procs),
+			"big_key_files", fmt.Sprintf("%d/%d/%d", b.BigKeyFiles, ctr.BigKeyFiles, uid.BigKeyFiles),
+			"keys", fmt.Sprintf("%d/%d/%d", b.Keys, ctr.Keys, uid.Keys),
+			"bytes", fmt.Sprintf("%d/%d/%d", b.Bytes, ctr.Bytes, uid.Bytes))
 		go func() { agentDone <- agent.Serve(aln) }()
 		log.Info("ukeyd: seccomp agent for container runtimes", "socket", *agentPath)
 	}

@@ -5,7 +5,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/ukeys/ukeys/internal/ukeystest"
 )
@@ -32,6 +34,12 @@ func TestPodmanContainers(t *testing.T) {
 		t.Skip("needs the go command to build the container's program")
 	}
 	dir, agent := agentDaemon(t)
+	// podman run --rm leaves the container's removal to a "podman
+	// container cleanup" that conmon starts as the container exits, and
+	// that may still write in the storage once run has returned: under
+	// load the test directory's removal then failed ("directory not
+	// empty"). Wait for those (their command lines name the storage).
+	t.Cleanup(func() { awaitProcessesNaming(filepath.Join(dir, "storage")) })
 	rootfs := filepath.Join(dir, "rootfs")
 	goBuild(t, gobin, filepath.Join(rootfs, "keyprog"), "./testdata/keyprog")
 	goBuild(t, gobin, filepath.Join(dir, "ukeyctl"), "../ukeyctl")
@@ -60,4 +68,23 @@ func TestPodmanContainers(t *testing.T) {
 		t.Skipf("podman cannot run a container here, even without the profile: %v\n%s", err, out)
 	}
 	twoContainers(t, "podman", "podman-shared", podmanRun)
+}
+
+// awaitProcessesNaming waits, 30 s at most, until no process's command
+// line holds s.
+func awaitProcessesNaming(s string) {
+	for range 600 {
+		found := false
+		ents, _ := os.ReadDir("/proc")
+		for _, e := range ents {
+			if b, err := os.ReadFile(filepath.Join("/proc", e.Name(), "cmdline")); err == nil && strings.Contains(string(b), s) {
+				found = true
+				break
+			}
+		}
+		if !found {
+			return
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
