@@ -4,7 +4,6 @@ import (
 	"errors"
 	"net"
 	"strconv"
-	"sync"
 	"syscall"
 
 	"golang.org/x/sys/unix"
@@ -65,14 +64,6 @@ func (h *procHandle) reaped() bool {
 	return h.exited()
 }
 
-// ownUserNS is the daemon's user namespace (a multithreaded process
-// cannot leave it).
-var ownUserNS = sync.OnceValues(func() (nsID, error) {
-	var st unix.Stat_t
-	err := unix.Stat("/proc/self/ns/user", &st)
-	return nsID{uint64(st.Dev), st.Ino}, err
-})
-
 // ownedByOurs reports whether the namespace /proc/<pid>/ns/<kind> is
 // owned by the daemon's own user namespace: one that only a process with
 // CAP_SYS_ADMIN there could make (clone, unshare), whereas any user can
@@ -93,7 +84,7 @@ func ownedByOurs(pid int, kind string) bool {
 	}
 	defer unix.Close(user)
 	var st unix.Stat_t
-	return unix.Fstat(user, &st) == nil && (nsID{uint64(st.Dev), st.Ino}) == own
+	return unix.Fstat(user, &st) == nil && st.Dev == own.Dev && st.Ino == own.Ino
 }
 
 // nsID names a namespace as the kernel does: its nsfs device and inode.
