@@ -59,9 +59,11 @@ type Limits struct {
 	// beyond each connection's small allowance; MaxBufferedPerUID those
 	// of one uid.
 	MaxBuffered, MaxBufferedPerUID int
-	// MaxExpensive bounds how many expensive operations (dh_compute) run
-	// at once; MaxExpensivePerUID how many of one uid. Callers beyond
-	// them wait: the cost is their time, not others'.
+	// MaxExpensive bounds how many expensive operations (dh_compute,
+	// pkey_*, and the calls that parse an asymmetric key or check a
+	// signature: conn.costly) run at once; MaxExpensivePerUID how many of
+	// one uid. Callers beyond them wait: the cost is their time, not
+	// others'.
 	MaxExpensive, MaxExpensivePerUID int
 	// BigKeyFiles is the share of the descriptor limit DefaultLimits
 	// leaves for big_key payload files; ukeyd passes it to
@@ -348,6 +350,7 @@ func (s *Server) unreserve(uid uint32, n int) {
 func (s *Server) expensive(uid uint32, f func()) error {
 	s.mu.Lock()
 	mine := s.usageOf(uid).expensive
+	hook := s.expensiveHook
 	s.mu.Unlock()
 	select {
 	case mine <- struct{}{}:
@@ -361,6 +364,10 @@ func (s *Server) expensive(uid uint32, f func()) error {
 		return keys.EINTR
 	}
 	defer func() { <-s.heavy }()
+	if hook != nil {
+		hook(uid, true)
+		defer hook(uid, false)
+	}
 	f()
 	return nil
 }

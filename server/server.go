@@ -76,6 +76,9 @@ type Server struct {
 
 	lim   Limits
 	heavy chan struct{} // a slot per expensive operation running
+	// expensiveHook, if set (by tests, under mu), is told as each
+	// expensive operation starts and ends, holding its slots.
+	expensiveHook func(uid uint32, start bool)
 
 	refusals rateLimiter // of the log lines about refused connections
 	failures rateLimiter // of the log lines about failed accepts
