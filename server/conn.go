@@ -157,6 +157,7 @@ func (c *conn) run2(version uint16, unread []byte) {
 	sequential := wire.Sequential(version)
 	if wire.Polls(version) && c.s.cfg.Spin > 0 {
 		sc.SetSpin(c.s.cfg.Spin)
+		sc.SetSpinGate(c.s.spinGateOf(c.charge))
 	}
 	// The request is reused from one to the next: serving a request
 	// allocates only what the keys package returns.
@@ -260,9 +261,17 @@ func (c *conn) run2(version uint16, unread []byte) {
 		c.mu.Unlock()
 
 		if resp == nil {
+			// Served while others may poll: they stop (spin.go).
+			counted := !mayWait(req.Op)
+			if counted {
+				c.s.serving.Add(1)
+			}
 			start := time.Now()
 			resp = c.dispatch(&req)
 			c.s.cfg.Metrics.Observe(req.Op, resp.Errno, time.Since(start))
+			if counted {
+				c.s.serving.Add(-1)
+			}
 		}
 		resp.Tag = req.Tag
 		// The whole frame is built in one buffer and goes out in one write

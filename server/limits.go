@@ -181,6 +181,7 @@ type usage struct {
 	upcalls      int // request-key helpers running for this uid's requests
 	buffered     int
 	expensive    chan struct{} // a slot per expensive operation running
+	spin         *spinAccount  // its connections' budget of polling (spin.go)
 }
 
 // usageOf returns uid's usage, creating it. s.mu is held.

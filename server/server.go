@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ukeys/ukeys/internal/intercept"
@@ -80,6 +81,15 @@ type Server struct {
 	// expensive operation starts and ends, holding its slots.
 	expensiveHook func(uid uint32, start bool)
 
+	// serving counts the requests being served (not those that wait for
+	// a helper or a notification); a connection's poll is not granted
+	// while it is above 0 (spin.go), and spinCut counts the polls so
+	// refused or cut short. spinNow is the clock of the budgets of
+	// polling.
+	serving atomic.Int64
+	spinCut atomic.Int64
+	spinNow func() time.Time
+
 	refusals rateLimiter // of the log lines about refused connections
 	failures rateLimiter // of the log lines about failed accepts
 
@@ -149,6 +159,7 @@ func New(svc *keys.Service, cfg Config) *Server {
 		log:      cfg.Logger,
 		lim:      lim,
 		heavy:    make(chan struct{}, lim.MaxExpensive),
+		spinNow:  time.Now,
 		refusals: rateLimiter{interval: 10 * time.Second, burst: 5},
 		failures: rateLimiter{interval: 10 * time.Second, burst: 5},
 		procs:    make(map[int]*proc),
