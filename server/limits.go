@@ -32,9 +32,15 @@ import (
 // bytes per uid) stay the kernel's, by the uid as seen.
 
 // fdReserve is how many descriptors the daemon keeps for itself: the
-// listeners, its log, the metrics endpoint, a request-key helper's pipes,
-// big_key files (those have their own bound in the keys package).
+// listeners, its log, the metrics endpoint (its listener and at most
+// MetricsConns connections, and one more while it is closed), a
+// request-key helper's pipes, big_key files (those have their own bound
+// in the keys package).
 const fdReserve = 64
+
+// MetricsConns bounds the metrics endpoint's connections open at once
+// (ukeyd -metrics): its share of fdReserve. A scraper needs one.
+const MetricsConns = 4
 
 // smallFrame is the size of a connection's read buffer: requests up to
 // this size cost no reservation. smallAnswer is the answer buffer a
