@@ -87,9 +87,6 @@ func ownedByOurs(pid int, kind string) bool {
 	return unix.Fstat(user, &st) == nil && st.Dev == own.Dev && st.Ino == own.Ino
 }
 
-// nsID names a namespace as the kernel does: its nsfs device and inode.
-type nsID struct{ dev, ino uint64 }
-
 // nsOf returns the identity of namespace kind ("pid", "mnt") of process
 // pid, as /proc/<pid>/ns/<kind> shows it.
 func nsOf(pid int, kind string) (nsID, bool) {

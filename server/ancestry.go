@@ -162,6 +162,7 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 		return nil, keys.EPERM
 	}
 	cred.PID, cred.Caps, cred.CapsKnown = pid, 0, true
+	charge := chargeUID(cred, &h)
 	s.mu.Lock()
 	if q := s.procs[pid]; q != nil && q.start == start && !q.handle.exited() {
 		s.mu.Unlock()
@@ -176,7 +177,7 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 		h.close()
 		return nil, keys.EPERM
 	}
-	if e := s.admitProc(cred.UID); e != 0 {
+	if e := s.admitProc(charge); e != 0 {
 		s.mu.Unlock()
 		h.close()
 		return nil, e
@@ -189,7 +190,7 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 			ended = q
 		}
 	}
-	p = &proc{caller: s.svc.NewCaller(cred), handle: h, start: start, tracked: true, ghost: true}
+	p = &proc{caller: s.svc.NewCaller(cred), handle: h, start: start, tracked: true, ghost: true, charge: charge}
 	s.procs[pid] = p
 	s.linger(p)
 	s.mu.Unlock()

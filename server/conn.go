@@ -22,6 +22,9 @@ type conn struct {
 	proc   *proc
 	caller *keys.Caller // the process's caller, or a request-key helper's
 	helper *helperConn  // set once a helper token is accepted (helper.go)
+	// charge is the uid the connection is counted against (chargeUID);
+	// see account.
+	charge uint32
 
 	mu   sync.Mutex
 	busy bool // a request is being served
@@ -154,6 +157,7 @@ func (c *conn) run2(version uint16, unread []byte) {
 	sequential := wire.Sequential(version)
 	if wire.Polls(version) && c.s.cfg.Spin > 0 {
 		sc.SetSpin(c.s.cfg.Spin)
+		sc.SetSpinGate(c.s.spinGateOf(c.charge))
 	}
 	// The request is reused from one to the next: serving a request
 	// allocates only what the keys package returns.
@@ -257,9 +261,17 @@ func (c *conn) run2(version uint16, unread []byte) {
 		c.mu.Unlock()
 
 		if resp == nil {
+			// Served while others may poll: they stop (spin.go).
+			counted := !mayWait(req.Op)
+			if counted {
+				c.s.serving.Add(1)
+			}
 			start := time.Now()
 			resp = c.dispatch(&req)
 			c.s.cfg.Metrics.Observe(req.Op, resp.Errno, time.Since(start))
+			if counted {
+				c.s.serving.Add(-1)
+			}
 		}
 		resp.Tag = req.Tag
 		// The whole frame is built in one buffer and goes out in one write
@@ -280,6 +292,16 @@ func (c *conn) run2(version uint16, unread []byte) {
 			return
 		}
 	}
+}
+
+// account returns the uid what the connection's requests cost is
+// charged to: the one it was accepted for, or for a connection without a
+// socket (an intercepted process's, or in process), its process's.
+func (c *conn) account() uint32 {
+	if c.uc == nil {
+		return c.proc.charge
+	}
+	return c.charge
 }
 
 // renew moves the read and write deadlines once they are due to move
@@ -310,7 +332,7 @@ func (c *conn) appendAnswer(resp *wire.Response) error {
 	if out.Cap() <= smallAnswer || out.Cap() <= c.reservedOut {
 		return nil
 	}
-	if e := c.s.reserve(c.cred.UID, out.Cap()-c.reservedOut); e != 0 {
+	if e := c.s.reserve(c.charge, out.Cap()-c.reservedOut); e != 0 {
 		out.Truncate(at)
 		return out.Response(&wire.Response{Tag: resp.Tag, Errno: uint16(e)})
 	}
@@ -329,14 +351,14 @@ func (c *conn) flush() error {
 // the allowance and has been dropped.
 func (c *conn) dropped(yes bool) {
 	if yes {
-		c.s.unreserve(c.cred.UID, c.reservedOut)
+		c.s.unreserve(c.charge, c.reservedOut)
 		c.reservedOut = 0
 	}
 }
 
 // reserveIn charges a request buffer of n bytes to the caller's uid.
 func (c *conn) reserveIn(n int) keys.Errno {
-	if e := c.s.reserve(c.cred.UID, n-c.reservedIn); e != 0 {
+	if e := c.s.reserve(c.charge, n-c.reservedIn); e != 0 {
 		return e
 	}
 	c.reservedIn = n
@@ -345,13 +367,13 @@ func (c *conn) reserveIn(n int) keys.Errno {
 
 // unreserveIn returns the request buffer's reservation.
 func (c *conn) unreserveIn() {
-	c.s.unreserve(c.cred.UID, c.reservedIn)
+	c.s.unreserve(c.charge, c.reservedIn)
 	c.reservedIn = 0
 }
 
 func (c *conn) unreserveAll() {
 	c.unreserveIn()
-	c.s.unreserve(c.cred.UID, c.reservedOut)
+	c.s.unreserve(c.charge, c.reservedOut)
 	c.reservedOut = 0
 }
 

@@ -22,7 +22,7 @@ func (c *conn) dhCompute(a wire.Args) *wire.Response {
 	var n int
 	var out []byte
 	var err error
-	if werr := c.s.expensive(c.cred.UID, func() { n, out, err = c.caller.DHCompute(p, uint64(a.Int(3)), kdf) }); werr != nil {
+	if werr := c.s.expensive(c.account(), func() { n, out, err = c.caller.DHCompute(p, uint64(a.Int(3)), kdf) }); werr != nil {
 		return fail(werr)
 	}
 	if err != nil {

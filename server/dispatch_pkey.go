@@ -37,7 +37,7 @@ func (c *conn) pkeyEDS(a wire.Args) *wire.Response {
 	}
 	var out []byte
 	var err error
-	if werr := c.s.expensive(c.cred.UID, func() { out, err = op(id, info, in, int(outLen)) }); werr != nil {
+	if werr := c.s.expensive(c.account(), func() { out, err = op(id, info, in, int(outLen)) }); werr != nil {
 		return fail(werr)
 	}
 	if err != nil {
@@ -50,7 +50,7 @@ func (c *conn) pkeyEDS(a wire.Args) *wire.Response {
 // digest and the signature.
 func (c *conn) pkeyVerify(a wire.Args) *wire.Response {
 	var err error
-	if werr := c.s.expensive(c.cred.UID, func() { err = c.caller.PkeyVerify(a.Serial(0), a.Str(1), a.Bytes(2), a.Bytes(3)) }); werr != nil {
+	if werr := c.s.expensive(c.account(), func() { err = c.caller.PkeyVerify(a.Serial(0), a.Str(1), a.Bytes(2), a.Bytes(3)) }); werr != nil {
 		return fail(werr)
 	}
 	if err != nil {

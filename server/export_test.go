@@ -30,3 +30,12 @@ func SetHandoverStallTimeout(d time.Duration) func() {
 	handoverStallTimeout = d
 	return func() { handoverStallTimeout = old }
 }
+
+// SetExpensiveHook makes s call f as each expensive operation starts
+// (start true) and ends, with the uid it is charged to, while it holds
+// its slots.
+func SetExpensiveHook(s *Server, f func(uid uint32, start bool)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.expensiveHook = f
+}

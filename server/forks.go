@@ -275,14 +275,15 @@ func (s *Server) forked(f procEvent) {
 		caller.Release()
 		return
 	}
+	charge := chargeUID(cred, &h)
 	s.mu.Lock()
-	if s.closing || s.procs[f.childPid] != nil || s.admitProc(cred.UID) != 0 {
+	if s.closing || s.procs[f.childPid] != nil || s.admitProc(charge) != 0 {
 		s.mu.Unlock()
 		h.close()
 		caller.Release()
 		return
 	}
-	p := &proc{caller: caller, handle: h, start: start, tracked: true, ghost: true}
+	p := &proc{caller: caller, handle: h, start: start, tracked: true, ghost: true, charge: charge}
 	s.procs[f.childPid] = p
 	s.linger(p)
 	s.mu.Unlock()

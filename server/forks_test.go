@@ -79,7 +79,7 @@ func TestForkAfterParentExit(t *testing.T) {
 	}
 	defer devnull.Close()
 	s.forks = devnull // as if the connector were followed
-	parent := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 4000000}), handle: procHandle{pid: 4000000, fd: -1}, tracked: true}
+	parent := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 4000000}), handle: procHandle{pid: 4000000, fd: -1}, tracked: true, charge: 1000}
 	if _, err := parent.caller.JoinSessionKeyring(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +130,7 @@ func TestForkAfterParentExit(t *testing.T) {
 	}
 	// An exec from a second thread reports its first thread's exit
 	// before the exec: the process still forks with its session later.
-	live := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 4000002}), handle: procHandle{pid: 4000002, fd: -1}, tracked: true}
+	live := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 4000002}), handle: procHandle{pid: 4000002, fd: -1}, tracked: true, charge: 1000}
 	if _, err := live.caller.JoinSessionKeyring(nil); err != nil {
 		t.Fatal(err)
 	}

@@ -142,7 +142,7 @@ func (c *conn) intercept() error {
 		hc := &conn{s: c.s, cred: c.cred, proc: c.proc, caller: c.caller, helper: &helperConn{grant: c.helper.grant}}
 		h = intercept.HandlerFunc(func(_ intercept.Caller, r *wire.Request) *wire.Response { return hc.dispatch(r) })
 	}
-	_, err := c.s.startListener(fd, listenerInfo{uid: c.cred.UID, helper: c.helper != nil}, h)
+	_, err := c.s.startListener(fd, listenerInfo{uid: c.account(), helper: c.helper != nil}, h)
 	return err
 }
 
@@ -166,7 +166,7 @@ func (s *Server) ServeListener(fd int) error {
 // it is, and whether it serves a request-key helper's tree (whose calls
 // act with the upcall's authority).
 type listenerInfo struct {
-	uid    uint32
+	uid    uint32 // the uid it is charged to (conn.account)
 	helper bool
 }
 
@@ -366,6 +366,7 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 		s.logRefusal("ukeyd: seccomp agent: a process outside the container called through its listener; refused", "pid", pid)
 		return nil, keys.EPERM
 	}
+	charge := chargeUID(cred, &h)
 	var ended, ghost *proc
 	s.mu.Lock()
 	if s.closing {
@@ -387,7 +388,7 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 			ended = q
 		}
 	}
-	if e := s.admitProc(euid); e != 0 {
+	if e := s.admitProc(charge); e != 0 {
 		s.mu.Unlock()
 		h.close()
 		if ended != nil {
@@ -395,7 +396,7 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 		}
 		return nil, e
 	}
-	p = &proc{caller: s.svc.NewCaller(cred), handle: h, start: start, tracked: true}
+	p = &proc{caller: s.svc.NewCaller(cred), handle: h, start: start, tracked: true, charge: charge}
 	if ghost != nil {
 		p.inherited.Store(inherit(p, ghost.caller))
 	} else {

@@ -31,7 +31,7 @@ func TestInterceptedProcKnownByTask(t *testing.T) {
 	defer svc.Close()
 	s := New(svc, Config{})
 	cred := keys.Cred{UID: 1000, GID: 1000, PID: pid}
-	p := &proc{caller: svc.NewCaller(cred), tracked: true, handle: procHandle{pid: pid, fd: fd}}
+	p := &proc{caller: svc.NewCaller(cred), tracked: true, handle: procHandle{pid: pid, fd: fd}, charge: cred.UID}
 	p.calls.task = 7
 	s.mu.Lock()
 	if e := s.admitProc(cred.UID); e != 0 {

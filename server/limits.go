@@ -21,11 +21,26 @@ import (
 // keep the daemon alive when many uids push at once. The per-uid bounds
 // are a fraction of the totals, so that one uid alone never reaches a
 // total and so never costs anyone else.
+//
+// "A uid" is the uid a caller's use is charged to (chargeUID): the uid
+// the kernel reports for it, unless it is in a user namespace below the
+// daemon's, which belongs to whoever made it. Every user has 65,536
+// subordinate uids (/etc/subuid) that the setuid newuidmap maps into a
+// namespace of the user's, each a uid of its own to SO_PEERCRED: charged
+// each as itself, 32 of them held every connection of the daemon. They
+// are all charged to their user; the keys package's quotas (keys and
+// bytes per uid) stay the kernel's, by the uid as seen.
 
 // fdReserve is how many descriptors the daemon keeps for itself: the
-// listeners, its log, the metrics endpoint, a request-key helper's pipes,
-// big_key files (those have their own bound in the keys package).
+// listeners, its log, the metrics endpoint (its listener and at most
+// MetricsConns connections, and one more while it is closed), a
+// request-key helper's pipes, big_key files (those have their own bound
+// in the keys package).
 const fdReserve = 64
+
+// MetricsConns bounds the metrics endpoint's connections open at once
+// (ukeyd -metrics): its share of fdReserve. A scraper needs one.
+const MetricsConns = 4
 
 // smallFrame is the size of a connection's read buffer: requests up to
 // this size cost no reservation. smallAnswer is the answer buffer a
@@ -50,9 +65,11 @@ type Limits struct {
 	// beyond each connection's small allowance; MaxBufferedPerUID those
 	// of one uid.
 	MaxBuffered, MaxBufferedPerUID int
-	// MaxExpensive bounds how many expensive operations (dh_compute) run
-	// at once; MaxExpensivePerUID how many of one uid. Callers beyond
-	// them wait: the cost is their time, not others'.
+	// MaxExpensive bounds how many expensive operations (dh_compute,
+	// pkey_*, and the calls that parse an asymmetric key or check a
+	// signature: conn.costly) run at once; MaxExpensivePerUID how many of
+	// one uid. Callers beyond them wait: the cost is their time, not
+	// others'.
 	MaxExpensive, MaxExpensivePerUID int
 	// BigKeyFiles is the share of the descriptor limit DefaultLimits
 	// leaves for big_key payload files; ukeyd passes it to
@@ -120,12 +137,57 @@ func (l Limits) withDefaults() Limits {
 	return l
 }
 
+// ownerUnknown is the account of callers whose user namespace cannot be
+// learnt because their process has gone (one that connected, passed its
+// descriptor on and exited): all of them share one uid's bounds, so that
+// hiding the namespace that way gains no bounds of one's own. No uid is
+// (uid_t)-1.
+const ownerUnknown = ^uint32(0)
+
+// chargeUID returns the uid that what cred's process makes the daemon
+// hold is charged to: the owner of its user namespace, walked up to the
+// daemon's own (nsOwner), which is cred.UID for a process in the
+// daemon's namespace. h is the process's handle, pinned before the
+// namespace is read: a pid that names another process by the time it is
+// read (its own gone) is charged to ownerUnknown, never to whoever has
+// the pid now. A caller whose pid the daemon cannot see (another pid
+// namespace) is charged as its uid. This is the one place that decides
+// whom a caller's use is charged to.
+func chargeUID(cred keys.Cred, h *procHandle) uint32 {
+	if cred.PID <= 0 {
+		return cred.UID
+	}
+	owner, ok, gone := nsOwner(cred.PID, cred.UID)
+	switch {
+	case gone || h.exited():
+		return ownerUnknown
+	case !ok:
+		// Alive, and its namespace not readable (a daemon of one user
+		// and a process made undumpable): the uid it has.
+		return cred.UID
+	}
+	return owner
+}
+
+// chargeOfUIDLocked returns the account of a uid known only by number (a
+// request-key upcall's requestor): that of a process of that uid the
+// daemon keeps, else the uid itself. s.mu is held.
+func (s *Server) chargeOfUIDLocked(uid uint32) uint32 {
+	for _, p := range s.procs {
+		if p.tracked && p.caller.Cred().UID == uid {
+			return p.charge
+		}
+	}
+	return uid
+}
+
 // usage is what one uid holds of the server. s.mu guards it.
 type usage struct {
 	conns, procs int // procs counts seccomp listeners too (intercept.go)
 	upcalls      int // request-key helpers running for this uid's requests
 	buffered     int
 	expensive    chan struct{} // a slot per expensive operation running
+	spin         *spinAccount  // its connections' budget of polling (spin.go)
 }
 
 // usageOf returns uid's usage, creating it. s.mu is held.
@@ -181,21 +243,23 @@ func bound(mine, all, perUID, total int) keys.Errno {
 // lookup) filled root's share, and root's own processes were refused.
 func (s *Server) maxUpcallsPerUID() int { return max(1, s.lim.MaxProcsPerUID/32) }
 
-// admitUpcall counts a helper starting for uid's request, or reports
-// that uid has as many running as it may (EDQUOT).
-func (s *Server) admitUpcall(uid uint32) keys.Errno {
+// admitUpcall counts a helper starting for a request of uid's, charged
+// to uid's account, which it returns, or reports that the account has as
+// many running as it may (EDQUOT).
+func (s *Server) admitUpcall(uid uint32) (uint32, keys.Errno) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	uid = s.chargeOfUIDLocked(uid)
 	u := s.usageOf(uid)
 	if u.upcalls >= s.maxUpcallsPerUID() {
 		s.forget(uid)
-		return keys.EDQUOT
+		return uid, keys.EDQUOT
 	}
 	u.upcalls++
-	return 0
+	return uid, 0
 }
 
-// dropUpcall undoes admitUpcall.
+// dropUpcall undoes admitUpcall, given the account it returned.
 func (s *Server) dropUpcall(uid uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -304,6 +368,7 @@ func (s *Server) unreserve(uid uint32, n int) {
 func (s *Server) expensive(uid uint32, f func()) error {
 	s.mu.Lock()
 	mine := s.usageOf(uid).expensive
+	hook := s.expensiveHook
 	s.mu.Unlock()
 	select {
 	case mine <- struct{}{}:
@@ -317,6 +382,10 @@ func (s *Server) expensive(uid uint32, f func()) error {
 		return keys.EINTR
 	}
 	defer func() { <-s.heavy }()
+	if hook != nil {
+		hook(uid, true)
+		defer hook(uid, false)
+	}
 	f()
 	return nil
 }

@@ -15,7 +15,7 @@ type Local struct {
 // NewLocal returns a handler for svc acting for cred.
 func NewLocal(svc *keys.Service, cred keys.Cred) *Local {
 	s := New(svc, Config{})
-	p := &proc{caller: svc.NewCaller(cred), handle: procHandle{fd: -1}, conns: 1}
+	p := &proc{caller: svc.NewCaller(cred), handle: procHandle{fd: -1}, conns: 1, charge: cred.UID}
 	p.settled.Store(true) // a caller in process has no login (login.go)
 	return &Local{c: &conn{s: s, cred: cred, proc: p, caller: p.caller}}
 }

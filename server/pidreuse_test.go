@@ -32,11 +32,11 @@ func TestPIDReuseReleasesTheOldProcess(t *testing.T) {
 			if e := s.admitProc(cred.UID); e != 0 {
 				t.Fatal(e)
 			}
-			p = &proc{caller: svc.NewCaller(cred), tracked: true, handle: procHandle{pid: cred.PID, fd: -1}}
+			p = &proc{caller: svc.NewCaller(cred), tracked: true, handle: procHandle{pid: cred.PID, fd: -1}, charge: cred.UID}
 			s.procs[cred.PID] = p
 		}
 		p.conns++
-		c := &conn{s: s, cred: cred, proc: p, caller: p.caller}
+		c := &conn{s: s, cred: cred, proc: p, caller: p.caller, charge: cred.UID}
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		return c

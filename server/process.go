@@ -54,6 +54,9 @@ type proc struct {
 	awaiting bool // awaitExit runs for it
 	tracked  bool // counted in the server's usage (admitProc)
 	private  bool // a caller whose pid the daemon cannot see: one connection's
+	// charge is the uid the process is counted against (chargeUID), set
+	// when it is met and never changed.
+	charge uint32
 }
 
 // dropProcLocked forgets p: it leaves the table of processes (if still
@@ -67,7 +70,7 @@ func (s *Server) dropProcLocked(p *proc) {
 	if !p.private && s.procs[p.handle.pid] == p {
 		delete(s.procs, p.handle.pid)
 	}
-	s.dropProc(p.caller.Cred().UID)
+	s.dropProc(p.charge)
 	s.idleForksLocked()
 }
 

@@ -9,6 +9,7 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ukeys/ukeys/internal/intercept"
@@ -76,6 +77,18 @@ type Server struct {
 
 	lim   Limits
 	heavy chan struct{} // a slot per expensive operation running
+	// expensiveHook, if set (by tests, under mu), is told as each
+	// expensive operation starts and ends, holding its slots.
+	expensiveHook func(uid uint32, start bool)
+
+	// serving counts the requests being served (not those that wait for
+	// a helper or a notification); a connection's poll is not granted
+	// while it is above 0 (spin.go), and spinCut counts the polls so
+	// refused or cut short. spinNow is the clock of the budgets of
+	// polling.
+	serving atomic.Int64
+	spinCut atomic.Int64
+	spinNow func() time.Time
 
 	refusals rateLimiter // of the log lines about refused connections
 	failures rateLimiter // of the log lines about failed accepts
@@ -156,6 +169,7 @@ func New(svc *keys.Service, cfg Config) *Server {
 		log:      cfg.Logger,
 		lim:      lim,
 		heavy:    make(chan struct{}, lim.MaxExpensive),
+		spinNow:  time.Now,
 		refusals: rateLimiter{interval: 10 * time.Second, burst: 5},
 		failures: rateLimiter{interval: 10 * time.Second, burst: 5},
 		procs:    make(map[int]*proc),
@@ -274,8 +288,28 @@ func (s *Server) accept(uc *net.UnixConn) {
 	p := s.procs[cred.PID]
 	known := p != nil && !p.ghost && p.caller.Cred().UID == cred.UID && !p.handle.exited()
 	ghostAlive := p != nil && p.ghost && p.start != "" && !p.handle.exited()
+	newProc := p == nil
+	charge := cred.UID
+	if known {
+		charge = p.charge
+	}
+	s.mu.Unlock()
+	// A process met for the first time is pinned (its pidfd) and charged
+	// to the owner of its user namespace (chargeUID).
+	var handle procHandle // closed below if unused
+	opened := false
+	defer func() {
+		if opened {
+			handle.close()
+		}
+	}()
+	if !known && cred.PID > 0 {
+		handle, opened = openProc(uc, cred.PID), true
+		charge = chargeUID(cred, &handle)
+	}
 	// Refused now, if it would be below, before its ancestry is read.
-	errno, why := s.refusalLocked(cred.UID, p == nil)
+	s.mu.Lock()
+	errno, why := s.refusalLocked(charge, newProc)
 	s.mu.Unlock()
 	if errno != 0 {
 		s.refuse(uc, cred, errno, why)
@@ -283,8 +317,6 @@ func (s *Server) accept(uc *net.UnixConn) {
 	}
 	var start string
 	var ancestors []procID
-	var handle procHandle // opened early for a ghost; closed below if unused
-	opened := false
 	if !known && cred.PID > 0 {
 		// Forks are followed from before a new process is kept. (A
 		// known one keeps them followed; if it turns out gone below, its
@@ -292,24 +324,18 @@ func (s *Server) accept(uc *net.UnixConn) {
 		s.holdForks()
 		defer s.unholdForks()
 		if ghostAlive {
-			handle, opened = openProc(uc, cred.PID), true
 			start, ancestors = s.ghostStart(p, &handle)
 		} else {
 			start, ancestors = s.inheritance(cred.PID)
 		}
 	}
-	defer func() {
-		if opened {
-			handle.close()
-		}
-	}()
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
 		uc.Close()
 		return
 	}
-	if e := s.admitConn(cred.UID); e != 0 {
+	if e := s.admitConn(charge); e != 0 {
 		s.mu.Unlock()
 		s.refuse(uc, cred, e, "too many connections")
 		return
@@ -335,8 +361,8 @@ func (s *Server) accept(uc *net.UnixConn) {
 		p = nil
 	}
 	if p == nil {
-		if e := s.admitProc(cred.UID); e != 0 {
-			s.dropConn(cred.UID)
+		if e := s.admitProc(charge); e != 0 {
+			s.dropConn(charge)
 			s.mu.Unlock()
 			if ended != nil {
 				ended.end()
@@ -344,7 +370,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 			s.refuse(uc, cred, e, "too many client processes")
 			return
 		}
-		p = &proc{tracked: true}
+		p = &proc{tracked: true, charge: charge}
 		if cred.PID > 0 {
 			if opened {
 				p.handle, opened = handle, false
@@ -387,7 +413,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 		}
 	}
 	p.conns++
-	c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller}
+	c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller, charge: charge}
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()
@@ -403,7 +429,7 @@ func (s *Server) release(c *conn) {
 	defer s.connEnded(c)
 	s.mu.Lock()
 	delete(s.conns, c)
-	s.dropConn(c.cred.UID)
+	s.dropConn(c.charge)
 	c.proc.conns--
 	var ended *proc
 	if c.proc.conns == 0 {

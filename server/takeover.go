@@ -565,8 +565,11 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			return nil, err
 		}
 		p.handle = h
+		cred := p.caller.Cred()
+		cred.PID = pr.PID
+		p.charge = chargeUID(cred, &h)
 		s.procs[pr.PID] = p
-		u := s.usageOf(p.caller.Cred().UID)
+		u := s.usageOf(p.charge)
 		u.procs++
 		s.nprocs++
 		res.Procs++
@@ -602,8 +605,8 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			if err != nil {
 				return nil, err
 			}
-			p.handle, p.private, p.tracked = procHandle{fd: -1}, true, true
-			u := s.usageOf(cred.UID)
+			p.handle, p.private, p.tracked, p.charge = procHandle{fd: -1}, true, true, cred.UID
+			u := s.usageOf(p.charge)
 			u.procs++
 			s.nprocs++
 		default:
@@ -621,12 +624,12 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		}
 		p.conns++
 		cred.Caps, cred.CapsKnown = p.caller.Cred().Caps, p.caller.Cred().CapsKnown
-		c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller}
+		c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller, charge: p.charge}
 		if cr.Watch != nil {
 			c.watch = rs.WatchQueue(*cr.Watch, watchQueueSize)
 		}
 		s.conns[c] = struct{}{}
-		u := s.usageOf(cred.UID)
+		u := s.usageOf(c.charge)
 		u.conns++
 		s.nconns++
 		s.wg.Add(1)

@@ -69,11 +69,12 @@ func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
 		case <-ctx.Done():
 		}
 	}()
-	if e := h.server.admitUpcall(u.UID); e != 0 {
-		h.server.logLimited(&h.server.refusals, "ukeyd: too many request-key helpers running for one uid; not starting another", "uid", u.UID)
+	charged, e := h.server.admitUpcall(u.UID)
+	if e != 0 {
+		h.server.logLimited(&h.server.refusals, "ukeyd: too many request-key helpers running for one uid; not starting another", "uid", u.UID, "charged_to", charged)
 		return e
 	}
-	defer h.server.dropUpcall(u.UID)
+	defer h.server.dropUpcall(charged)
 	token, grant := h.server.addHelper(u)
 	defer h.server.dropHelper(token, grant)
 	args := append(append([]string(nil), h.Args...), u.Args()...)

@@ -35,7 +35,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/internal/intercept"
@@ -61,7 +60,7 @@ func run(args []string) int {
 	ev := &envs{}
 	def := keys.DefaultTunables()
 	socket := fs.String("socket", server.DefaultSocket(), "Unix socket to listen on (env UKEYS_SOCKET)")
-	metricsAddr := fs.String("metrics", envOr("UKEYD_METRICS", ""), "address for a Prometheus /metrics endpoint, e.g. 127.0.0.1:9464 (env UKEYD_METRICS)")
+	metricsAddr := fs.String("metrics", envOr("UKEYD_METRICS", ""), "address for a Prometheus /metrics endpoint: unix:PATH for a socket only the daemon's user can reach (mode 0600), or a TCP address, e.g. 127.0.0.1:9464, at most "+strconv.Itoa(server.MetricsConns)+" connections at once (env UKEYD_METRICS)")
 	logLevel := fs.String("log-level", envOr("UKEYD_LOG_LEVEL", "info"), "debug, info, warn or error (env UKEYD_LOG_LEVEL)")
 	gcDelay := fs.Duration("gc-delay", ev.duration("UKEYD_GC_DELAY", def.GCDelay), "how long expired and revoked keys stay linked (gc_delay; env UKEYD_GC_DELAY)")
 	maxKeys := fs.Int("maxkeys", ev.int("UKEYD_MAXKEYS", def.MaxKeys), "keys per non-root user (env UKEYD_MAXKEYS)")
@@ -269,15 +268,13 @@ func run(args []string) int {
 	ln := lns[0]
 	var hs *http.Server
 	if *metricsAddr != "" {
-		mln, err := net.Listen("tcp", *metricsAddr)
+		mln, err := listenMetrics(*metricsAddr)
 		if err != nil {
 			log.Error("ukeyd: cannot listen for metrics", "addr", *metricsAddr, "err", err)
 			ln.Close()
 			return 1
 		}
-		mux := http.NewServeMux()
-		mux.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
-		hs = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		hs = metricsServer(reg)
 		go hs.Serve(mln)
 		log.Info("ukeyd: metrics", "addr", mln.Addr().String())
 	}

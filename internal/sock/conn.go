@@ -45,6 +45,7 @@ type Conn struct {
 	// before the first.
 	spin     time.Duration
 	lastWait time.Duration
+	gate     SpinGate // SetSpinGate's, or nil
 
 	// Descriptors passed with SCM_RIGHTS, where AcceptFDs allows them.
 	fdMax int
@@ -277,6 +278,22 @@ func (c *Conn) SetSpin(d time.Duration) {
 	c.spin, c.lastWait = d, 0
 }
 
+// A SpinGate decides whether and for how long a Conn may poll
+// (SetSpinGate): a server that serves many users grants the poll from a
+// budget of the user's, and cuts it short when other work is waiting.
+type SpinGate interface {
+	// Begin returns how long the Conn may poll now, at most want; 0:
+	// not at all.
+	Begin(want time.Duration) time.Duration
+	// Continue is asked between polls; false ends the poll.
+	Continue() bool
+	// End says how long the poll lasted of the granted time.
+	End(granted, spent time.Duration)
+}
+
+// SetSpinGate makes g decide each of the Conn's polls (see SetSpin).
+func (c *Conn) SetSpinGate(g SpinGate) { c.gate = g }
+
 // FlushAndWait writes the frames in Out, wipes them, and waits, without reading,
 // until the socket is readable: a client waiting for its answer, or a
 // server waiting for the next request of a client that sends one at a
@@ -295,7 +312,7 @@ func (c *Conn) SetSpin(d time.Duration) {
 func (c *Conn) FlushAndWait(then func() bool) (stopped, dropped bool, err error) {
 	x := &c.x
 	f := c.Out.Bytes()
-	*x = exchange{f: f, then: then, step: x.step, in: c.In, out: &c.Out, fd: -1, blocking: c.blocking}
+	*x = exchange{f: f, then: then, step: x.step, in: c.In, out: &c.Out, fd: -1, blocking: c.blocking, gate: c.gate}
 	if c.spin > 0 {
 		x.timed = true
 		if c.lastWait > 0 && c.lastWait <= c.spin {
@@ -349,6 +366,7 @@ type exchange struct {
 	timed bool          // the Conn spins: since is set once written
 	since time.Time     // when the frames were written
 	spin  time.Duration // how long to poll before the wait sleeps
+	gate  SpinGate      // the Conn's, or nil
 	pfd   [1]unix.PollFd
 }
 
@@ -371,16 +389,28 @@ func (x *exchange) await(fd int) bool {
 		return false
 	}
 	defer spinning.Store(false)
-	x.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
-	for end := x.since.Add(x.spin); ; {
-		if n, _ := unix.Poll(x.pfd[:], 0); n > 0 {
-			return true
-		}
-		if !time.Now().Before(end) {
+	spin := x.spin
+	if x.gate != nil {
+		if spin = x.gate.Begin(spin); spin <= 0 {
 			return false
+		}
+	}
+	x.pfd[0] = unix.PollFd{Fd: int32(fd), Events: unix.POLLIN}
+	ready := false
+	for end := x.since.Add(spin); ; {
+		if n, _ := unix.Poll(x.pfd[:], 0); n > 0 {
+			ready = true
+			break
+		}
+		if !time.Now().Before(end) || x.gate != nil && !x.gate.Continue() {
+			break
 		}
 		runtime.Gosched()
 	}
+	if x.gate != nil {
+		x.gate.End(spin, time.Since(x.since))
+	}
+	return ready
 }
 
 // advance is the raw read's callback: it writes the frames the first
