@@ -47,6 +47,9 @@ type Agent struct {
 	bounds ContainerBounds
 	procs  *pool
 	keys   *keys.Share
+	// heavy is the one bound of expensive operations running, for every
+	// container's Server (and the host's, with AgentConfig.Host).
+	heavy chan struct{}
 
 	mu      sync.Mutex
 	nss     map[string]*namespace
@@ -70,6 +73,12 @@ type AgentConfig struct {
 	// each uid in a container an eighth of its container's (see
 	// ContainerBounds).
 	Bounds ContainerBounds
+	// Host, if set, is the daemon's own Server: the containers' expensive
+	// operations (signature checks, dh_compute, pkey_*) take their slots
+	// from its bound, so that the processors it leaves free stay free
+	// whoever calls. Without it the containers share one bound of their
+	// own, Server.Limits' MaxExpensive.
+	Host *Server
 }
 
 // ContainerBounds are what the containers' key namespaces may hold
@@ -194,6 +203,9 @@ func NewAgent(cfg AgentConfig) *Agent {
 	fill(&b.Bytes, t.RootMaxBytes)
 	a.bounds = b
 	a.procs = &pool{max: b.Procs}
+	if a.heavy = make(chan struct{}, lim.MaxExpensive); cfg.Host != nil {
+		a.heavy = cfg.Host.heavy
+	}
 	a.keys = keys.NewShare(nil, keys.ShareLimits{Keys: b.Keys, Bytes: b.Bytes, BigKeyFiles: b.BigKeyFiles})
 	return a
 }
@@ -483,6 +495,7 @@ func (a *Agent) newNamespace(who containerIdentity, init procHandle) *namespace 
 	srv := New(svc, cfg)
 	srv.member = who.holds
 	srv.procPool = a.procs
+	srv.heavy = a.heavy
 	return &namespace{svc: svc, srv: srv, who: who, init: init, share: share}
 }
 

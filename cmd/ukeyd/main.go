@@ -308,7 +308,7 @@ func run(args []string) int {
 		// hold (server.ContainerBounds).
 		agent = server.NewAgent(server.AgentConfig{Logger: log,
 			Keys:   []keys.Option{keys.WithTunables(tun), keys.WithUpcallTimeout(*upcallTimeout)},
-			Server: server.Config{Logger: log, Limits: lim}, Bounds: containers})
+			Server: server.Config{Logger: log, Limits: lim}, Bounds: containers, Host: srv})
 		ctr, uid := server.ContainerShare(agent.Bounds())
 		b := agent.Bounds()
 		log.Info("ukeyd: the containers' bounds (all together / each container / each uid in one)",
