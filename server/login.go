@@ -163,12 +163,20 @@ func (s *Server) joinLogin(p *proc) {
 		}
 		return anchor
 	}
-	if s.loginHolds(p.caller, cred.UID, id, anchorOf) {
+	var name procID // read once, if needed
+	named := false
+	nameOf := func() procID {
+		if !named {
+			name, named = loginName(id, anchorOf), true
+		}
+		return name
+	}
+	if s.loginHolds(p.caller, cred.UID, id, nameOf) {
 		return // inherited from an ancestor in its login
 	}
-	key := loginKey{uid: cred.UID, login: id, anchor: anchorOf()}
+	key := loginKey{uid: cred.UID, login: id, anchor: nameOf()}
 	var a *proc
-	if anchor.pid != pid {
+	if anchorOf().pid != pid {
 		// Not when it is p itself: p then leads its login, whose keyring
 		// goes when p and every other process holding it have exited.
 		a, _ = s.knownProc(anchor.pid, anchor.start, cred)
@@ -181,7 +189,7 @@ func (s *Server) joinLogin(p *proc) {
 	// The login's keyring: the anchor's, or the one other processes of
 	// the login hold, or else a new one.
 	var k *keys.Key
-	anchorHolds := a != nil && s.loginHolds(a.caller, cred.UID, id, anchorOf)
+	anchorHolds := a != nil && s.loginHolds(a.caller, cred.UID, id, nameOf)
 	switch {
 	case anchorHolds:
 		k = a.caller.Session()
@@ -207,15 +215,42 @@ func (s *Server) joinLogin(p *proc) {
 }
 
 // pruneLogins forgets the logins whose keyring no process the daemon
-// keeps holds any more (held is every kept process's session), and those
-// whose anchor it no longer keeps: an anchor that has exited names its
-// login no more, whoever gets its pid. s.mu is held.
+// keeps holds any more: held is every kept process's session. A login
+// whose leader has exited needs no pruning to be safe: its name holds the
+// leader's start time, which a later process given its pid does not
+// share (loginName). s.mu is held.
 func (s *Server) pruneLogins(held map[*keys.Key]bool) {
 	for id, k := range s.logins {
-		if a := s.procs[id.anchor.pid]; !held[k] || a == nil || a.start != id.anchor.start {
+		if !held[k] {
 			delete(s.logins, id)
 		}
 	}
+}
+
+// loginName is what, beside the uid and the login's number, names a
+// login among the logins the daemon keeps, so that no later login given
+// the same number is mistaken for it. An audit session id is never given
+// twice (the kernel counts them up), so it needs nothing more. A POSIX
+// session id is its leader's pid, free again once the session's last
+// process has left it, after which a process of the user given that pid
+// starts a session of the same number with setsid: such a login is named
+// by its leader's start time too, read while the leader still leads it.
+// Once the leader has exited (its pid may be another's), a process met
+// for the first time is named by its own anchor (anchorOf, the topmost
+// of its ancestors in the login): it shares the login's keyring only
+// with its own line, as the kernel's inheritance would, and never with
+// a stranger in a session of the same number.
+func loginName(id loginID, anchorOf func() procID) procID {
+	if id.audit {
+		return procID{}
+	}
+	sid := int(id.id)
+	if st, ok := readStat(sid); ok && st.sid == sid {
+		if again, ok := readStat(sid); ok && again.start == st.start && again.sid == sid {
+			return procID{pid: sid, start: st.start}
+		}
+	}
+	return anchorOf()
 }
 
 // loginAnchor returns the anchor of process pid's login: the topmost
