@@ -99,7 +99,7 @@ func newPayload(data []byte) *Payload {
 	mem := secmem.Alloc(int(payloadHeader) + len(data))
 	p := (*Payload)(unsafe.Pointer(&mem[0]))
 	p.Data = mem[payloadHeader:]
-	copy(p.Data, data)
+	secmem.Copy(p.Data, data) // through no vector register a signal could write out
 	return p
 }
 
@@ -110,7 +110,7 @@ func newPayloadExtra(data []byte, extra any) *Payload {
 	p := &Payload{Extra: extra}
 	if len(data) > 0 {
 		p.Data = secmem.Alloc(len(data))
-		copy(p.Data, data)
+		secmem.Copy(p.Data, data)
 	}
 	return p
 }

@@ -1,11 +1,25 @@
 package keys
 
+import "github.com/ukeys/ukeys/internal/secmem"
+
 // Read returns a key's payload (KEYCTL_READ); for a keyring, the serials
 // of its links in listing order. Any failure to find the key reads as
 // ENOKEY, as in the kernel.
 func (c *Caller) Read(id Serial) ([]byte, error) {
-	b, err := c.read(id)
+	b, err := c.read(id, heapBytes)
 	return b, wrap("keyctl_read", id, err)
+}
+
+// heapBytes makes n bytes in Go's heap: Read's copy, the caller's.
+func heapBytes(n int) []byte { return make([]byte, n) }
+
+// arenaBytes makes n bytes in secmem's arena (locked, never dumped), for
+// a copy freed (secmem.Free) once it has been used.
+func arenaBytes(n int) []byte {
+	if n == 0 {
+		return []byte{}
+	}
+	return secmem.Alloc(n)
 }
 
 // ReadInto reads a key's payload into buf as keyctl_read(3) does on a
@@ -13,22 +27,27 @@ func (c *Caller) Read(id Serial) ([]byte, error) {
 // only when buf can hold all of it (so a short or nil buf asks for the
 // size). It allocates nothing on the common path.
 func (c *Caller) ReadInto(id Serial, buf []byte) (int, error) {
-	n, ok, err := c.readFast(id, buf, nil)
+	n, ok, err := c.readFast(id, buf, nil, nil)
 	if !ok {
+		// The payload crosses a copy of read's own: in the arena, and
+		// freed (wiped) once copied, as the caller's buffer is the
+		// payload's only copy it keeps.
 		var out []byte
-		if out, err = c.read(id); err == nil {
+		if out, err = c.read(id, arenaBytes); err == nil {
 			n = len(out)
 			if n <= len(buf) {
-				copy(buf, out)
+				secmem.Copy(buf, out)
 			}
+			secmem.Free(out)
 		}
 	}
 	return n, wrap("keyctl_read", id, err)
 }
 
-func (c *Caller) read(id Serial) ([]byte, error) {
+// read returns a copy of a key's payload, made by alloc.
+func (c *Caller) read(id Serial, alloc func(int) []byte) ([]byte, error) {
 	var fast []byte
-	if _, ok, err := c.readFast(id, nil, &fast); ok {
+	if _, ok, err := c.readFast(id, nil, &fast, alloc); ok {
 		return fast, err
 	}
 	r, err := c.lookupUserKey(id, 0, needDefer)
@@ -88,7 +107,8 @@ func (c *Caller) read(id Serial) ([]byte, error) {
 	}
 	var out []byte
 	if err == nil {
-		out = append([]byte(nil), data...) // copied before the section ends
+		out = alloc(len(data)) // copied before the section ends
+		secmem.Copy(out, data) // through no vector register a signal could write out
 		wipeIfFresh(p, data)
 	}
 	sec.End()
@@ -113,10 +133,10 @@ func wipeIfFresh(p *Payload, data []byte) {
 // constructed), which read serves the general way. The checks and their
 // order are read's: lookup, negative state, permission, validity.
 //
-// The payload is copied before the section ends: into a new slice stored
-// in *out when out is not nil, otherwise into dst if it fits. n is the
-// payload's length.
-func (c *Caller) readFast(id Serial, dst []byte, out *[]byte) (n int, ok bool, err error) {
+// The payload is copied before the section ends: into a new slice made by
+// alloc and stored in *out when out is not nil, otherwise into dst if it
+// fits. n is the payload's length.
+func (c *Caller) readFast(id Serial, dst []byte, out *[]byte, alloc func(int) []byte) (n int, ok bool, err error) {
 	if id <= 0 {
 		return 0, false, nil
 	}
@@ -152,10 +172,10 @@ func (c *Caller) readFast(id Serial, dst []byte, out *[]byte) (n int, ok bool, e
 	}
 	switch {
 	case out != nil:
-		*out = make([]byte, len(data))
-		copy(*out, data)
+		*out = alloc(len(data))
+		secmem.Copy(*out, data) // through no vector register a signal could write out
 	case len(data) <= len(dst):
-		copy(dst, data)
+		secmem.Copy(dst, data)
 	}
 	n = len(data)
 	wipeIfFresh(p, data)

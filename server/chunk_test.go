@@ -11,6 +11,7 @@ import (
 func TestChunkWriterDiscardWipes(t *testing.T) {
 	var out bytes.Buffer
 	cw := newChunkWriter(&out)
+	defer cw.release()
 	secret := bytes.Repeat([]byte("secret "), 100)
 	if _, err := cw.Write(secret); err != nil {
 		t.Fatal(err)

@@ -9,6 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -38,7 +39,11 @@ type conn struct {
 
 	watch *keys.WatchQueue
 
-	rbuf []byte // payloads read (dispatch.go), wiped after each answer
+	// rbuf holds payloads read (dispatch.go), wiped after each answer;
+	// on a socket's connection it is in secmem's arena, as the
+	// connection's frames are, freed when it is larger than readKeep
+	// once answered and when the connection ends.
+	rbuf []byte
 
 	sc     *sock.Conn  // the serving goroutine's own
 	idleFn func() bool // c.idle, bound once: a method value per answer would allocate
@@ -93,8 +98,13 @@ func (c *conn) run2(version uint16, unread []byte) {
 	// system call, and no payload stays behind in it.
 	sc, err := sock.New(c.uc, smallFrame)
 	if err != nil {
+		secmem.Free(unread)
 		return
 	}
+	// Its frames carry payloads: they go into the arena (locked, never
+	// dumped), and are freed when the connection ends, by the deferred
+	// release below, whatever ends it.
+	sc.InArena()
 	c.sc, c.idleFn = sc, c.idle
 	// One descriptor may come with a request: a seccomp listener
 	// (OpIntercept). Any other, or one not claimed, is closed.
@@ -102,8 +112,8 @@ func (c *conn) run2(version uint16, unread []byte) {
 	defer func() {
 		// Under mu, as a reader of an idle connection's buffers holds it.
 		c.mu.Lock()
-		sc.In.Release()
-		sc.Out.Reset()
+		sc.Release()
+		c.freeRead()
 		sc.CloseFDs()
 		c.mu.Unlock()
 	}()
@@ -113,7 +123,7 @@ func (c *conn) run2(version uint16, unread []byte) {
 		}
 	}()
 	sc.In.Preload(unread)
-	clear(unread)
+	secmem.Free(unread) // the arena's, from the hand-over (takeover.go)
 	read := sock.Deadline{Timeout: c.s.cfg.ReadTimeout}
 	c.renew(&read)
 	for version == 0 {
@@ -279,6 +289,9 @@ func (c *conn) run2(version uint16, unread []byte) {
 		err = c.appendAnswer(resp)
 		for _, b := range resp.Bufs {
 			clear(b) // results may hold payloads: do not keep them around
+		}
+		if cap(c.rbuf) > readKeep {
+			c.freeRead()
 		}
 		// The request has been handled: its bytes are wiped, and a buffer
 		// grown for it shrinks back (and its reservation is returned)

@@ -12,6 +12,7 @@ import (
 
 	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/internal/procfs"
+	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -279,11 +280,34 @@ func (c *conn) read(cl *keys.Caller, id keys.Serial) ([]byte, error) {
 			return buf[:n], nil
 		}
 		// Too small (or the payload grew meanwhile): a buffer that fits.
-		buf = make([]byte, n)
-		if n <= 4<<10 {
-			c.rbuf = buf // small payloads are the common case: keep it
+		if c.sc == nil {
+			// An intercepted call's, or an in-process one's: Go's heap,
+			// the buffer the answer is taken from after dispatch returns.
+			buf = make([]byte, n)
+			if n <= readKeep {
+				c.rbuf = buf // small payloads are the common case: keep it
+			}
+			continue
 		}
+		// A socket's connection: in the arena, as its frames are. Small
+		// payloads are the common case: a buffer of up to readKeep
+		// bytes is kept; a larger one is freed once answered (run2).
+		c.freeRead()
+		c.rbuf = secmem.Alloc(max(n, 256))
+		buf = c.rbuf
 	}
+}
+
+// readKeep is the largest read buffer a connection keeps between reads.
+const readKeep = 4 << 10
+
+// freeRead wipes the connection's read buffer and lets go of it: frees
+// it, if it is the arena's.
+func (c *conn) freeRead() {
+	if cap(c.rbuf) > 0 {
+		secmem.Free(c.rbuf[:cap(c.rbuf)])
+	}
+	c.rbuf = nil
 }
 
 // attach lets a process present a token: a session token makes it

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -156,7 +157,7 @@ func (c *conn) park(sc *sock.Conn, version uint16) (gone bool) {
 	ho.cond.Broadcast()
 	ho.mu.Unlock()
 	<-ho.done
-	clear(pc.unread)
+	secmem.Free(pc.unread) // the arena's (the reader's memory); sent, if it went
 	if ho.ok {
 		// Handed over; or, if its answers could not be written, left
 		// behind, to end with this daemon.
@@ -686,7 +687,10 @@ func (s *Server) writeState(w io.Writer, rec *handoverRecords) error {
 	for i := range rec.Conns {
 		rec.Conns[i].UnreadLen = len(rec.Conns[i].Unread)
 	}
+	// One buffer of chunks for the three streams, in the arena: the
+	// keys' stream carries every payload.
 	cw := newChunkWriter(w)
+	defer cw.release()
 	if err := s.svc.Export(cw); err != nil {
 		cw.discard() // it holds the stream's last payloads
 		return err
@@ -699,14 +703,12 @@ func (s *Server) writeState(w io.Writer, rec *handoverRecords) error {
 		return err
 	}
 	defer clear(b)
-	cw = newChunkWriter(w)
 	if _, err := cw.Write(b); err != nil {
 		return err
 	}
 	if err := cw.Close(); err != nil {
 		return err
 	}
-	cw = newChunkWriter(w)
 	for _, cr := range rec.Conns {
 		if _, err := cw.Write(cr.Unread); err != nil {
 			return err
@@ -769,8 +771,10 @@ func (s *Server) Freeze(w io.Writer) ([]int, error) {
 
 // chunkWriter frames a stream in chunks of at most chunkMax bytes, each
 // after its 4-byte length, ended by an empty chunk (Close), so that the
-// reader knows where one stream ends and what follows begins. Its buffer
-// is wiped after each chunk: the stream carries payloads.
+// reader knows where one stream ends and what follows begins; it may
+// write another stream after Close. Its buffer, in secmem's arena
+// (locked, never dumped), is wiped after each chunk, the stream carrying
+// payloads, and freed by release, after which it writes nothing more.
 type chunkWriter struct {
 	w   io.Writer
 	buf []byte
@@ -779,7 +783,15 @@ type chunkWriter struct {
 const chunkMax = 256 << 10
 
 func newChunkWriter(w io.Writer) *chunkWriter {
-	return &chunkWriter{w: w, buf: make([]byte, 4, 4+chunkMax)}
+	return &chunkWriter{w: w, buf: secmem.Alloc(4 + chunkMax)[:4]}
+}
+
+// release wipes and frees the buffer.
+func (cw *chunkWriter) release() {
+	if cap(cw.buf) > 0 {
+		secmem.Free(cw.buf[:cap(cw.buf)])
+	}
+	cw.buf = nil
 }
 
 func (cw *chunkWriter) Write(p []byte) (int, error) {
@@ -787,6 +799,7 @@ func (cw *chunkWriter) Write(p []byte) (int, error) {
 	for len(p) > 0 {
 		k := min(len(p), 4+chunkMax-len(cw.buf))
 		cw.buf = append(cw.buf, p[:k]...)
+		secmem.WipeRegisters() // what the copy left of the stream there
 		p, n = p[k:], n+k
 		if len(cw.buf) == 4+chunkMax {
 			if err := cw.flush(); err != nil {

@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -154,12 +155,13 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	// The old daemon lets go once it reads this: from then on the
 	// sockets are this daemon's alone.
 	if _, err := unix.Write(fd, []byte{'K'}); err != nil {
+		start(false) // the connections' unread bytes go
 		s.abandonRestored()
 		closeListeners()
 		return nil, fmt.Errorf("server: telling the old daemon: %w", err)
 	}
 	ok = true
-	start()
+	start(true)
 	return res, nil
 }
 
@@ -193,15 +195,16 @@ func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverR
 	res.Keys = rs.Service().Keys()
 	rs.Done()
 	ok = true
-	start()
+	start(true)
 	return res, nil
 }
 
-// wipeUnread wipes the connections' unread bytes, which may hold
-// payloads, for records that will not be served.
+// wipeUnread wipes and frees the connections' unread bytes, which may
+// hold payloads, for records that will not be served.
 func (rec *handoverRecords) wipeUnread() {
 	for i := range rec.Conns {
-		clear(rec.Conns[i].Unread)
+		secmem.Free(rec.Conns[i].Unread)
+		rec.Conns[i].Unread = nil
 	}
 }
 
@@ -257,7 +260,11 @@ func readState(r io.Reader, what string, keyOpts []keys.Option) (*keys.Restore, 
 		if n < 0 || n > wire.MaxFrame+4 {
 			return fail(fmt.Errorf("connection record %d: %d unread bytes", i, n))
 		}
-		rec.Conns[i].Unread = make([]byte, n)
+		// In the arena (locked, never dumped): they may hold a payload.
+		// Freed by wipeUnread, or by the connection that resumes (run2).
+		if n > 0 {
+			rec.Conns[i].Unread = secmem.Alloc(n)
+		}
 		if _, err := io.ReadFull(ur, rec.Conns[i].Unread); err != nil {
 			return fail(err)
 		}
@@ -458,8 +465,9 @@ func listenerFrom(fd int) (*net.UnixListener, error) {
 // restore makes the server's processes, sessions, logins and connections
 // again from what was handed over, conns being the connections'
 // descriptors (taken). It returns the function that starts serving the
-// connections, once the old daemon has let go of them.
-func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, res *TakeoverResult) (_ func(), err error) {
+// connections, once the old daemon has let go of them (serve), or wipes
+// and frees their unread bytes where they will not be served.
+func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, res *TakeoverResult) (_ func(serve bool), err error) {
 	type resumed struct {
 		c       *conn
 		version uint16
@@ -474,7 +482,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		rec.wipeUnread()
 		if err != nil {
 			for _, r := range toStart {
-				clear(r.unread)
+				secmem.Free(r.unread)
 			}
 		}
 	}()
@@ -655,7 +663,13 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		listeners = append(listeners, seccompStart{fd: conns[sr.FD], uid: sr.UID})
 		conns[sr.FD] = -1
 	}
-	return func() {
+	return func(serve bool) {
+		if !serve {
+			for _, r := range toStart {
+				secmem.Free(r.unread)
+			}
+			return
+		}
 		for _, r := range toStart {
 			s.cfg.Metrics.ConnOpened()
 			go r.c.run2(r.version, r.unread)

@@ -43,7 +43,7 @@ func TestRestoreWipesUnreadNotResumed(t *testing.T) {
 		t.Fatal(err)
 	}
 	rs.Done()
-	start()
+	start(true)
 	defer s.Shutdown(t.Context())
 	if i := bytes.IndexFunc(unread, func(r rune) bool { return r != 0 }); i >= 0 {
 		t.Errorf("the unread bytes of a connection that did not resume still hold %q", unread[i:])

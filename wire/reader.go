@@ -28,6 +28,58 @@ type Reader struct {
 
 	head    [16]byte // the head of a frame handed out by Skip
 	skipped bool
+
+	mem Memory // where buf comes from; nil: Go's heap
+}
+
+// Memory is where a Reader keeps its buffer: Go's heap unless SetMemory
+// says otherwise (a daemon's memory that is locked and never dumped,
+// since the frames it reads carry payloads). Alloc returns n zeroed
+// bytes (n > 0, len and cap n); Free wipes b, which Alloc returned, and
+// takes it back: nothing may use b after.
+//
+// Copy is the copy the Reader makes within its buffers (moving unread
+// bytes to the front, growing or shrinking), as the built-in copy with
+// dst never after src: the built-in's goes through the processor's
+// vector registers, which keep pieces of what it copied until something
+// else overwrites them, and a signal delivered meanwhile writes them
+// into memory the Memory does not hold (the signal's stack). A Memory
+// for secrets copies through no such register.
+type Memory interface {
+	Alloc(n int) []byte
+	Free(b []byte)
+	Copy(dst, src []byte) int
+}
+
+// SetMemory makes the Reader take its buffers from m (nil: Go's heap).
+// Call it before the first read; the Reader frees what it holds with m
+// when it shrinks its buffer and in Release, which its owner must call
+// once done with it.
+func (r *Reader) SetMemory(m Memory) { r.mem = m }
+
+// alloc returns n zeroed bytes from the Reader's memory.
+func (r *Reader) alloc(n int) []byte {
+	if r.mem == nil {
+		return make([]byte, n)
+	}
+	return r.mem.Alloc(n)
+}
+
+// copy is the built-in copy, or the Memory's.
+func (r *Reader) copy(dst, src []byte) int {
+	if r.mem == nil {
+		return copy(dst, src)
+	}
+	return r.mem.Copy(dst, src)
+}
+
+// free wipes b and gives it back to the Reader's memory.
+func (r *Reader) free(b []byte) {
+	if r.mem == nil || cap(b) == 0 {
+		clear(b[:cap(b)])
+		return
+	}
+	r.mem.Free(b[:cap(b)])
 }
 
 // NewReader returns a Reader of r whose buffer holds size bytes between
@@ -138,11 +190,17 @@ func (r *Reader) Fill() error {
 }
 
 // Unread returns a copy of the bytes read from the stream and not yet
-// handed out (a frame begun, or frames pipelined behind the last): what
-// a daemon handing a connection over gives the next one (Preload). The
-// caller wipes the copy once done with it.
+// handed out (a frame begun, or frames pipelined behind the last), nil
+// if there are none: what a daemon handing a connection over gives the
+// next one (Preload). The copy is made in the Reader's Memory; the
+// caller frees it there once done with it (in Go's heap: wipes it).
 func (r *Reader) Unread() []byte {
-	return append([]byte(nil), r.buf[r.rd:r.wr]...)
+	if r.Buffered() == 0 {
+		return nil
+	}
+	u := r.alloc(r.Buffered())
+	r.copy(u, r.buf[r.rd:r.wr])
+	return u
 }
 
 // Preload puts b in the buffer as if it had been read from the stream,
@@ -155,20 +213,19 @@ func (r *Reader) Preload(b []byte) {
 	// makeRoom leaves the unread bytes at the front of a buffer that
 	// holds them and b.
 	r.makeRoom(r.Buffered() + len(b))
-	r.wr += copy(r.buf[r.wr:], b)
+	r.wr += r.copy(r.buf[r.wr:], b)
 }
 
 // Release wipes every byte the Reader holds, handed out or not, and
-// drops a buffer grown beyond its base size. The Reader remains usable
-// (bytes not yet handed out are lost: call it between frames, or when
-// done with the stream).
+// frees its buffer. The Reader remains usable, with a new buffer (bytes
+// not yet handed out are lost: call it between frames, or when done with
+// the stream, as the owner of a Reader with a Memory must).
 func (r *Reader) Release() {
-	clear(r.buf)
-	clear(r.head[:])
-	r.rd, r.wr, r.out, r.skipped = 0, 0, 0, false
-	if cap(r.buf) > r.base {
-		r.buf = nil
+	if r.buf != nil {
+		r.free(r.buf)
 	}
+	clear(r.head[:])
+	r.buf, r.rd, r.wr, r.out, r.skipped = nil, 0, 0, 0, false
 }
 
 // Done wipes the frame handed out last and shrinks a buffer grown for
@@ -197,9 +254,9 @@ func (r *Reader) wipeOut() {
 		r.rd, r.wr = 0, 0
 	}
 	if cap(r.buf) > r.base && r.Buffered() <= r.base {
-		small := make([]byte, r.base)
-		r.wr = copy(small, r.buf[r.rd:r.wr])
-		clear(r.buf[r.rd:])
+		small := r.alloc(r.base)
+		r.wr = r.copy(small, r.buf[r.rd:r.wr])
+		r.free(r.buf)
 		r.buf, r.rd = small, 0
 	}
 }
@@ -224,19 +281,19 @@ func (r *Reader) fill(n int) error {
 // if n bytes would not fit, and wipes where they were.
 func (r *Reader) makeRoom(n int) {
 	if r.buf == nil {
-		r.buf = make([]byte, r.base)
+		r.buf = r.alloc(r.base)
 	}
 	if n > len(r.buf) {
-		grown := make([]byte, n)
-		r.wr = copy(grown, r.buf[r.rd:r.wr])
-		clear(r.buf)
+		grown := r.alloc(n)
+		r.wr = r.copy(grown, r.buf[r.rd:r.wr])
+		r.free(r.buf)
 		r.buf, r.rd = grown, 0
 		return
 	}
 	if r.rd == 0 {
 		return
 	}
-	m := copy(r.buf, r.buf[r.rd:r.wr])
+	m := r.copy(r.buf, r.buf[r.rd:r.wr])
 	clear(r.buf[m:r.wr])
 	r.rd, r.wr = 0, m
 }
@@ -244,7 +301,7 @@ func (r *Reader) makeRoom(n int) {
 // readMore reads once into the free end of the buffer.
 func (r *Reader) readMore() error {
 	if r.buf == nil {
-		r.buf = make([]byte, r.base)
+		r.buf = r.alloc(r.base)
 	}
 	if r.wr == len(r.buf) {
 		r.makeRoom(r.Buffered() + 1) // moves the unread bytes, or grows

@@ -209,7 +209,7 @@ func run(args []string) int {
 		if state != nil {
 			keys.SetBigKeyFileLimit(lim.BigKeyFiles)
 			start := time.Now()
-			err := thawFromSystemd(state, kept, func(f io.Reader, kept []int) error {
+			previous, err := thawFromSystemd(state, kept, func(f io.Reader, kept []int) error {
 				res, err := server.Thaw(f, kept, keyOpts, cfg)
 				if err != nil {
 					return err
@@ -219,6 +219,9 @@ func run(args []string) int {
 					"connections", res.Conns, "took", time.Since(start).String())
 				return nil
 			})
+			if previous {
+				log.Warn("ukeyd: what systemd kept was in the previous daemon's format (in the clear, not sealed against writes): taken back once, and wiped")
+			}
 			if err != nil {
 				log.Error("ukeyd: what the stopped daemon kept in systemd's store is lost; starting afresh", "err", err)
 			}

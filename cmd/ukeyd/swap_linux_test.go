@@ -11,6 +11,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -274,4 +276,124 @@ func (sw *swapRig) scan(t *testing.T, payloads [][]byte) int {
 		}
 	}
 	return found
+}
+
+// Payloads that cross the socket never reach swap either: a user daemon
+// (-lock-memory arena) is squeezed into swap again and again while
+// clients add keys and read them back without pause, on connections of
+// their own and pipelined ones, with payloads larger than a connection's
+// small buffers (its 4 KiB frame, its 4 KiB read buffer) as well as
+// small ones. Every frame a payload crosses (a request read, a read's
+// answer, the buffers grown for either) is then in memory the squeeze
+// may take; after the daemon exits, the swap file holds none of them.
+// Each payload is a marker of its own, repeated to the payload's length,
+// so that a fragment of one is found as surely as the whole.
+func TestPayloadsNeverSwappedCrossingTheSocket(t *testing.T) {
+	sw := newSwapRig(t)
+	socket := filepath.Join(t.TempDir(), "ukeyd.sock")
+	d := startChild(t, socket, childOpts{env: []string{sw.env()}, args: []string{"-lock-memory", "arena"}})
+
+	setup, err := client.Dial(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer setup.Close()
+	ring, err := setup.AddKey("keyring", "swap-crossing", nil, keys.UserKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var markers [][]byte
+	payload := func(i int) []byte {
+		r := make([]byte, 10)
+		rand.Read(r)
+		m := fmt.Appendf(nil, "crossing-secret-%s-%04d|", hex.EncodeToString(r), i)
+		mu.Lock()
+		markers = append(markers, m)
+		mu.Unlock()
+		size := []int{len(m), 600, 6 << 10, 20 << 10, 32000}[i%5]
+		return bytes.Repeat(m, size/len(m)+1)[:max(size, len(m))]
+	}
+	const n = 60
+	ids := make([]keys.Serial, n)
+	want := make([][]byte, n)
+	for i := range ids {
+		want[i] = payload(i)
+		if ids[i], err = setup.AddKey("user", fmt.Sprint("c", i), want[i], ring); err != nil {
+			t.Fatal(err)
+		}
+	}
+
+	// Clients that read every key back in a loop (and one that adds new
+	// keys), until the squeezes are done.
+	var stop atomic.Bool
+	var reads atomic.Int64
+	errs := make(chan error, 16)
+	var wg sync.WaitGroup
+	loop := func(c *client.Client, add bool, from int) {
+		defer wg.Done()
+		for i := from; !stop.Load(); i++ {
+			if add {
+				if i >= 300 {
+					add = false // enough keys: it reads too from now on
+					continue
+				}
+				if _, err := c.AddKey("user", fmt.Sprint("a", i), payload(n+i), ring); err != nil {
+					errs <- fmt.Errorf("add: %w", err)
+					return
+				}
+				continue
+			}
+			k := i % n
+			got, err := c.Read(ids[k])
+			if err != nil || !bytes.Equal(got, want[k]) {
+				errs <- fmt.Errorf("read %d: %d bytes, %v", k, len(got), err)
+				return
+			}
+			reads.Add(1)
+		}
+	}
+	for w := range 4 {
+		var opts []client.Option
+		if w%2 == 1 {
+			opts = append(opts, client.WithPipelining())
+		}
+		c, err := client.Dial(socket, opts...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer c.Close()
+		goroutines := 1
+		if w%2 == 1 {
+			goroutines = 3 // sharing the connection: answers gathered in one frame buffer
+		}
+		for g := range goroutines {
+			wg.Add(1)
+			go loop(c, w == 0 && g == 0, g*7)
+		}
+	}
+	var swapped int64
+	for range 4 {
+		time.Sleep(100 * time.Millisecond)
+		swapped = max(swapped, sw.squeeze(t))
+	}
+	stop.Store(true)
+	wg.Wait()
+	setup.Close()
+	d.cmd.Process.Signal(syscall.SIGTERM)
+	if code := d.wait(t); code != 0 {
+		t.Fatalf("the daemon exited %d\n%s", code, d.stderrText())
+	}
+	if reads.Load() < n {
+		t.Fatalf("only %d reads while squeezing", reads.Load())
+	}
+	found := sw.scan(t, markers)
+	t.Logf("%d reads and %d adds while squeezed; %d KiB of the daemon swapped out; %d of %d payloads found in swap",
+		reads.Load(), len(markers)-n, swapped>>10, found, len(markers))
+	if found > 0 {
+		t.Errorf("%d of %d payloads found in swap after the daemon exited (%d KiB of it had been swapped out)", found, len(markers), swapped>>10)
+	}
+	if swapped == 0 {
+		t.Errorf("nothing swapped out of a daemon that locks only its arena: the squeeze did not work")
+	}
 }

@@ -282,13 +282,23 @@ func openKeptState(ks *keptState) (*boxReader, error) {
 // kept (freezeToSystemd) and has systemd forget it and the descriptors
 // kept with it. The state needs no wiping: its key was only in the
 // pipe, now read and closed.
-func thawFromSystemd(ks *keptState, kept []int, thaw func(io.Reader, []int) error) error {
+//
+// A state the daemon before this one kept (previousState: the plaintext
+// stream in a memfd sealed only against a change of size, no key) is
+// taken back too, once, so that the first restart after an upgrade
+// loses nothing, and then wiped (previous says so); anything that
+// claims this daemon's format must be sealed and open with its key.
+func thawFromSystemd(ks *keptState, kept []int, thaw func(io.Reader, []int) error) (previous bool, err error) {
 	defer ks.close()
-	br, err := openKeptState(ks)
-	if err == nil {
+	if size, ok := previousState(ks); ok {
+		err = thaw(io.NewSectionReader(ks.state, 0, size), kept)
+		wipeState(ks.state, size)
+		previous = true
+	} else if br, oerr := openKeptState(ks); oerr == nil {
 		err = thaw(br, kept)
 		br.Wipe()
 	} else {
+		err = oerr
 		closeAll(kept)
 	}
 	names := []string{"FDSTOREREMOVE=1\nFDNAME=" + fdStateName,
@@ -299,7 +309,45 @@ func thawFromSystemd(ks *keptState, kept []int, thaw func(io.Reader, []int) erro
 	for _, n := range names {
 		storeFDs(n)
 	}
-	return err
+	return previous, err
+}
+
+// previousKeysMagic begins the plaintext state the daemon before this one
+// kept (freezeToSystemd of 050dce3 and before): the keys' state stream
+// (keys.stateMagic) in its first chunk, after the chunk's 4-byte length.
+const previousKeysMagic = "ukeys state\n"
+
+// previousState says whether ks is a state the daemon before this one
+// kept (one without its key, in a memfd sealed against growing and
+// shrinking but not against writes, that begins as that daemon's did
+// and not as a sealed state), and its size.
+func previousState(ks *keptState) (int64, bool) {
+	if ks.state == nil || ks.key != nil || ks.keyW != nil {
+		return 0, false
+	}
+	seals, err := unix.FcntlInt(ks.state.Fd(), unix.F_GET_SEALS, 0)
+	fixed := unix.F_SEAL_GROW | unix.F_SEAL_SHRINK
+	if err != nil || seals&fixed != fixed || seals&unix.F_SEAL_WRITE != 0 {
+		return 0, false // not fixed in size, or not to be wiped
+	}
+	st, err := ks.state.Stat()
+	if err != nil {
+		return 0, false
+	}
+	head := make([]byte, 4+len(previousKeysMagic))
+	if _, err := ks.state.ReadAt(head, 0); err != nil {
+		return 0, false
+	}
+	return st.Size(), string(head[4:]) == previousKeysMagic
+}
+
+// wipeState overwrites the first size bytes of a kept state with zeros:
+// it held every payload in the clear.
+func wipeState(f *os.File, size int64) {
+	zero := make([]byte, 64<<10)
+	for off := int64(0); off < size; off += int64(len(zero)) {
+		f.WriteAt(zero[:min(int64(len(zero)), size-off)], off)
+	}
 }
 
 func closeAll(fds []int) {

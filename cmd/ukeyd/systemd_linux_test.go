@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"fmt"
+	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -18,6 +20,7 @@ import (
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
 )
 
 // The unit files in deploy/systemd are ones systemd accepts, with the
@@ -368,6 +371,9 @@ func TestSystemdRestartRefusesUnsealedState(t *testing.T) {
 	}{
 		{"unsealed", unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL, true, "not sealed against change"},
 		{"no key", unix.F_SEAL_WRITE | unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL, false, "without its key"},
+		// Sealed as the previous daemon's (TestSystemdRestartTakesBackThePreviousState)
+		// but claiming this one's format: neither.
+		{"as the previous", unix.F_SEAL_GROW | unix.F_SEAL_SHRINK | unix.F_SEAL_SEAL, false, "without its key"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			mfd, err := unix.MemfdCreate("ukeyd-state", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
@@ -414,4 +420,115 @@ func TestSystemdRestartRefusesUnsealedState(t *testing.T) {
 			done <- nil
 		})
 	}
+}
+
+// An upgrade loses nothing: the state the daemon before this one kept in
+// systemd's store (the plaintext stream in a memfd sealed only against a
+// change of size, with no key beside it: freezeToSystemd of 050dce3) is
+// taken back once by the next daemon, every key with it, and then wiped;
+// the store is emptied.
+func TestSystemdRestartTakesBackThePreviousState(t *testing.T) {
+	_, socket, lf := socketUnit(t)
+	ns := newNotifySocket(t)
+
+	// The daemon before: a server in this process, stopped as that
+	// daemon's freezeToSystemd stopped it.
+	svc := keys.New()
+	defer svc.Close()
+	srv := server.New(svc, server.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	ln, err := server.Listen(filepath.Join(t.TempDir(), "previous.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	c, err := client.Dial(ln.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	payloads := map[string][]byte{}
+	for i := range 20 {
+		name, p := fmt.Sprint("upgraded", i), fmt.Appendf(nil, "previous-format-secret-%04d-%s", i, strings.Repeat("y", i*50))
+		id, err := c.AddKey("user", name, p, keys.UserKeyring)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.SetPerm(id, keys.PermMask); err != nil {
+			t.Fatal(err)
+		}
+		payloads[name] = p
+	}
+	c.Close()
+	mfd, err := unix.MemfdCreate("ukeyd-state", unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		t.Fatal(err)
+	}
+	state := os.NewFile(uintptr(mfd), "ukeyd-state")
+	defer state.Close()
+	kept, err := srv.Freeze(state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := <-served; err != server.ErrHandedOver {
+		t.Fatalf("the previous daemon's Serve: %v", err)
+	}
+	if _, err := unix.FcntlInt(uintptr(mfd), unix.F_ADD_SEALS, unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_SEAL); err != nil {
+		t.Fatal(err)
+	}
+	st, err := state.Stat()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []*os.File{lf, state}
+	names := []string{"ukeyd.socket", "ukeyd-state"}
+	for i, fd := range kept {
+		f := os.NewFile(uintptr(fd), fmt.Sprint("ukeyd-fd-", i))
+		defer f.Close()
+		files, names = append(files, f), append(names, f.Name())
+	}
+
+	next, stderr, done := startActivated(t, ns, files, names, "-fdstore-state", "-socket", socket)
+	removed := 0
+	for {
+		msg, _ := ns.next(t)
+		if msg == "READY=1" {
+			break
+		}
+		if strings.HasPrefix(msg, "FDSTOREREMOVE=1\nFDNAME=ukeyd-") {
+			removed++
+		}
+	}
+	if removed < len(files)-1 {
+		t.Errorf("%d descriptors removed from the store, want %d", removed, len(files)-1)
+	}
+	c, err = client.Dial(socket)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	for name, want := range payloads {
+		id, err := c.Search(keys.UserKeyring, "user", name, 0)
+		if err != nil {
+			t.Fatalf("%s after the upgrade: %v\n%s", name, err, stderr.String())
+		}
+		if b, err := c.Read(id); err != nil || !bytes.Equal(b, want) {
+			t.Fatalf("%s after the upgrade: %q %v", name, b, err)
+		}
+	}
+	if !strings.Contains(stderr.String(), "back from a restart") || !strings.Contains(stderr.String(), "previous daemon's format") {
+		t.Errorf("the next daemon's log:\n%s", stderr.String())
+	}
+	// It held every payload in the clear: wiped.
+	b := make([]byte, st.Size())
+	if _, err := state.ReadAt(b, 0); err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexFunc(b, func(r rune) bool { return r != 0 }); i >= 0 {
+		t.Errorf("the previous state (%d bytes) is not wiped: a byte at %d", len(b), i)
+	}
+	next.Process.Signal(syscall.SIGINT)
+	if err := <-done; err != nil {
+		t.Fatalf("the next daemon: %v\n%s", err, stderr.String())
+	}
+	done <- nil
 }

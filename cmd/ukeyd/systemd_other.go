@@ -23,6 +23,6 @@ func storeListener(*net.UnixListener) error { return nil }
 
 func freezeToSystemd(*server.Server) error { return errors.New("not under systemd") }
 
-func thawFromSystemd(*keptState, []int, func(io.Reader, []int) error) error {
-	return errors.New("not under systemd")
+func thawFromSystemd(*keptState, []int, func(io.Reader, []int) error) (bool, error) {
+	return false, errors.New("not under systemd")
 }

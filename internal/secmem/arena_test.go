@@ -94,3 +94,29 @@ func TestArenaLocked(t *testing.T) {
 		t.Errorf("nothing locked though the process may lock without bound: %+v", st)
 	}
 }
+
+// Copy copies as the built-in copy does, whatever the sizes and
+// alignments, and within one buffer towards its front.
+func TestCopy(t *testing.T) {
+	src := make([]byte, 70000)
+	for i := range src {
+		src[i] = byte(i*7 + i>>8)
+	}
+	for _, n := range []int{0, 1, 7, 16, 31, 64, 129, 257, 2049, 65536} {
+		for _, off := range []int{0, 1, 5} {
+			dst := make([]byte, n+off)
+			if k := Copy(dst[off:], src[3:3+n]); k != n || !bytes.Equal(dst[off:], src[3:3+n]) {
+				t.Fatalf("%d bytes at %d: copied %d, wrong", n, off, k)
+			}
+			buf := append([]byte(nil), src[:n+off]...)
+			Copy(buf, buf[off:])
+			if !bytes.Equal(buf[:n], src[off:off+n]) {
+				t.Fatalf("%d bytes moved %d to the front: wrong", n, off)
+			}
+		}
+	}
+	if k := Copy(make([]byte, 3), src); k != 3 {
+		t.Fatalf("into 3 bytes: %d", k)
+	}
+	WipeRegisters() // and the program goes on
+}

@@ -19,5 +19,15 @@
 //     lock limit allows (a user daemon's: 8 MiB by default) and never
 //     dumped, wiped when freed. Stats says how much of it is locked.
 //
+// A copy leaves pieces of what it copied in the processor's vector
+// registers (Go's memmove moves 16 or 32 bytes at a time through them),
+// and a signal delivered before they are overwritten (Go's runtime sends
+// one to preempt a goroutine) writes them into the signal's stack and
+// the goroutine's, Go's memory, which a user daemon cannot lock: with
+// every buffer a payload crossed in the arena, such pieces were still
+// found in swap. Copy copies through no vector register (REP MOVSB on
+// amd64), and WipeRegisters zeroes them after a copy that cannot avoid
+// them (an append of Go's).
+//
 // What neither covers is said by Stats and by the daemon's status.
 package secmem

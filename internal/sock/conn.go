@@ -10,6 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/wire"
 )
 
@@ -141,6 +142,32 @@ func New(s Stream, size int) (*Conn, error) {
 	c.In = wire.NewReader(source{c}, size)
 	return c, nil
 }
+
+// InArena puts the Conn's buffers, In's and Out's, in secmem's arena:
+// outside Go's heap, locked while the memory lock limit allows, never
+// dumped, wiped when freed. The frames a daemon reads and writes carry
+// payloads, and a daemon that cannot lock all its memory would otherwise
+// have them in memory the kernel may swap out. Call it before the first
+// frame; the owner must then call Release once done with the Conn, and
+// use none of the frames In handed out after.
+func (c *Conn) InArena() {
+	c.In.SetMemory(arenaMemory{})
+	c.Out.InArena()
+}
+
+// Release wipes and frees the Conn's buffers (bytes read and not handed
+// out are lost). The Conn remains usable, with new buffers.
+func (c *Conn) Release() {
+	c.In.Release()
+	c.Out.Release()
+}
+
+// arenaMemory is secmem's arena as a wire.Reader's Memory.
+type arenaMemory struct{}
+
+func (arenaMemory) Alloc(n int) []byte       { return secmem.Alloc(n) }
+func (arenaMemory) Free(b []byte)            { secmem.Free(b) }
+func (arenaMemory) Copy(dst, src []byte) int { return secmem.Copy(dst, src) }
 
 // source is what In reads from: inside FlushAndWait's raw read, where the
 // poller has just said the socket is readable, a read system call on the

@@ -1,6 +1,9 @@
 package sock
 
-import "github.com/ukeys/ukeys/wire"
+import (
+	"github.com/ukeys/ukeys/internal/secmem"
+	"github.com/ukeys/ukeys/wire"
+)
 
 // KeepMax is the largest buffer kept for reuse once wiped: one large
 // frame (a megabyte payload) does not pin its buffer for the life of the
@@ -19,7 +22,47 @@ func Recycle(b []byte) []byte {
 
 // Frames is a buffer of outgoing frames, built in place so that they go
 // out in one write.
-type Frames struct{ b []byte }
+type Frames struct {
+	b []byte
+	// arena: b is secmem's (InArena), freed when it is outgrown,
+	// dropped, or released.
+	arena bool
+}
+
+// InArena makes the buffer secmem's arena's from now on: locked while
+// the memory lock limit allows, never dumped. Its owner must call
+// Release once done with it.
+func (f *Frames) InArena() {
+	f.Release()
+	f.arena = true
+}
+
+// Release wipes the buffer and frees it (a new one is made for the next
+// frames).
+func (f *Frames) Release() {
+	f.drop()
+}
+
+// copied wipes the processor's vector registers after a frame was
+// appended to an arena's buffer (by wire's built-in copy), which the
+// copy left holding pieces of its bytes (payloads): a signal delivered
+// before they are overwritten would write them into memory outside the
+// arena (wire.Memory).
+func (f *Frames) copied() {
+	if f.arena {
+		secmem.WipeRegisters()
+	}
+}
+
+// drop wipes the buffer and lets go of it.
+func (f *Frames) drop() {
+	if f.arena && cap(f.b) > 0 {
+		secmem.Free(f.b[:cap(f.b)])
+	} else {
+		clear(f.b[:cap(f.b)])
+	}
+	f.b = nil
+}
 
 // Request appends r as a frame. On error nothing is appended.
 func (f *Frames) Request(r *wire.Request) error {
@@ -54,13 +97,24 @@ func (f *Frames) reserve(n int) {
 	if cap(f.b)-len(f.b) >= n {
 		return
 	}
-	nb := make([]byte, len(f.b), max(2*cap(f.b), len(f.b)+n))
-	copy(nb, f.b)
-	clear(f.b[:cap(f.b)])
+	size := max(2*cap(f.b), len(f.b)+n)
+	var nb []byte
+	if f.arena {
+		nb = secmem.Alloc(size)[:len(f.b)]
+	} else {
+		nb = make([]byte, len(f.b), size)
+	}
+	if f.arena {
+		secmem.Copy(nb, f.b)
+	} else {
+		copy(nb, f.b)
+	}
+	f.drop()
 	f.b = nb
 }
 
 func (f *Frames) seal(b []byte, at int, err error) error {
+	f.copied() // the frame's bytes were copied in
 	if err == nil {
 		b, err = wire.EndFrame(b, at)
 	}
@@ -92,6 +146,10 @@ func (f *Frames) Truncate(n int) {
 // whether it was dropped for being larger than KeepMax.
 func (f *Frames) Reset() (dropped bool) {
 	dropped = cap(f.b) > KeepMax
+	if dropped && f.arena {
+		f.drop()
+		return dropped
+	}
 	f.b = Recycle(f.b)
 	return dropped
 }
