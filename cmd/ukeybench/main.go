@@ -27,6 +27,11 @@
 //	        package and the Go caches people use.
 //	daemon  round trips through ukeyd's server with K clients, with the
 //	        collector idle and busy.
+//	tenants a host user and a container's process read keys while one
+//	        tenant at a time sits at its bound (CPU, connections of a
+//	        user namespace's uids, the protocol's spin, big_key files):
+//	        their p50/p99/p99.9 beside an idle run, and the table of the
+//	        bounds in force. Needs root.
 //
 // Every scenario prints a table (or, with -json, one object
 // {"scenario", "params", "results"}), shows progress on stderr, and with
@@ -52,6 +57,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 
 	"github.com/ukeys/ukeys/internal/procs"
+	"github.com/ukeys/ukeys/server"
 )
 
 // row is one line of results, in the shape scripts rely on.
@@ -84,7 +90,7 @@ type report struct {
 	notes []string
 }
 
-var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall", "handover"}
+var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall", "handover", "tenants"}
 
 func main() {
 	if v := os.Getenv(childEnv); v != "" {
@@ -92,6 +98,9 @@ func main() {
 	}
 	if v := os.Getenv(handoverEnv); v != "" {
 		os.Exit(handoverDaemonMain(v)) // a daemon of the handover scenario
+	}
+	if v := os.Getenv(tenantEnv); v != "" {
+		os.Exit(tenantChild(v)) // a victim or attacker of the tenants scenario
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -110,7 +119,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	loop := fs.Duration("loop", 5*time.Second, "length of the long loop (stall)")
 	rounds := fs.Int("rounds", 3, "long loops run per variant (stall)")
 	stallTimeout := fs.Duration("stall-timeout", time.Second, "grace-period age reported as a stall (stall)")
-	duration := fs.Duration("duration", time.Second, "measuring time per cell (read) or per case and variant (daemon)")
+	duration := fs.Duration("duration", time.Second, "measuring time per cell (read), per case and variant (daemon), or per phase (tenants; default 10s)")
 	entries := fs.Int("entries", 1_000_000, "entries that expire at once (expiry)")
 	setEvery := fs.Int("set-every", 4, "one foreground operation in this many is a Set, the others Gets; 0: Gets only (expiry)")
 	only := fs.String("variants", "", "comma-separated subset of the variants to run (expiry; default all)")
@@ -121,6 +130,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 	callers := fs.String("callers", "1,4", "comma-separated counts of calling processes (syscall)")
 	readers := fs.Int("readers", 16, "clients reading keys across the hand-over (handover)")
 	rings := fs.Int("keyrings", 100, "keyrings the keys are spread over (handover)")
+	phases := fs.String("phases", strings.Join(tenantPhases, ","), "comma-separated phases, in order (tenants; idle first gives the ratios)")
+	interval := fs.Duration("interval", time.Millisecond, "each victim's pause between two reads; 0: as fast as it can (tenants)")
+	costlyConns := fs.Int("costly-conns", 8, "the CPU attacker's connections (tenants)")
+	subUIDs := fs.Int("subuids", 32, "uids of the connection attacker's user namespace (tenants)")
+	retry := fs.Duration("retry", 10*time.Millisecond, "each of those uids' pause between attempts once at the bound (tenants)")
+	spinEvery := fs.Duration("spin-every", 60*time.Microsecond, "the spinning attacker's request period (tenants)")
 	quick := fs.Bool("quick", false, "small presets that finish each scenario in well under a minute")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown")
@@ -129,7 +144,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	plotFormats := fs.String("plot-formats", "svg,png", "image formats of -plot (svg, png)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a profile of mutex contention during the run to this file")
-	procsFlag := fs.String("procs", "", "Go processors of the run (GOMAXPROCS): auto (ukeyd's default, one more than Go's), go (Go's default) or a count; unset: auto for gc and daemon, which measure what ukeyd runs, go for the others")
+	procsFlag := fs.String("procs", "", "Go processors of the run (GOMAXPROCS): auto (ukeyd's default, one more than Go's), go (Go's default) or a count; unset: auto for gc, daemon and tenants, which measure what ukeyd runs, go for the others")
 	blockProfile := fs.String("blockprofile", "", "write a profile of blocking (channels, mutexes, sleeps excluded) to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ukeybench [flags] %s\n", strings.Join(scenarios, "|"))
@@ -190,7 +205,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	procSetting := *procsFlag
 	if procSetting == "" {
 		procSetting = "go"
-		if fs.Arg(0) == "gc" || fs.Arg(0) == "daemon" {
+		if fs.Arg(0) == "gc" || fs.Arg(0) == "daemon" || fs.Arg(0) == "tenants" {
 			procSetting = "auto"
 		}
 	}
@@ -201,7 +216,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	// run is called more than once in a process by the tests: leave
 	// GOMAXPROCS as found.
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(0))
+	goProcs := runtime.GOMAXPROCS(0)
+	defer runtime.GOMAXPROCS(goProcs)
 	gomaxprocs := procSet.Apply()
 	prog := newProgress(stderr)
 	loadBefore := loadAverage()
@@ -298,6 +314,24 @@ func run(args []string, stdout, stderr io.Writer) int {
 		quicklyD("duration", duration, 200*time.Millisecond)
 		p := handoverParams{Keys: *keysN, Keyrings: *rings, Clients: *readers, BeforeMS: ms(*duration), AfterMS: ms(*duration)}
 		rep, err = runHandover(p, prog)
+	case "tenants":
+		if !set["duration"] {
+			*duration = 10 * time.Second
+		}
+		quicklyD("duration", duration, 300*time.Millisecond)
+		quickly("subuids", subUIDs, 4)
+		p := tenantsParams{Phases: strings.Split(*phases, ","), DurationMS: ms(*duration), IntervalUS: float64(*interval) / 1e3,
+			CostlyConns: *costlyConns, SubUIDs: *subUIDs, RetryMS: ms(*retry), SpinEveryUS: float64(*spinEvery) / 1e3,
+			NoFile: server.NoFile(), GOMAXPROCS: runtime.GOMAXPROCS(0), GoProcs: goProcs}
+		for _, ph := range p.Phases {
+			if !slices.Contains(tenantPhases, ph) {
+				err = fmt.Errorf("tenants phase %q: want some of %s", ph, strings.Join(tenantPhases, ", "))
+			}
+		}
+		if err != nil {
+			break
+		}
+		rep, err = runTenants(p, *duration, *interval, prog)
 	default:
 		fmt.Fprintf(stderr, "ukeybench: unknown scenario %q\n", fs.Arg(0))
 		fs.Usage()

@@ -20,6 +20,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(handoverEnv); v != "" {
 		os.Exit(handoverDaemonMain(v)) // a daemon of the handover scenario
 	}
+	if v := os.Getenv(tenantEnv); v != "" {
+		os.Exit(tenantChild(v)) // a victim or attacker of the tenants scenario
+	}
 	goleak.VerifyTestMain(m,
 		// golang-lru's expirable LRU never stops its cleaner goroutine (its
 		// done channel is never closed); nothing outside the library can.
@@ -393,5 +396,46 @@ func TestUsage(t *testing.T) {
 	}
 	if code := run([]string{"-variants", "nosuch", "expiry"}, &out, &errb); code != 1 {
 		t.Fatalf("unknown expiry variant: exit %d, want 1", code)
+	}
+}
+
+// The tenants scenario, each phase short: every victim is served in
+// every phase, and can still add a big_key, whatever the attacker holds;
+// no uid of the attacker's user namespace gets a connection past its
+// owner's bound.
+func TestTenantsQuickShape(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the tenants scenario needs Linux")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the tenants scenario needs root: its processes run as other uids, in containers and a user namespace")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"-json", "-quick", "-duration", "100ms", "-subuids", "3", "-costly-conns", "3", "tenants"}, &out, &errb); code != 0 {
+		if strings.Contains(errb.String(), "seccomp user notification") || strings.Contains(errb.String(), "needs unshare") {
+			t.Skipf("not here: %s", errb.String())
+		}
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	rows := checkRows(t, rep, "tenants", []string{"idle", "cpu", "conns", "spin", "bigkey"}, []string{"host-user", "container"}, "us",
+		"ops_per_s", "daemon_cpus", "errors", "big_key_add", "attacker")
+	for name, r := range rows {
+		if r.Extra["errors"].(float64) != 0 || r.Extra["big_key_add"] != "ok" {
+			t.Errorf("%s: %v errors (%v), big_key add %v", name, r.Extra["errors"], r.Extra["first_error"], r.Extra["big_key_add"])
+		}
+		if _, ok := r.Extra["p99_vs_idle"]; !ok {
+			t.Errorf("%s: no p99_vs_idle", name)
+		}
+	}
+	perUID := rep.Params.(map[string]any)["limits"].(map[string]any)["MaxConnsPerUID"]
+	if a := rows["conns/host-user"].Extra["attacker"].(string); !strings.Contains(a, fmt.Sprintf(`"accepted":%v,`, perUID)) || strings.Contains(a, "retries_accepted") {
+		t.Errorf("the uids of one user namespace, against their owner's bound of %v connections: %s", perUID, a)
+	}
+	if a := rows["bigkey/host-user"].Extra["attacker"].(string); !strings.Contains(a, `"refused":"EDQUOT"`) {
+		t.Errorf("the container filling big_key files: %s", a)
 	}
 }
