@@ -188,6 +188,7 @@ type usage struct {
 	buffered     int
 	expensive    chan struct{} // a slot per expensive operation running
 	spin         *spinAccount  // its connections' budget of polling (spin.go)
+	cpu          cpuAccount    // what its expensive operations used (cpu.go)
 }
 
 // usageOf returns uid's usage, creating it. s.mu is held.
@@ -204,7 +205,7 @@ func (s *Server) usageOf(uid uint32) *usage {
 // only runs on a connection, so with no connection nothing holds a slot
 // of its channel. s.mu is held.
 func (s *Server) forget(uid uint32) {
-	if u := s.usage[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.upcalls == 0 && u.buffered == 0 {
+	if u := s.usage[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.upcalls == 0 && u.buffered == 0 && !u.cpu.owes(time.Now()) {
 		delete(s.usage, uid)
 	}
 }
@@ -367,7 +368,8 @@ func (s *Server) unreserve(uid uint32, n int) {
 // EINTR if the daemon shuts down meanwhile.
 func (s *Server) expensive(uid uint32, f func()) error {
 	s.mu.Lock()
-	mine := s.usageOf(uid).expensive
+	u := s.usageOf(uid)
+	mine, acct := u.expensive, &u.cpu
 	hook := s.expensiveHook
 	s.mu.Unlock()
 	select {
@@ -376,6 +378,16 @@ func (s *Server) expensive(uid uint32, f func()) error {
 		return keys.EINTR
 	}
 	defer func() { <-mine }()
+	if d := acct.wait(time.Now()); d > 0 {
+		// What it used beyond its share: its own wait, on its own slot.
+		t := time.NewTimer(d)
+		select {
+		case <-t.C:
+		case <-s.stop:
+			t.Stop()
+			return keys.EINTR
+		}
+	}
 	select {
 	case s.heavy <- struct{}{}:
 	case <-s.stop:
@@ -386,7 +398,10 @@ func (s *Server) expensive(uid uint32, f func()) error {
 		hook(uid, true)
 		defer hook(uid, false)
 	}
-	f()
+	start := time.Now()
+	runNiced(f)
+	end := time.Now()
+	acct.charge(end, end.Sub(start))
 	return nil
 }
 
