@@ -8,6 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -29,12 +30,7 @@ type memory struct {
 		fd int
 		ok bool
 	}
-	held [][]byte
-	// scratch is kept from call to call for the one large payload a call
-	// may carry, so that serving a megabyte allocates nothing; it is
-	// wiped with the rest when the call is done.
-	scratch     []byte
-	scratchUsed bool
+	held [][]byte // the arena's: given back at release
 	// fetched is what prefetch read ahead of decode's reads, each range
 	// as decode will ask for it; emptied with the rest.
 	fetched []fetchedRange
@@ -59,19 +55,15 @@ type fetchedRange struct {
 	probed bool
 }
 
-// scratchFrom is the size from which a read uses the scratch buffer.
-const scratchFrom = 64 << 10
-
 // release wipes what the call read.
 func (m *memory) release() {
 	m.out.ok = false
 	m.payloadFault = false
 	for _, b := range m.held {
-		clear(b)
+		secmem.Free(b) // wiped first
 	}
 	clear(m.held)
 	m.held = m.held[:0]
-	m.scratchUsed = false
 	clear(m.fetched)
 	m.fetched = m.fetched[:0]
 }
@@ -117,17 +109,13 @@ func (m *memory) read(addr uint64, n int) ([]byte, syscall.Errno) {
 	return b, 0
 }
 
-// take returns n bytes that release will wipe.
+// take returns n bytes that release will wipe and give back. They are
+// the arena's (secmem), outside Go's heap and locked as far as the
+// daemon may lock memory: a payload read from a caller never reaches
+// swap on its way to the key that keeps it (the kernel's copy goes to
+// slab memory, which is never swapped).
 func (m *memory) take(n int) []byte {
-	var b []byte
-	if n >= scratchFrom && !m.scratchUsed {
-		if cap(m.scratch) < n {
-			m.scratch = make([]byte, n)
-		}
-		b, m.scratchUsed = m.scratch[:n], true
-	} else {
-		b = make([]byte, n)
-	}
+	b := secmem.Alloc(n)
 	m.held = append(m.held, b)
 	return b
 }
@@ -330,7 +318,7 @@ func decode(m *memory, spec *wire.Spec, args *[6]uint64, lazy bool) (*wire.Reque
 // reads three things. Only when all of it reads are the bytes kept:
 // otherwise decode reads each thing itself, and meets the fault, and so
 // the error, in the kernel's order. A call that reads one thing is left
-// to decode, which reads it into the kept scratch buffer if it is large.
+// to decode, which reads it into a buffer of the arena.
 func (m *memory) prefetch(spec *wire.Spec, args *[6]uint64, lazy bool) {
 	if m.noPrefetch {
 		return
