@@ -32,7 +32,7 @@ func ExampleSpec_Check() {
 	// Output:
 	// add_key user name 6 -3
 	// add_key argument 1: type (string)
-	// add_key argument 2: description (string)
+	// add_key argument 2: description (optional string)
 	// add_key argument 3: payload (bytes)
 	// add_key argument 5: ring (int)
 }

@@ -153,7 +153,9 @@ var specs = []Spec{
 	{Op: OpWatchKey, Name: "watch_key", Sys: SysKeyctl, Result: none,
 		Args: []Arg{integer("id", 2), integer("watch_id", 4)}},
 	{Op: OpAddKey, Name: "add_key", Sys: SysAddKey, Result: anID,
-		Args: []Arg{str("type", 1, keyctl.MaxTypeName), str("description", 2, keyctl.MaxDescription), payload("payload", 3), integer("ring", 5)}},
+		// A NULL description is none, as "" is (the asymmetric type
+		// proposes one; the others refuse it with EINVAL).
+		Args: []Arg{str("type", 1, keyctl.MaxTypeName), optStr("description", 2, keyctl.MaxDescription), payload("payload", 3), integer("ring", 5)}},
 	{Op: OpRequestKey, Name: "request_key", Sys: SysRequestKey, Result: anID,
 		Args: []Arg{str("type", 1, keyctl.MaxTypeName), str("description", 2, keyctl.MaxDescription), optStr("callout", 3, 0), integer("dest", 4)}},
 
