@@ -9,15 +9,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nsGetParent is NS_GET_PARENT (linux/nsfs.h): a descriptor of the
-// parent of a pid namespace, EPERM past the caller's own; nsGetUserns is
-// NS_GET_USERNS: a descriptor of the user namespace that owns a
-// namespace, EPERM if that is outside the caller's.
-const (
-	nsGetUserns = 0xb701
-	nsGetParent = 0xb702
-)
-
 // runtimeCapabilities reads the capabilities of the runtime h is a
 // handle of, connected with effective uid euid, as capabilities does, but
 // counts those of a runtime that has exited and is not yet reaped (a
@@ -78,13 +69,13 @@ func ownedByOurs(pid int, kind string) bool {
 		return false
 	}
 	defer unix.Close(fd)
-	user, err := unix.IoctlRetInt(fd, nsGetUserns)
+	user, err := unix.IoctlRetInt(fd, unix.NS_GET_USERNS)
 	if err != nil {
 		return false
 	}
 	defer unix.Close(user)
 	var st unix.Stat_t
-	return unix.Fstat(user, &st) == nil && st.Dev == own.Dev && st.Ino == own.Ino
+	return unix.Fstat(user, &st) == nil && nsIDOf(&st) == own
 }
 
 // nsOf returns the identity of namespace kind ("pid", "mnt") of process
@@ -94,7 +85,7 @@ func nsOf(pid int, kind string) (nsID, bool) {
 	if err := unix.Stat("/proc/"+strconv.Itoa(pid)+"/ns/"+kind, &st); err != nil {
 		return nsID{}, false
 	}
-	return nsID{uint64(st.Dev), st.Ino}, true
+	return nsIDOf(&st), true
 }
 
 // containerIdentity is what ties a container's id to its processes: the
@@ -164,7 +155,7 @@ func (c containerIdentity) holds(pid int) bool {
 		return false
 	}
 	for range 33 {
-		parent, err := unix.IoctlRetInt(fd, nsGetParent)
+		parent, err := unix.IoctlRetInt(fd, unix.NS_GET_PARENT)
 		unix.Close(fd)
 		if err != nil {
 			return false
@@ -174,7 +165,7 @@ func (c containerIdentity) holds(pid int) bool {
 		if unix.Fstat(fd, &st) != nil {
 			break
 		}
-		if (nsID{uint64(st.Dev), st.Ino}) == c.pidNS {
+		if nsIDOf(&st) == c.pidNS {
 			unix.Close(fd)
 			return true
 		}

@@ -515,9 +515,11 @@ type loginRecord struct {
 	Audit  bool        `json:"audit,omitempty"`
 	ID     uint64      `json:"id"`
 	Serial keys.Serial `json:"serial"`
-	// The login's anchor (login.go). A record of an older daemon has
-	// none: its login is then found by no process, and its keyring lives
-	// on with the processes that hold it.
+	// The login's name beside its number (loginKey.name, loginName). A
+	// record of an older daemon has none: an audit session's login is
+	// found as before (its number is never given twice), a POSIX one's by
+	// no process, and its keyring lives on with the processes that hold
+	// it.
 	AnchorPID   int    `json:"anchor_pid,omitempty"`
 	AnchorStart string `json:"anchor_start,omitempty"`
 }
@@ -585,7 +587,7 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 	}
 	for id, k := range s.logins {
 		rec.Logins = append(rec.Logins, loginRecord{UID: id.uid, Audit: id.login.audit, ID: id.login.id, Serial: k.Serial(),
-			AnchorPID: id.anchor.pid, AnchorStart: id.anchor.start})
+			AnchorPID: id.name.pid, AnchorStart: id.name.start})
 	}
 	for c, pc := range ho.parked {
 		if pc.err != nil || c.helper != nil {

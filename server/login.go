@@ -35,19 +35,17 @@ import (
 // the keyring goes when the anchor and every process that holds it have
 // exited, as pam_keyinit's goes with the last process of the login.
 //
-// A login is found by its anchor, never by its number alone: a POSIX
-// session id is a pid, free again once the session's last process has
-// left it, and a later process of the user given that pid starts a
-// session of the same number with setsid (on a busy host by accident).
-// So the daemon keeps a login's keyring under the anchor's identity (pid
-// and start time) and forgets it as soon as the anchor has exited; the
-// processes that hold the keyring then keep it (and pass it to their
-// children through their ancestry), but no process that does not descend
-// from them can be given it. A process whose anchor the daemon did not
-// meet, such as the child of a job whose login shell has exited, met
-// here for the first time, is therefore given a login keyring of its own,
-// where the kernel would have kept the old one: the daemon cannot tell it
-// from a stranger in a reused session.
+// A login is never found by its number alone: a POSIX session id is a
+// pid, free again once the session's last process has left it, and a
+// later process of the user given that pid starts a session of the same
+// number with setsid (on a busy host by accident). So the daemon keeps a
+// login's keyring under a name that number cannot lend (loginName): the
+// session leader's pid and start time, or, once the leader has exited, a
+// process's own anchor. A process met for the first time after its
+// session's leader has exited, such as the child of a job whose login
+// shell is gone, therefore gets a login keyring of its own unless its
+// ancestry gives it one, where the kernel would have kept the old one:
+// the daemon cannot tell it from a stranger in a reused session.
 //
 // A process that joins or starts a session (`ukeyctl session`,
 // `keyctl session`, a session token) keeps the kernel's behaviour
@@ -63,14 +61,13 @@ type loginID struct {
 	id    uint64
 }
 
-// loginKey names the login of one user, through the identity of its
-// anchor: a login's processes that run as another uid (after su, say)
-// have a login of their own, and so do those of a later anchor in a
-// session given the same number.
+// loginKey names the login of one user: a login's processes that run as
+// another uid (after su, say) have a login of their own, and so do those
+// of a later session given the same number (name, loginName).
 type loginKey struct {
-	uid    uint32
-	login  loginID
-	anchor procID
+	uid   uint32
+	login loginID
+	name  procID
 }
 
 // usesSession reports whether an operation acts on keys, where the
@@ -103,14 +100,15 @@ func (s *Server) settleSession(p *proc) {
 // loginHolds reports whether c's session is a keyring of login id of
 // uid (inherited from an ancestor, whatever that ancestor's anchor). A
 // login keyring the daemon has lost track of (none of the logins it
-// keeps has it: its anchor has exited) is taken to be that login's, and
-// kept from then on under the caller's anchor (read only then); one that
+// keeps has it: no process it keeps held it) is taken to be that
+// login's, and kept from then on under the caller's name (name, read only
+// then); one that
 // another login has is not: a process that left its parent's login
 // (setsid, where no audit session joins the two) has a login of its own,
 // as it would were the parent unknown to the daemon, so that what a
 // process sees as @s never depends on whether its parent happened to be
 // a client.
-func (s *Server) loginHolds(c *keys.Caller, uid uint32, id loginID, anchor func() procID) bool {
+func (s *Server) loginHolds(c *keys.Caller, uid uint32, id loginID, name func() procID) bool {
 	if !c.InLogin() {
 		return false
 	}
@@ -121,7 +119,7 @@ func (s *Server) loginHolds(c *keys.Caller, uid uint32, id loginID, anchor func(
 	if known {
 		return key.uid == uid && key.login == id
 	}
-	key = loginKey{uid: uid, login: id, anchor: anchor()}
+	key = loginKey{uid: uid, login: id, name: name()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if other, known := s.loginOfLocked(k); known { // found meanwhile
@@ -174,7 +172,7 @@ func (s *Server) joinLogin(p *proc) {
 	if s.loginHolds(p.caller, cred.UID, id, nameOf) {
 		return // inherited from an ancestor in its login
 	}
-	key := loginKey{uid: cred.UID, login: id, anchor: nameOf()}
+	key := loginKey{uid: cred.UID, login: id, name: nameOf()}
 	var a *proc
 	if anchorOf().pid != pid {
 		// Not when it is p itself: p then leads its login, whose keyring

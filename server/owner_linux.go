@@ -11,11 +11,8 @@ import (
 // nsID names a namespace as the kernel does: its nsfs device and inode.
 type nsID struct{ dev, ino uint64 }
 
-// selfUserNS is the daemon's own user namespace (ownUserNS) as an nsID.
-func selfUserNS() (nsID, error) {
-	st, err := ownUserNS()
-	return nsID{uint64(st.Dev), st.Ino}, err
-}
+// nsIDOf is the namespace st (of an nsfs file) names.
+func nsIDOf(st *unix.Stat_t) nsID { return nsID{uint64(st.Dev), st.Ino} }
 
 // maxUserNSDepth is how deep the kernel nests user namespaces (32), and
 // one more.
@@ -33,7 +30,7 @@ const maxUserNSDepth = 33
 // then check, by the process's pidfd, that the pid was still the
 // caller's once the namespace was read.
 func nsOwner(pid int, uid uint32) (owner uint32, ok, gone bool) {
-	self, err := selfUserNS()
+	self, err := ownUserNS()
 	if err != nil {
 		return uid, false, false
 	}
@@ -44,7 +41,7 @@ func nsOwner(pid int, uid uint32) (owner uint32, ok, gone bool) {
 	if err := unix.Stat(path, &st); err != nil {
 		return uid, false, errors.Is(err, unix.ENOENT) || errors.Is(err, unix.ESRCH)
 	}
-	if (nsID{st.Dev, st.Ino}) == self {
+	if nsIDOf(&st) == self {
 		return uid, true, false
 	}
 	fd, err := unix.Open(path, unix.O_RDONLY|unix.O_CLOEXEC, 0)
@@ -63,7 +60,7 @@ func nsOwner(pid int, uid uint32) (owner uint32, ok, gone bool) {
 			unix.Close(parent)
 			return uid, false, false
 		}
-		if (nsID{st.Dev, st.Ino}) == self {
+		if nsIDOf(&st) == self {
 			unix.Close(parent)
 			var o uint32
 			if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fd), unix.NS_GET_OWNER_UID, uintptr(unsafe.Pointer(&o))); e != 0 {

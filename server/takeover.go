@@ -593,7 +593,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 	}
 	for _, lr := range rec.Logins {
 		if k := rs.Key(lr.Serial); k != nil && k.IsKeyring() {
-			s.logins[loginKey{uid: lr.UID, login: loginID{audit: lr.Audit, id: lr.ID}, anchor: procID{pid: lr.AnchorPID, start: lr.AnchorStart}}] = k
+			s.logins[loginKey{uid: lr.UID, login: loginID{audit: lr.Audit, id: lr.ID}, name: procID{pid: lr.AnchorPID, start: lr.AnchorStart}}] = k
 		}
 	}
 	for i, cr := range rec.Conns {

@@ -24,19 +24,19 @@ var errNSUnknown = errors.New("its user namespace cannot be told (no pidfd, and 
 
 // ownUserNS is the daemon's user namespace (device and inode), read once:
 // a multithreaded process cannot change its user namespace.
-var ownUserNS = sync.OnceValues(func() (unix.Stat_t, error) {
-	var st unix.Stat_t
+var ownUserNS = sync.OnceValues(func() (nsID, error) {
 	if pfd, err := unix.PidfdOpen(os.Getpid(), 0); err == nil {
 		defer unix.Close(pfd)
-		if ns, err := userNSOfPidfd(pfd); err == nil {
-			return ns, nil
+		if st, err := userNSOfPidfd(pfd); err == nil {
+			return nsIDOf(&st), nil
 		}
 	}
 	if !procfs.Ours() {
-		return st, errNSUnknown
+		return nsID{}, errNSUnknown
 	}
+	var st unix.Stat_t
 	err := unix.Stat("/proc/self/ns/user", &st)
-	return st, err
+	return nsIDOf(&st), err
 })
 
 // userNSOfPidfd returns the user namespace of the process pfd names.
@@ -82,7 +82,7 @@ func (h *procHandle) inOwnUserNS() (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	return st.Dev == own.Dev && st.Ino == own.Ino, nil
+	return nsIDOf(&st) == own, nil
 }
 
 // sameIDMaps answers inOwnUserNS where the kernel hides the peer's
