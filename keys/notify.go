@@ -40,6 +40,10 @@ type WatchQueue struct {
 	closed  bool
 	kicks   uint64 // Interrupt's count: a wait that sees it change ends
 	watches map[*Key]*watch
+	// sink, if set, takes each notification as it is posted, in order,
+	// instead of the backlog: a notification pipe the daemon writes into
+	// keeps its own backlog and counts its own losses.
+	sink func(Notification)
 }
 
 type watch struct {
@@ -56,10 +60,24 @@ func NewWatchQueue(size int) *WatchQueue {
 	return q
 }
 
+// NewWatchSink returns a queue that hands each notification to deliver
+// as it is posted, one at a time and in the order posted, rather than
+// keeping them for Next: deliver must not block, nor call back into the
+// queue.
+func NewWatchSink(deliver func(Notification)) *WatchQueue {
+	q := NewWatchQueue(1)
+	q.sink = deliver
+	return q
+}
+
 func (q *WatchQueue) post(n Notification) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
 	if q.closed {
+		return
+	}
+	if q.sink != nil {
+		q.sink(n)
 		return
 	}
 	if len(q.buf) >= q.max {
@@ -159,6 +177,18 @@ func (rs *Restore) WatchQueue(st WatchState, size int) *WatchQueue {
 			q.lost++
 		}
 	}
+	for _, w := range st.Watches {
+		if k := rs.Key(w.Key); k != nil {
+			addWatch(k, q, w.ID)
+		}
+	}
+	return q
+}
+
+// WatchSink makes a sink (NewWatchSink) again from what a daemon handed
+// over of one: its watches on keys of the stream.
+func (rs *Restore) WatchSink(st WatchState, deliver func(Notification)) *WatchQueue {
+	q := NewWatchSink(deliver)
 	for _, w := range st.Watches {
 		if k := rs.Key(w.Key); k != nil {
 			addWatch(k, q, w.ID)
@@ -282,8 +312,11 @@ func dropWatch(k *Key, q *WatchQueue) error {
 
 // WatchKey adds (watchID 0..255) or removes (watchID -1) a watch of q on a
 // key (KEYCTL_WATCH_KEY).
+//
+// A nil q is a descriptor that is no watch queue: EINVAL, once the key
+// is found, as the kernel looks the key up before the queue.
 func (c *Caller) WatchKey(id Serial, q *WatchQueue, watchID int) error {
-	if watchID < -1 || watchID > 255 || q == nil {
+	if watchID < -1 || watchID > 255 {
 		return wrap("keyctl_watch_key", id, EINVAL)
 	}
 	r, err := c.lookupUserKey(id, lookupCreate, View)
@@ -291,6 +324,9 @@ func (c *Caller) WatchKey(id Serial, q *WatchQueue, watchID int) error {
 		return wrap("keyctl_watch_key", id, err)
 	}
 	defer r.put()
+	if q == nil {
+		return wrap("keyctl_watch_key", id, EINVAL)
+	}
 	if watchID == -1 {
 		return wrap("keyctl_watch_key", id, dropWatch(r.key, q))
 	}

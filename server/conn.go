@@ -3,6 +3,7 @@ package server
 import (
 	"encoding/binary"
 	"errors"
+	"github.com/ukeys/ukeys/internal/intercept"
 	"io"
 	"net"
 	"sync"
@@ -38,6 +39,13 @@ type conn struct {
 	gone    bool
 
 	watch *keys.WatchQueue
+
+	// intercepted: the connection serves an intercepted program's calls,
+	// and has no socket. Its watches go to notification pipes the daemon
+	// made (intercept.WatchPipe): pipe is the one the call being served
+	// names (KEYCTL_WATCH_KEY's descriptor), set for that call.
+	intercepted bool
+	pipe        *intercept.WatchPipe
 
 	// rbuf holds payloads read (dispatch.go), wiped after each answer;
 	// on a socket's connection it is in secmem's arena, as the

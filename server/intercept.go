@@ -120,7 +120,7 @@ func (ic *intercepting) thread(s *Server, p *proc, task uint64, tid int) *conn {
 		ic.threads = make(map[uint64]*threadCaller)
 	}
 	caller := p.caller.NewThread()
-	tc := &conn{s: s, cred: caller.Cred(), proc: p, caller: caller}
+	tc := &conn{s: s, cred: caller.Cred(), proc: p, caller: caller, intercepted: true}
 	ic.threads[task] = &threadCaller{tid: tid, c: tc}
 	return tc
 }
@@ -139,10 +139,12 @@ func (c *conn) intercept() error {
 		// A request-key helper's program tree: every call of it acts
 		// for the requestor with the upcall's authority, as the helper's
 		// connection does, and only while it lasts.
-		hc := &conn{s: c.s, cred: c.cred, proc: c.proc, caller: c.caller, helper: &helperConn{grant: c.helper.grant}}
-		h = intercept.HandlerFunc(func(_ intercept.Caller, r *wire.Request) *wire.Response { return hc.dispatch(r) })
+		hc := &conn{s: c.s, cred: c.cred, proc: c.proc, caller: c.caller, helper: &helperConn{grant: c.helper.grant}, intercepted: true}
+		h = intercept.HandlerFunc(func(ic intercept.Caller, r *wire.Request) *wire.Response { return hc.dispatchPiped(ic, r) })
 	}
-	_, err := c.s.startListener(fd, listenerInfo{uid: c.account(), helper: c.helper != nil}, h)
+	// ukeyctl run's filter (intercept.Filter) hands the daemon its
+	// programs' notification pipes too.
+	_, err := c.s.startListener(fd, listenerInfo{uid: c.account(), helper: c.helper != nil, notify: true}, h)
 	return err
 }
 
@@ -168,6 +170,11 @@ func (s *Server) ServeListener(fd int) error {
 type listenerInfo struct {
 	uid    uint32 // the uid it is charged to (conn.account)
 	helper bool
+	// notify: its filter hands the daemon the calls that make and set
+	// up a notification pipe (intercept.Filter's pipe2 and ioctls), so
+	// that its programs' watches are served; without them, they are
+	// told that there are no notifications (KEYCTL_CAPABILITIES).
+	notify bool
 }
 
 func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-chan struct{}, error) {
@@ -191,6 +198,9 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 		return nil, e
 	}
 	s.mu.Unlock()
+	if !li.notify {
+		h = withoutNotify{h}
+	}
 	l, err := intercept.NewListener(fd, h)
 	if err != nil {
 		s.mu.Lock()
@@ -244,6 +254,14 @@ func (b listenerBudget) Take() bool {
 	return b.s.admitProc(b.uid) == 0
 }
 
+// TakePipe draws a notification pipe made for one of the listener's
+// callers from the uid's bound, as a process the daemon keeps.
+func (b listenerBudget) TakePipe() bool {
+	b.s.mu.Lock()
+	defer b.s.mu.Unlock()
+	return b.s.admitProc(b.uid) == 0
+}
+
 func (b listenerBudget) Give() {
 	b.s.mu.Lock()
 	b.s.dropProc(b.uid)
@@ -280,7 +298,7 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 		c = p.calls.thread(s, p, ic.Task, ic.Tid)
 	} else {
 		if p.calls.conn == nil {
-			p.calls.conn = &conn{s: s, cred: p.caller.Cred(), proc: p, caller: p.caller}
+			p.calls.conn = &conn{s: s, cred: p.caller.Cred(), proc: p, caller: p.caller, intercepted: true}
 		}
 		c = p.calls.conn
 	}
@@ -290,16 +308,62 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 		c.caller.SetCred(cred)
 		c.cred = c.caller.Cred()
 	}
-	resp := c.dispatch(r)
+	return c.dispatchPiped(ic, r)
+}
+
+// dispatchPiped dispatches an intercepted call, whose watch
+// (KEYCTL_WATCH_KEY) names its queue by the caller's descriptor.
+func (c *conn) dispatchPiped(ic intercept.Caller, r *wire.Request) *wire.Response {
+	c.pipe = ic.Pipe
+	defer func() { c.pipe = nil }()
+	return c.dispatch(r)
+}
+
+// withoutNotify serves the calls of a listener whose filter does not
+// hand the daemon its programs' notification pipes (a container's
+// profile that notifies the key calls alone): what such a program is
+// told is what it gets, and its watches would need a notification pipe
+// of the kernel's (pipe2(O_NOTIFICATION_PIPE)), which no daemon can post
+// into, so it is not told that notifications are there. keyutils' own
+// tests, told so, run every test inside a watch that fails.
+type withoutNotify struct{ h intercept.Handler }
+
+func (w withoutNotify) Serve(ic intercept.Caller, r *wire.Request) *wire.Response {
+	resp := w.h.Serve(ic, r)
 	if r.Op == wire.OpCapabilities && len(resp.Bufs) > 0 && len(resp.Bufs[0]) > 1 {
-		// What an intercepted program is told is what it gets: its
-		// watches would need a notification pipe of the kernel's
-		// (pipe2(O_NOTIFICATION_PIPE)), which no daemon can post into,
-		// so it is not told that notifications are there; keyutils' own
-		// tests, told so, run every test inside a watch that fails.
 		resp.Bufs[0][1] &^= keys.Cap2Notifications
 	}
 	return resp
+}
+
+// pipeQueue returns the watch queue through which this server's keys
+// post to notification pipe p, made at its first watch and closed (its
+// watches removed) when the pipe ends; nil for no pipe.
+func (s *Server) pipeQueue(p *intercept.WatchPipe) *keys.WatchQueue {
+	if p == nil {
+		return nil
+	}
+	s.mu.Lock()
+	q := s.pipes[p]
+	if q != nil {
+		s.mu.Unlock()
+		return q
+	}
+	q = keys.NewWatchSink(p.Post)
+	if s.pipes == nil {
+		s.pipes = make(map[*intercept.WatchPipe]*keys.WatchQueue)
+	}
+	s.pipes[p] = q
+	s.mu.Unlock()
+	p.OnGone(func() {
+		s.mu.Lock()
+		if s.pipes[p] == q {
+			delete(s.pipes, p)
+		}
+		s.mu.Unlock()
+		q.Close()
+	})
+	return q
 }
 
 // credOf is the credentials of an intercepted call's thread, as the

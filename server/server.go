@@ -136,10 +136,14 @@ type Server struct {
 	forkRead  forkReader                           // orders the connector's events with intercepted calls (syncForks)
 	tombs     map[int]tomb                         // exited processes kept for their queued forks (forks.go)
 	listeners map[*intercept.Listener]listenerInfo // seccomp listeners served (intercept.go)
-	exitSeen  map[int]time.Time                    // exits the connector told of before the daemon noticed them
-	stop      chan struct{}                        // closed by Shutdown
-	abort     chan struct{}                        // closed when Shutdown's context ends: helpers are killed
-	aborted   bool
+	// pipes are the notification pipes made for intercepted programs
+	// that this server's keys post to, each through a queue of its own
+	// (pipeQueue).
+	pipes    map[*intercept.WatchPipe]*keys.WatchQueue
+	exitSeen map[int]time.Time // exits the connector told of before the daemon noticed them
+	stop     chan struct{}     // closed by Shutdown
+	abort    chan struct{}     // closed when Shutdown's context ends: helpers are killed
+	aborted  bool
 }
 
 // New returns a server for svc.

@@ -9,10 +9,13 @@ import (
 )
 
 // abi is how one system call ABI numbers the key calls: the audit arch
-// seccomp reports, and add_key, request_key and keyctl.
+// seccomp reports, and add_key, request_key and keyctl; and, for the
+// native ABI, the calls that make and set up a notification pipe
+// (pipe2, ioctl), which the daemon serves too.
 type abi struct {
 	arch                     uint32
 	addKey, requestKey, keyc uint32
+	pipe2, ioctl             uint32
 }
 
 // native is the ABI this program (and the programs it runs) calls with;
@@ -22,15 +25,15 @@ type abi struct {
 var native, compat = func() (abi, []abi) {
 	switch runtime.GOARCH {
 	case "amd64":
-		return abi{unix.AUDIT_ARCH_X86_64, 248, 249, 250},
+		return abi{unix.AUDIT_ARCH_X86_64, 248, 249, 250, 293, 16},
 			[]abi{
-				{unix.AUDIT_ARCH_I386, 286, 287, 288},
+				{arch: unix.AUDIT_ARCH_I386, addKey: 286, requestKey: 287, keyc: 288},
 				// x32: the x86-64 arch with bit 30 set in the number.
-				{unix.AUDIT_ARCH_X86_64, 0x40000000 | 248, 0x40000000 | 249, 0x40000000 | 250},
+				{arch: unix.AUDIT_ARCH_X86_64, addKey: 0x40000000 | 248, requestKey: 0x40000000 | 249, keyc: 0x40000000 | 250},
 			}
 	case "arm64":
-		return abi{unix.AUDIT_ARCH_AARCH64, 217, 218, 219},
-			[]abi{{unix.AUDIT_ARCH_ARM, 309, 310, 311}}
+		return abi{unix.AUDIT_ARCH_AARCH64, 217, 218, 219, 59, 29},
+			[]abi{{arch: unix.AUDIT_ARCH_ARM, addKey: 309, requestKey: 310, keyc: 311}}
 	}
 	return abi{}, nil
 }()
@@ -46,6 +49,14 @@ var userTop = func() uint64 {
 	}
 	return 1<<47 - 4096
 }()
+
+// The notification pipe's calls: pipe2's flag that asks for one
+// (O_NOTIFICATION_PIPE, which is O_EXCL), and the watch queue's ioctls.
+const (
+	oNotificationPipe   = unix.O_EXCL
+	iocWatchQueueSize   = 0x5760 // _IO('W', 0x60)
+	iocWatchQueueFilter = 0x5761 // _IO('W', 0x61)
+)
 
 // syscallOf tells which key call nr is in the native ABI.
 func syscallOf(arch uint32, nr int32) (wire.Syscall, bool) {
@@ -64,9 +75,11 @@ func syscallOf(arch uint32, nr int32) (wire.Syscall, bool) {
 }
 
 // Filter returns the seccomp program: the three key calls of the native
-// ABI go to the listener (SECCOMP_RET_USER_NOTIF); those of a compat ABI
-// fail with ENOSYS; everything else is allowed. It is nil where ukeys
-// knows no ABI.
+// ABI go to the listener (SECCOMP_RET_USER_NOTIF), and so do a pipe2
+// that asks for a notification pipe and the two ioctls that size and
+// filter one, so that the daemon makes the pipe its key notifications
+// go to; the key calls of a compat ABI fail with ENOSYS; everything else
+// is allowed. It is nil where ukeys knows no ABI.
 func Filter() []unix.SockFilter {
 	if native.arch == 0 {
 		return nil
@@ -75,8 +88,10 @@ func Filter() []unix.SockFilter {
 		ldW  = unix.BPF_LD | unix.BPF_W | unix.BPF_ABS
 		jeq  = unix.BPF_JMP | unix.BPF_JEQ | unix.BPF_K
 		ret  = unix.BPF_RET | unix.BPF_K
-		nrAt = 0 // offsetof(struct seccomp_data, nr)
-		arAt = 4 // offsetof(struct seccomp_data, arch)
+		and  = unix.BPF_ALU | unix.BPF_AND | unix.BPF_K
+		nrAt = 0  // offsetof(struct seccomp_data, nr)
+		arAt = 4  // offsetof(struct seccomp_data, arch)
+		a1At = 24 // args[1]'s low word (both ABIs are little-endian)
 	)
 	// The program is built with symbolic targets, resolved at the end.
 	type ins struct {
@@ -97,11 +112,23 @@ func Filter() []unix.SockFilter {
 	emit(ins{code: jeq, k: native.arch, jf: "compat0"})
 	emit(ins{code: ldW, k: nrAt})
 	check(native, "notify")
+	emit(ins{code: jeq, k: native.pipe2, jt: "pipe2"})
+	emit(ins{code: jeq, k: native.ioctl, jt: "ioctl"})
 	for _, c := range compat {
 		if c.arch == native.arch {
 			check(c, "enosys")
 		}
 	}
+	emit(ins{code: ret, k: unix.SECCOMP_RET_ALLOW})
+	// pipe2(fds, flags): a notification pipe is the daemon's to make.
+	emit(ins{code: ldW, k: a1At, label: "pipe2"})
+	emit(ins{code: and, k: oNotificationPipe})
+	emit(ins{code: jeq, k: oNotificationPipe, jt: "notify"})
+	emit(ins{code: ret, k: unix.SECCOMP_RET_ALLOW})
+	// ioctl(fd, cmd, arg): the watch queue's commands (an unsigned int).
+	emit(ins{code: ldW, k: a1At, label: "ioctl"})
+	emit(ins{code: jeq, k: iocWatchQueueSize, jt: "notify"})
+	emit(ins{code: jeq, k: iocWatchQueueFilter, jt: "notify"})
 	emit(ins{code: ret, k: unix.SECCOMP_RET_ALLOW})
 	// Compat ABIs of another arch.
 	n := 0

@@ -11,9 +11,15 @@ import (
 // run interprets the classic BPF program prog (the instructions Filter
 // uses) on a seccomp_data of arch and nr, and returns its verdict.
 func run(t *testing.T, prog []unix.SockFilter, arch uint32, nr int32) uint32 {
+	return runArg(t, prog, arch, nr, 0)
+}
+
+// runArg is run with the call's second argument arg1.
+func runArg(t *testing.T, prog []unix.SockFilter, arch uint32, nr int32, arg1 uint64) uint32 {
 	var data [64]byte
 	binary.NativeEndian.PutUint32(data[0:], uint32(nr))
 	binary.NativeEndian.PutUint32(data[4:], arch)
+	binary.NativeEndian.PutUint64(data[24:], arg1)
 	var acc uint32
 	for pc := 0; pc < len(prog); pc++ {
 		in := prog[pc]
@@ -26,6 +32,8 @@ func run(t *testing.T, prog []unix.SockFilter, arch uint32, nr int32) uint32 {
 			} else {
 				pc += int(in.Jf)
 			}
+		case unix.BPF_ALU | unix.BPF_AND | unix.BPF_K:
+			acc &= in.K
 		case unix.BPF_RET | unix.BPF_K:
 			return in.K
 		default:
@@ -75,6 +83,37 @@ func TestFilter(t *testing.T) {
 	for _, c := range cases {
 		if got := run(t, prog, c.arch, c.nr); got != c.want {
 			t.Errorf("arch %#x nr %#x: %#x, want %#x", c.arch, c.nr, got, c.want)
+		}
+	}
+}
+
+// A pipe2 that asks for a notification pipe, and the watch queue's two
+// ioctls, go to the listener; every other pipe2 and ioctl is the
+// kernel's.
+func TestFilterNotificationPipes(t *testing.T) {
+	prog := Filter()
+	if prog == nil {
+		t.Skip("no ABI known for " + runtime.GOARCH)
+	}
+	notify, allow := uint32(unix.SECCOMP_RET_USER_NOTIF), uint32(unix.SECCOMP_RET_ALLOW)
+	for _, c := range []struct {
+		nr   uint32
+		arg1 uint64
+		want uint32
+	}{
+		{native.pipe2, unix.O_EXCL, notify},
+		{native.pipe2, unix.O_EXCL | unix.O_NONBLOCK | unix.O_CLOEXEC, notify},
+		{native.pipe2, 0, allow},
+		{native.pipe2, unix.O_CLOEXEC | unix.O_DIRECT, allow},
+		{native.ioctl, 0x5760, notify},
+		{native.ioctl, 0x5761, notify},
+		{native.ioctl, 1<<32 | 0x5760, notify}, // cmd is an unsigned int
+		{native.ioctl, 0x5762, allow},          // keyutils' PIPE_IOC_SYNC: the kernel's ENOTTY
+		{native.ioctl, 0x541b, allow},          // FIONREAD
+		{native.ioctl, unix.TCGETS, allow},
+	} {
+		if got := runArg(t, prog, native.arch, int32(c.nr), c.arg1); got != c.want {
+			t.Errorf("nr %d arg %#x: %#x, want %#x", c.nr, c.arg1, got, c.want)
 		}
 	}
 }

@@ -48,6 +48,11 @@ type Caller struct {
 	// descriptor of the thread's /proc status, read for this call, can
 	// read only the task it was opened on.
 	Task uint64
+	// Pipe is the notification pipe a KEYCTL_WATCH_KEY call names by its
+	// descriptor, if the daemon made it (an intercepted
+	// pipe2(O_NOTIFICATION_PIPE)); nil for any other descriptor, and for
+	// every other call.
+	Pipe *WatchPipe
 }
 
 // A Handler serves one decoded call as the daemon serves a request from
@@ -77,4 +82,15 @@ type Budget interface {
 	Take() bool
 	// Give returns one.
 	Give()
+}
+
+// A PipeBudget is a Budget that also bounds the notification pipes the
+// listener makes for its callers (a descriptor of the daemon's each,
+// kept until every reader has closed the pipe): a pipe is drawn with
+// TakePipe, from the uid's whole bound as a process it keeps would be,
+// rather than with Take from the share of it that the listener may keep
+// of its callers, which a busy listener fills. Give returns either.
+type PipeBudget interface {
+	Budget
+	TakePipe() bool
 }

@@ -240,11 +240,19 @@ func (l *Listener) Serve() error {
 	}
 }
 
+// continueCall is serve's answer for a call the kernel is to run itself
+// (SECCOMP_USER_NOTIF_FLAG_CONTINUE): an ioctl the filter caught by its
+// command number on a descriptor that is no notification pipe of the
+// daemon's.
+const continueCall = syscall.Errno(1 << 31)
+
 // answer serves one notification and sends its answer.
 func (l *Listener) answer(n *notif) {
 	val, errno := l.serve(n)
 	r := notifResp{id: n.id, val: val}
-	if errno != 0 {
+	if errno == continueCall {
+		r.val, r.flags = 0, unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
+	} else if errno != 0 {
 		r.val, r.error = 0, -int32(errno)
 	}
 	// ENOENT: the caller was killed or interrupted meanwhile; the answer
@@ -325,6 +333,14 @@ func (l *Listener) instantiateFault(caller Caller, id int32) syscall.Errno {
 // serve decodes a call, has the handler serve it and writes its results
 // back, returning the system call's value or an errno.
 func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
+	if n.arch == native.arch {
+		switch uint32(n.nr) {
+		case native.pipe2:
+			return l.servePipe2(n)
+		case native.ioctl:
+			return l.serveIoctl(n)
+		}
+	}
 	sysc, ok := syscallOf(n.arch, n.nr)
 	if !ok {
 		return 0, unix.ENOSYS
@@ -355,6 +371,13 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	l.mem.out.fd, l.mem.out.ok = c.mem, c.mem >= 0
 	req, lazy, errno := decodeCall(&l.mem, sysc, spec, &n.args)
 	defer l.mem.release()
+	var pipe *WatchPipe
+	if spec.Op == wire.OpWatchKey {
+		// The queue is named by a descriptor of the caller's: looked up
+		// before the call is proved pending, so that the descriptor table
+		// read was the caller's.
+		pipe = pipeOf(pid, n.args[2])
+	}
 	// An instantiation whose payload cannot be read: EPERM before EFAULT
 	// (instantiateFault), which needs the caller proved first.
 	askAuthority := errno == unix.EFAULT && l.mem.payloadFault && spec.Op == wire.OpInstantiate
@@ -371,7 +394,7 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 		return 0, unix.ENOENT
 	}
 	exec := l.tasks.commit(&c)
-	caller := Caller{Tid: pid, Pid: st.Tgid, Task: c.tv.task, Status: st, Caps: caps, Exec: exec}
+	caller := Caller{Tid: pid, Pid: st.Tgid, Task: c.tv.task, Status: st, Caps: caps, Exec: exec, Pipe: pipe}
 	if askAuthority {
 		return 0, l.instantiateFault(caller, int32(uint32(n.args[1])))
 	}

@@ -2,6 +2,8 @@
 
 package intercept
 
+import "github.com/ukeys/ukeys/keyctl"
+
 // Install fails: only Linux has seccomp user notification.
 func Install() (int, error) { return -1, ErrUnsupported }
 
@@ -40,3 +42,16 @@ func HandOff(conn int, all bool) error { return ErrUnsupported }
 
 // ReceiveListener fails: there are no seccomp listeners here.
 func ReceiveListener(conn int) (int, error) { return -1, ErrUnsupported }
+
+// A WatchPipe is a notification pipe the daemon made for an intercepted
+// program (Linux only).
+type WatchPipe struct{}
+
+// Post does nothing.
+func (p *WatchPipe) Post(keyctl.Notification) {}
+
+// OnGone calls fn: there are no pipes here.
+func (p *WatchPipe) OnGone(fn func()) { fn() }
+
+// Close does nothing.
+func (p *WatchPipe) Close() {}

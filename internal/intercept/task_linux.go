@@ -39,6 +39,14 @@ type tasks struct {
 // take asks the budget for a descriptor to keep.
 func (t *tasks) take() bool { return t.budget == nil || t.budget.Take() }
 
+// takePipe asks the budget for a notification pipe's descriptor.
+func (t *tasks) takePipe() bool {
+	if pb, ok := t.budget.(PipeBudget); ok {
+		return pb.TakePipe()
+	}
+	return t.take()
+}
+
 // untake returns a place take gave, for a descriptor not kept after all.
 func (t *tasks) untake() {
 	if t.budget != nil {
