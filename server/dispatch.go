@@ -205,7 +205,7 @@ func (c *conn) runOp(a wire.Args) *wire.Response {
 		if c.intercepted {
 			// Into the notification pipe the call named, if the daemon
 			// made it: the kernel's EINVAL for any other descriptor.
-			return done(cl.WatchKey(a.Serial(0), c.s.pipeQueue(c.pipe), int(a.Int(1))))
+			return done(cl.WatchKey(a.Serial(0), c.s.pipeQueue(c.pipe, c.account()), int(a.Int(1))))
 		}
 		c.mu.Lock() // closeIdle reads c.watch
 		if c.watch == nil {

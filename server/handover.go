@@ -90,6 +90,8 @@ type handover struct {
 	// seccomp holds the seccomp listeners detached from their serving,
 	// to hand over (or to serve again).
 	seccomp []detachedListener
+	// pipes are the notification pipes handed over (records).
+	pipes []*intercept.WatchPipe
 }
 
 // detachedListener is a seccomp listener between two daemons.
@@ -246,6 +248,12 @@ func (s *Server) handOver(c *conn, sc *sock.Conn, req *wire.Request, version uin
 		return
 	}
 	ok = true
+	// The notification pipes are the new daemon's now: nothing this one
+	// does on its way out (its keyrings released, its keys destroyed)
+	// may post into them.
+	for _, p := range ho.pipes {
+		p.Close()
+	}
 	s.log.Info("ukeyd: handed over; exiting", "pid", c.cred.PID)
 }
 
@@ -478,6 +486,19 @@ type handoverRecords struct {
 	Logins    []loginRecord   `json:"logins"`
 	Conns     []connRecord    `json:"conns"`
 	Seccomp   []seccompRecord `json:"seccomp,omitempty"`
+	Pipes     []pipeRecord    `json:"pipes,omitempty"`
+}
+
+// pipeRecord is a notification pipe made for an intercepted program,
+// whose write end is the FDth descriptor sent after the listening
+// sockets': its state, the watches through which keys post to it, and
+// the uid its descriptor is charged to (if any watch was set).
+type pipeRecord struct {
+	FD      int                 `json:"fd"`
+	State   intercept.PipeState `json:"state"`
+	Watch   *keys.WatchState    `json:"watch,omitempty"`
+	UID     uint32              `json:"uid"`
+	Charged bool                `json:"charged,omitempty"`
 }
 
 // seccompRecord is a seccomp listener (ukeyctl run), whose descriptor is
@@ -485,6 +506,9 @@ type handoverRecords struct {
 type seccompRecord struct {
 	FD  int    `json:"fd"`
 	UID uint32 `json:"uid"`
+	// Notify: its filter hands the daemon the notification pipes' calls
+	// (listenerInfo.notify).
+	Notify bool `json:"notify,omitempty"`
 }
 
 type procRecord struct {
@@ -614,8 +638,21 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		rec.Conns = append(rec.Conns, cr)
 	}
 	for _, d := range ho.seccomp {
-		rec.Seccomp = append(rec.Seccomp, seccompRecord{FD: len(fds) - rec.Listeners, UID: d.li.uid})
+		rec.Seccomp = append(rec.Seccomp, seccompRecord{FD: len(fds) - rec.Listeners, UID: d.li.uid, Notify: d.li.notify})
 		fds = append(fds, d.fd)
+	}
+	// Notification pipes go with their watches: the programs reading
+	// them read on, from the next daemon.
+	for _, p := range intercept.WatchPipes() {
+		st, w := p.State()
+		pr := pipeRecord{FD: len(fds) - rec.Listeners, State: st}
+		if wp := s.pipes[p]; wp.q != nil {
+			ws := wp.q.State()
+			pr.Watch, pr.UID, pr.Charged = &ws, wp.uid, true
+		}
+		rec.Pipes = append(rec.Pipes, pr)
+		fds = append(fds, w)
+		ho.pipes = append(ho.pipes, p)
 	}
 	return rec, fds, nil
 }

@@ -336,34 +336,53 @@ func (w withoutNotify) Serve(ic intercept.Caller, r *wire.Request) *wire.Respons
 	return resp
 }
 
+// watchPipe is a notification pipe this server's keys post to: the
+// queue of its watches, and the uid whose call first watched through it
+// (what a hand-over charges its descriptor to).
+type watchPipe struct {
+	q   *keys.WatchQueue
+	uid uint32
+}
+
 // pipeQueue returns the watch queue through which this server's keys
-// post to notification pipe p, made at its first watch and closed (its
-// watches removed) when the pipe ends; nil for no pipe.
-func (s *Server) pipeQueue(p *intercept.WatchPipe) *keys.WatchQueue {
+// post to notification pipe p, made at its first watch (by uid) and
+// closed (its watches removed) when the pipe ends; nil for no pipe.
+func (s *Server) pipeQueue(p *intercept.WatchPipe, uid uint32) *keys.WatchQueue {
 	if p == nil {
 		return nil
 	}
 	s.mu.Lock()
-	q := s.pipes[p]
-	if q != nil {
+	if wp := s.pipes[p]; wp.q != nil {
 		s.mu.Unlock()
-		return q
+		return wp.q
 	}
-	q = keys.NewWatchSink(p.Post)
-	if s.pipes == nil {
-		s.pipes = make(map[*intercept.WatchPipe]*keys.WatchQueue)
-	}
-	s.pipes[p] = q
+	q := keys.NewWatchSink(p.Post)
+	s.adoptPipeLocked(p, q, uid)
 	s.mu.Unlock()
+	s.untilPipeEnds(p, q)
+	return q
+}
+
+// adoptPipeLocked makes q the queue of p's watches.
+func (s *Server) adoptPipeLocked(p *intercept.WatchPipe, q *keys.WatchQueue, uid uint32) {
+	if s.pipes == nil {
+		s.pipes = make(map[*intercept.WatchPipe]watchPipe)
+	}
+	s.pipes[p] = watchPipe{q: q, uid: uid}
+}
+
+// untilPipeEnds closes q, p's queue, once p has ended (at once if it
+// has): its watches go. s.mu is not held: a pipe that has ended calls
+// back at once.
+func (s *Server) untilPipeEnds(p *intercept.WatchPipe, q *keys.WatchQueue) {
 	p.OnGone(func() {
 		s.mu.Lock()
-		if s.pipes[p] == q {
+		if s.pipes[p].q == q {
 			delete(s.pipes, p)
 		}
 		s.mu.Unlock()
 		q.Close()
 	})
-	return q
 }
 
 // credOf is the credentials of an intercepted call's thread, as the

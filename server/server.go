@@ -139,7 +139,7 @@ type Server struct {
 	// pipes are the notification pipes made for intercepted programs
 	// that this server's keys post to, each through a queue of its own
 	// (pipeQueue).
-	pipes    map[*intercept.WatchPipe]*keys.WatchQueue
+	pipes    map[*intercept.WatchPipe]watchPipe
 	exitSeen map[int]time.Time // exits the connector told of before the daemon noticed them
 	stop     chan struct{}     // closed by Shutdown
 	abort    chan struct{}     // closed when Shutdown's context ends: helpers are killed

@@ -651,8 +651,9 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		}
 	}
 	type seccompStart struct {
-		fd  int
-		uid uint32
+		fd     int
+		uid    uint32
+		notify bool
 	}
 	var listeners []seccompStart
 	for i, sr := range rec.Seccomp {
@@ -660,22 +661,70 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			s.log.Warn("ukeyd: a seccomp listener handed over came without its descriptor", "record", i, "fd", sr.FD, "descriptors", len(conns))
 			continue
 		}
-		listeners = append(listeners, seccompStart{fd: conns[sr.FD], uid: sr.UID})
+		listeners = append(listeners, seccompStart{fd: conns[sr.FD], uid: sr.UID, notify: sr.Notify})
 		conns[sr.FD] = -1
+	}
+	// Notification pipes, with the watches through which keys post to
+	// them: their readers read on.
+	type adoptedPipe struct {
+		p *intercept.WatchPipe
+		q *keys.WatchQueue
+	}
+	var adopted []adoptedPipe
+	for i, pr := range rec.Pipes {
+		if pr.FD < 0 || pr.FD >= len(conns) || conns[pr.FD] < 0 {
+			s.log.Warn("ukeyd: a notification pipe handed over came without its descriptor", "record", i, "fd", pr.FD, "descriptors", len(conns))
+			continue
+		}
+		fd := conns[pr.FD]
+		conns[pr.FD] = -1
+		var give func()
+		if pr.Charged && s.admitProc(pr.UID) == 0 {
+			uid := pr.UID
+			give = func() {
+				s.mu.Lock()
+				s.dropProc(uid)
+				s.mu.Unlock()
+			}
+		}
+		p, err := intercept.AdoptWatchPipe(fd, pr.State, give)
+		if err != nil {
+			if give != nil {
+				s.dropProc(pr.UID)
+			}
+			s.log.Warn("ukeyd: a notification pipe handed over cannot be served", "err", err)
+			continue
+		}
+		ap := adoptedPipe{p: p}
+		if pr.Watch != nil {
+			ap.q = rs.WatchSink(*pr.Watch, p.Post)
+			s.adoptPipeLocked(p, ap.q, pr.UID)
+		}
+		adopted = append(adopted, ap)
 	}
 	return func(serve bool) {
 		if !serve {
 			for _, r := range toStart {
 				secmem.Free(r.unread)
 			}
+			// The old daemon serves on, with the pipes: this one's
+			// copies go.
+			for _, ap := range adopted {
+				ap.p.Close()
+			}
 			return
+		}
+		for _, ap := range adopted {
+			if ap.q != nil {
+				s.untilPipeEnds(ap.p, ap.q)
+			}
 		}
 		for _, r := range toStart {
 			s.cfg.Metrics.ConnOpened()
 			go r.c.run2(r.version, r.unread)
 		}
 		for _, l := range listeners {
-			if _, err := s.startListener(l.fd, listenerInfo{uid: l.uid}, intercept.HandlerFunc(s.intercepted)); err != nil {
+			if _, err := s.startListener(l.fd, listenerInfo{uid: l.uid, notify: l.notify}, intercept.HandlerFunc(s.intercepted)); err != nil {
 				s.log.Warn("ukeyd: a seccomp listener handed over cannot be served", "uid", l.uid, "err", err)
 			}
 		}

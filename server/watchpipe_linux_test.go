@@ -2,6 +2,7 @@ package server_test
 
 import (
 	"bufio"
+	"context"
 	"fmt"
 	"os"
 	"os/exec"
@@ -384,4 +385,91 @@ func TestInterceptedWatchErrors(t *testing.T) {
 	if got := runWatched(t, "watchpipe-errors"); got != want {
 		t.Fatalf("got:\n%s\nwant:\n%s", got, want)
 	}
+}
+
+func init() { testChildren["watchpipe-handover"] = watchPipeHandoverChild }
+
+// watchPipeHandoverChild watches a keyring through a notification pipe,
+// and, once told (a line on standard input), links a key into it and
+// reads what came.
+func watchPipeHandoverChild() {
+	startIntercepted(false)
+	fd := notificationPipe(256)
+	f := filter(kc.WatchTypeKeyNotify, 1<<kc.NotifyLinked) // links alone
+	unix.Syscall(unix.SYS_IOCTL, uintptr(fd), iocWatchQueueSetFilter, uintptr(unsafe.Pointer(&f[0])))
+	ring := newKey("keyring", "ring", "", kc.SessionKeyring)
+	watch(ring, fd, 1)
+	fmt.Println("watching")
+	bufio.NewReader(os.Stdin).ReadString('\n')
+	k := newKey("user", "k", "x", ring)
+	keyctl(unix.KEYCTL_SETPERM, uintptr(k), 0x3f3f0000) // filtered out
+	readRecords(fd, time.Second)
+}
+
+// A program under ukeyctl run keeps its notification pipe across a
+// hand-over: the pipe's write end, its filter and the watches on it go
+// to the new daemon, whose keys post into it.
+func TestHandOverWatchPipe(t *testing.T) {
+	path := t.TempDir() + "/ukeyd.sock"
+	oldSvc, oldSrv, oldServed := oldDaemon(t, path)
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+	defer ours.Close()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=watchpipe-handover")
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stderr = os.Stderr
+	out, _ := cmd.StdoutPipe()
+	in, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Close()
+	defer cmd.Wait()
+	listener, err := intercept.ReceiveListener(fds[0])
+	if err != nil {
+		in.Close()
+		t.Skipf("no interception here: %v", err)
+	}
+	served := make(chan error, 1)
+	go func() { served <- oldSrv.ServeRunListener(listener) }()
+	ours.Write([]byte{1})
+	lines := bufio.NewScanner(out)
+	if !lines.Scan() || lines.Text() != "watching" {
+		t.Fatalf("before the hand-over: %q", lines.Text())
+	}
+	res, err := server.TakeOver(path, nil, server.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-served
+	newServed := make(chan error, 1)
+	go func() { newServed <- res.Server.Serve(res.Listeners[0]) }()
+	fmt.Fprintln(in)
+	var got []string
+	for lines.Scan() {
+		got = append(got, lines.Text())
+	}
+	if want := "w1 ring link k"; strings.Join(got, "\n") != want {
+		t.Fatalf("after the hand-over: %q, want %q", got, want)
+	}
+	in.Close()
+	cmd.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for deadline := time.Now().Add(5 * time.Second); server.WatchPipes(res.Server) != 0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if n := server.WatchPipes(res.Server); n != 0 {
+		t.Errorf("%d notification pipes left after the program exited", n)
+	}
+	res.Server.Shutdown(ctx)
+	<-newServed
+	<-oldServed
+	res.Service.Close()
+	oldSvc.WaitGC(ctx)
+	oldSvc.Close()
 }

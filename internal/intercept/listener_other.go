@@ -2,7 +2,9 @@
 
 package intercept
 
-import "github.com/ukeys/ukeys/keyctl"
+import (
+	"github.com/ukeys/ukeys/keyctl"
+)
 
 // Install fails: only Linux has seccomp user notification.
 func Install() (int, error) { return -1, ErrUnsupported }
@@ -55,3 +57,19 @@ func (p *WatchPipe) OnGone(fn func()) { fn() }
 
 // Close does nothing.
 func (p *WatchPipe) Close() {}
+
+// PipeState is what a daemon hands over of a notification pipe.
+type PipeState struct {
+	Sized  bool   `json:"sized,omitempty"`
+	Filter []byte `json:"filter,omitempty"`
+	Lost   bool   `json:"lost,omitempty"`
+}
+
+// State returns nothing: there are no pipes here.
+func (p *WatchPipe) State() (PipeState, int) { return PipeState{}, -1 }
+
+// AdoptWatchPipe fails: only Linux has seccomp user notification.
+func AdoptWatchPipe(w int, st PipeState, give func()) (*WatchPipe, error) { return nil, ErrUnsupported }
+
+// WatchPipes returns none: there are no pipes here.
+func WatchPipes() []*WatchPipe { return nil }

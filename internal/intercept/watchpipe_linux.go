@@ -1,7 +1,9 @@
 package intercept
 
 import (
+	"bytes"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"os"
 	"strconv"
@@ -34,6 +36,7 @@ type WatchPipe struct {
 	mu      sync.Mutex
 	sized   bool
 	filter  *watchFilter // nil: every event
+	rawRule []byte       // the filter as set (its header and rules), for State
 	lost    bool         // records were lost: a loss record is owed
 	waiting bool         // the poller waits for room to write it
 	gone    bool
@@ -231,11 +234,65 @@ func le32(b []byte) uint32 {
 	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
-// setFilter replaces the pipe's filter (nil removes it).
-func (p *WatchPipe) setFilter(f *watchFilter) {
+// setFilter replaces the pipe's filter (nil removes it); raw is its
+// watch_notification_filter.
+func (p *WatchPipe) setFilter(f *watchFilter, raw []byte) {
 	p.mu.Lock()
-	p.filter = f
+	p.filter, p.rawRule = f, bytes.Clone(raw)
+	if f == nil {
+		p.rawRule = nil
+	}
 	p.mu.Unlock()
+}
+
+// PipeState is what a daemon hands over of a notification pipe, beside
+// its write end: whether its size was set, its filter (the
+// watch_notification_filter the program set, if any), and whether a
+// loss record is owed.
+type PipeState struct {
+	Sized  bool   `json:"sized,omitempty"`
+	Filter []byte `json:"filter,omitempty"`
+	Lost   bool   `json:"lost,omitempty"`
+}
+
+// State returns the pipe's PipeState and its write end, which stays the
+// pipe's (the daemon handing over sends a copy).
+func (p *WatchPipe) State() (PipeState, int) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return PipeState{Sized: p.sized, Filter: bytes.Clone(p.rawRule), Lost: p.lost}, p.w
+}
+
+// AdoptWatchPipe makes a notification pipe again from the write end
+// (which it takes) and the state a daemon handed over of one
+// (WatchPipe.State); give, if not nil, is called once it has ended.
+func AdoptWatchPipe(w int, st PipeState, give func()) (*WatchPipe, error) {
+	var stat unix.Stat_t
+	if err := unix.Fstat(w, &stat); err != nil || stat.Mode&unix.S_IFMT != unix.S_IFIFO {
+		unix.Close(w)
+		return nil, fmt.Errorf("intercept: a notification pipe handed over is no pipe")
+	}
+	unix.SetNonblock(w, true)
+	unix.CloseOnExec(w)
+	p := &WatchPipe{w: w, ino: stat.Ino, dev: stat.Dev, sized: st.Sized, give: give}
+	if len(st.Filter) > 0 {
+		f, errno := parseFilter(st.Filter)
+		if errno != 0 {
+			unix.Close(w)
+			return nil, fmt.Errorf("intercept: a notification pipe's filter handed over: %w", errno)
+		}
+		p.filter, p.rawRule = f, bytes.Clone(st.Filter)
+	}
+	if err := pipes.add(p); err != nil {
+		unix.Close(w)
+		return nil, err
+	}
+	if st.Lost {
+		p.mu.Lock()
+		p.writeLocked(keyctl.AppendLossRecord(p.rec[:0]))
+		p.mu.Unlock()
+	}
+	return p, nil
 }
 
 // The kernel's bounds on a watch queue's size, in notes, and how many
@@ -368,6 +425,18 @@ func (ps *pipeSet) drop(p *WatchPipe) {
 		var one = [8]byte{1}
 		unix.Write(ps.wake, one[:])
 	}
+}
+
+// WatchPipes returns every notification pipe of this process that has
+// not ended: what a daemon handing over sends.
+func WatchPipes() []*WatchPipe {
+	pipes.mu.Lock()
+	defer pipes.mu.Unlock()
+	ps := make([]*WatchPipe, 0, len(pipes.byFD))
+	for _, p := range pipes.byFD {
+		ps = append(ps, p)
+	}
+	return ps
 }
 
 // lookup returns the pipe whose inode is ino, nil if none.
@@ -557,11 +626,12 @@ func (l *Listener) serveIoctl(n *notif) (int64, syscall.Errno) {
 		return 0, continueCall
 	}
 	var f *watchFilter
+	var raw []byte
 	var errno syscall.Errno
 	if cmd == iocWatchQueueFilter && arg != 0 {
 		l.mem.pid = tid
 		defer l.mem.release()
-		f, errno = readFilter(&l.mem, arg)
+		f, raw, errno = readFilter(&l.mem, arg)
 	}
 	if !l.valid(n.id) {
 		return 0, unix.ENOENT // the descriptor and memory read may not be the caller's
@@ -573,27 +643,29 @@ func (l *Listener) serveIoctl(n *notif) (int64, syscall.Errno) {
 		if errno != 0 {
 			return 0, errno
 		}
-		p.setFilter(f)
+		p.setFilter(f, raw)
 		return 0, 0
 	}
 	return 0, continueCall
 }
 
-// readFilter reads the caller's watch_notification_filter at addr.
-func readFilter(m *memory, addr uint64) (*watchFilter, syscall.Errno) {
+// readFilter reads the caller's watch_notification_filter at addr, and
+// returns it decoded and as read.
+func readFilter(m *memory, addr uint64) (*watchFilter, []byte, syscall.Errno) {
 	hdr, errno := m.read(addr, filterHeader)
 	if errno != 0 {
-		return nil, errno
+		return nil, nil, errno
 	}
 	size, errno := filterLen(hdr)
 	if errno != 0 {
-		return nil, errno
+		return nil, nil, errno
 	}
 	b, errno := m.read(addr, size)
 	if errno != 0 {
-		return nil, errno
+		return nil, nil, errno
 	}
-	return parseFilter(b)
+	f, errno := parseFilter(b)
+	return f, b, errno
 }
 
 // errnoOf is err's errno, EIO if it has none.
