@@ -8,6 +8,7 @@ import (
 	"net"
 	"os"
 	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -157,6 +158,13 @@ type namespace struct {
 	// whole when the namespace ends (keys.Share.Detach).
 	share *keys.Share
 }
+
+// NotifyMetadata is the word a seccomp profile's listenerMetadata
+// carries when the profile hands the agent, beside the key calls, a
+// pipe2 that asks for a notification pipe and the watch queue's ioctls
+// (as intercept.Filter does): the agent then serves the container's
+// key notifications, and says so in KEYCTL_CAPABILITIES.
+const NotifyMetadata = "ukeys:notify"
 
 // ContainerProcessState is what a runtime sends with the listener
 // (runtime-spec, config-linux.md, "Container Process State").
@@ -392,7 +400,12 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 	defer a.leave(st.State.ID, ns)
 	a.log.Info("ukeyd: seccomp agent: serving a container's key calls", "container", st.State.ID, "pid", st.Pid,
 		"runtime_gone", v == unread)
-	if err := ns.srv.ServeListener(fd); err != nil {
+	// A profile that hands the agent the notification pipes' calls too
+	// says so in its listenerMetadata (ukeyctl seccomp-profile writes
+	// it): only then are the container's programs told that there are
+	// notifications.
+	notify := slices.Contains(strings.Fields(st.Metadata), NotifyMetadata)
+	if err := ns.srv.serveListener(fd, notify); err != nil {
 		a.log.Warn("ukeyd: seccomp agent: cannot serve the listener", "container", st.State.ID, "err", err)
 	}
 }

@@ -153,8 +153,13 @@ func (c *conn) intercept() error {
 // every process under its filter has exited or the server shuts down.
 // It takes fd. The seccomp agent (Agent) serves each container's
 // listeners this way, on a Server of the container's own.
-func (s *Server) ServeListener(fd int) error {
-	done, err := s.startListener(fd, listenerInfo{}, intercept.HandlerFunc(s.intercepted))
+func (s *Server) ServeListener(fd int) error { return s.serveListener(fd, false) }
+
+// serveListener is ServeListener; with notify, the listener's filter
+// hands the daemon its programs' notification pipes too (a container
+// profile from ukeyctl seccomp-profile says so in its listenerMetadata).
+func (s *Server) serveListener(fd int, notify bool) error {
+	done, err := s.startListener(fd, listenerInfo{notify: notify}, intercept.HandlerFunc(s.intercepted))
 	if err != nil {
 		return err
 	}

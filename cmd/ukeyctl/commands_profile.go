@@ -5,6 +5,7 @@ import (
 	"io"
 	"os"
 	"slices"
+	"strings"
 )
 
 // keyCalls are the system calls a profile hands to ukeyd's agent.
@@ -51,10 +52,57 @@ func (a *app) cmdSeccompProfile(args []string) {
 	a.printf("%s\n", out)
 }
 
-// notifyProfile rewrites profile as cmdSeccompProfile says.
+// pipeCalls are the calls that make and set up a notification pipe,
+// which the agent serves too where the profile lets it have them.
+var pipeCalls = []string{"pipe2", "ioctl"}
+
+// The arguments that make pipe2 and ioctl a notification pipe's:
+// pipe2's O_NOTIFICATION_PIPE (O_EXCL) in its flags, and the watch
+// queue's two ioctl commands.
+const (
+	oNotificationPipe   = 0x80
+	iocWatchQueueSize   = 0x5760
+	iocWatchQueueFilter = 0x5761
+)
+
+// notifyProfile rewrites profile as cmdSeccompProfile says. Where every
+// rule that names pipe2 and ioctl allows them whatever their arguments
+// (as Docker's and podman's defaults do), or the default allows every
+// call, a pipe2 that asks for a notification pipe and the watch queue's
+// ioctls go to the agent too, and every other pipe2 and ioctl stays
+// allowed; listenerMetadata then says so (ukeys:notify), so that the
+// agent serves the container's key notifications. Otherwise the
+// profile's pipe2 and ioctl rules are left as they are, and the
+// container's programs are told there are no notifications.
 func notifyProfile(profile map[string]any, listener string) ([]byte, error) {
 	rules, _ := profile["syscalls"].([]any)
-	kept := make([]any, 0, len(rules)+1)
+	defaultAllows := profile["defaultAction"] == "SCMP_ACT_ALLOW"
+	// Each pipe call: allowed by a rule with no conditions (allowed), or
+	// named by a rule that says something else of it (other).
+	allowed, other := map[string]bool{}, map[string]bool{}
+	for _, r := range rules {
+		rule, ok := r.(map[string]any)
+		if !ok {
+			continue
+		}
+		names, _ := rule["names"].([]any)
+		plain := rule["action"] == "SCMP_ACT_ALLOW" && isEmpty(rule["args"]) &&
+			isEmpty(rule["includes"]) && isEmpty(rule["excludes"])
+		for _, n := range names {
+			if s, _ := n.(string); slices.Contains(pipeCalls, s) {
+				if plain {
+					allowed[s] = true
+				} else {
+					other[s] = true
+				}
+			}
+		}
+	}
+	pipes := true
+	for _, c := range pipeCalls {
+		pipes = pipes && !other[c] && (allowed[c] || defaultAllows)
+	}
+	kept := make([]any, 0, len(rules)+7)
 	for _, r := range rules {
 		rule, ok := r.(map[string]any)
 		if !ok {
@@ -64,10 +112,10 @@ func notifyProfile(profile map[string]any, listener string) ([]byte, error) {
 		if names, ok := rule["names"].([]any); ok {
 			left := slices.DeleteFunc(slices.Clone(names), func(n any) bool {
 				s, _ := n.(string)
-				return slices.Contains(keyCalls, s)
+				return slices.Contains(keyCalls, s) || pipes && slices.Contains(pipeCalls, s)
 			})
 			if len(left) == 0 {
-				continue // a rule of the key calls alone
+				continue // a rule of the calls the agent takes alone
 			}
 			rule["names"] = left
 		}
@@ -78,7 +126,47 @@ func notifyProfile(profile map[string]any, listener string) ([]byte, error) {
 		names[i] = n
 	}
 	kept = append(kept, map[string]any{"names": names, "action": "SCMP_ACT_NOTIFY"})
+	if pipes {
+		arg := func(op string, value, two uint64) []any {
+			a := map[string]any{"index": 1, "value": value, "op": op}
+			if op == "SCMP_CMP_MASKED_EQ" {
+				a["valueTwo"] = two // MASKED_EQ: value is the mask, valueTwo the datum
+			}
+			return []any{a}
+		}
+		rule := func(call, action string, args []any) map[string]any {
+			return map[string]any{"names": []any{call}, "action": action, "args": args}
+		}
+		kept = append(kept,
+			rule("pipe2", "SCMP_ACT_NOTIFY", arg("SCMP_CMP_MASKED_EQ", oNotificationPipe, oNotificationPipe)),
+			rule("pipe2", "SCMP_ACT_ALLOW", arg("SCMP_CMP_MASKED_EQ", oNotificationPipe, 0)),
+			rule("ioctl", "SCMP_ACT_NOTIFY", arg("SCMP_CMP_EQ", iocWatchQueueSize, 0)),
+			rule("ioctl", "SCMP_ACT_NOTIFY", arg("SCMP_CMP_EQ", iocWatchQueueFilter, 0)),
+			rule("ioctl", "SCMP_ACT_ALLOW", arg("SCMP_CMP_LT", iocWatchQueueSize, 0)),
+			rule("ioctl", "SCMP_ACT_ALLOW", arg("SCMP_CMP_GT", iocWatchQueueFilter, 0)),
+		)
+		meta, _ := profile["listenerMetadata"].(string)
+		if !slices.Contains(strings.Fields(meta), notifyMetadata) {
+			profile["listenerMetadata"] = strings.TrimSpace(meta + " " + notifyMetadata)
+		}
+	}
 	profile["syscalls"] = kept
 	profile["listenerPath"] = listener
 	return json.MarshalIndent(profile, "", "\t")
+}
+
+// notifyMetadata is server.NotifyMetadata, which ukeyctl does not link.
+const notifyMetadata = "ukeys:notify"
+
+// isEmpty reports whether a profile's field is absent or empty.
+func isEmpty(v any) bool {
+	switch x := v.(type) {
+	case nil:
+		return true
+	case []any:
+		return len(x) == 0
+	case map[string]any:
+		return len(x) == 0
+	}
+	return false
 }

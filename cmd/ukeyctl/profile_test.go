@@ -2,8 +2,12 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/ukeys/ukeys/server"
 )
 
 // A runtime's profile keeps what it says of every other call; the key
@@ -60,5 +64,80 @@ func TestNotifyProfile(t *testing.T) {
 	}
 	if last := got.Syscalls[2]; !slices.Equal(last.Names, []string{"add_key", "keyctl", "request_key"}) || last.Action != "SCMP_ACT_NOTIFY" {
 		t.Errorf("the key calls' rule: %+v", last)
+	}
+}
+
+// A profile that allows pipe2 and ioctl whatever their arguments (as
+// Docker's default does) hands the agent a pipe2 that asks for a
+// notification pipe and the watch queue's two ioctls, allows every other
+// pipe2 and ioctl, and says so in listenerMetadata; one that says
+// something else of ioctl (a condition) keeps its rules, and the agent
+// is not told.
+func TestNotifyProfilePipes(t *testing.T) {
+	type rule struct {
+		Names  []string         `json:"names"`
+		Action string           `json:"action"`
+		Args   []map[string]any `json:"args"`
+	}
+	rewrite := func(in string) (rules []rule, meta string) {
+		t.Helper()
+		var profile map[string]any
+		if err := json.Unmarshal([]byte(in), &profile); err != nil {
+			t.Fatal(err)
+		}
+		out, err := notifyProfile(profile, "/run/ukeys/agent.sock")
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got struct {
+			Meta     string `json:"listenerMetadata"`
+			Syscalls []rule `json:"syscalls"`
+		}
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatal(err)
+		}
+		return got.Syscalls, got.Meta
+	}
+	rules, meta := rewrite(`{"defaultAction": "SCMP_ACT_ERRNO", "listenerMetadata": "mine",
+		"syscalls": [{"names": ["read", "pipe2", "ioctl"], "action": "SCMP_ACT_ALLOW"}]}`)
+	if meta != "mine "+server.NotifyMetadata {
+		t.Errorf("listenerMetadata %q", meta)
+	}
+	var says []string
+	for _, r := range rules {
+		s := strings.Join(r.Names, ",") + " " + r.Action
+		for _, a := range r.Args {
+			s += fmt.Sprintf(" %v %v %v", a["op"], a["value"], a["valueTwo"])
+		}
+		says = append(says, s)
+	}
+	want := []string{
+		"read SCMP_ACT_ALLOW",
+		"add_key,keyctl,request_key SCMP_ACT_NOTIFY",
+		"pipe2 SCMP_ACT_NOTIFY SCMP_CMP_MASKED_EQ 128 128",
+		"pipe2 SCMP_ACT_ALLOW SCMP_CMP_MASKED_EQ 128 0",
+		"ioctl SCMP_ACT_NOTIFY SCMP_CMP_EQ 22368 <nil>",
+		"ioctl SCMP_ACT_NOTIFY SCMP_CMP_EQ 22369 <nil>",
+		"ioctl SCMP_ACT_ALLOW SCMP_CMP_LT 22368 <nil>",
+		"ioctl SCMP_ACT_ALLOW SCMP_CMP_GT 22369 <nil>",
+	}
+	if !slices.Equal(says, want) {
+		t.Errorf("rules:\n%s\nwant:\n%s", strings.Join(says, "\n"), strings.Join(want, "\n"))
+	}
+
+	// The default allows all: the same rules.
+	if rules, meta := rewrite(`{"defaultAction": "SCMP_ACT_ALLOW"}`); meta != server.NotifyMetadata || len(rules) != 7 {
+		t.Errorf("a profile that allows all: %d rules, listenerMetadata %q", len(rules), meta)
+	}
+	// ioctl under a condition of the profile's own: left as it is.
+	rules, meta = rewrite(`{"defaultAction": "SCMP_ACT_ERRNO",
+		"syscalls": [{"names": ["read", "pipe2"], "action": "SCMP_ACT_ALLOW"},
+		{"names": ["ioctl"], "action": "SCMP_ACT_ALLOW", "args": [{"index": 1, "value": 21505, "op": "SCMP_CMP_EQ"}]}]}`)
+	if meta != "" || len(rules) != 3 || !slices.Equal(rules[0].Names, []string{"read", "pipe2"}) || !slices.Equal(rules[1].Names, []string{"ioctl"}) {
+		t.Errorf("a profile with its own ioctl condition: %+v, listenerMetadata %q", rules, meta)
+	}
+	// Neither allowed: the container has no pipes to be given.
+	if _, meta := rewrite(`{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}]}`); meta != "" {
+		t.Errorf("a profile without pipe2: listenerMetadata %q", meta)
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/server"
 )
 
 // Containers run by runc, with a seccomp profile that hands their key
@@ -28,8 +29,39 @@ func TestRuncContainers(t *testing.T) {
 		t.Skip("needs the go command to build the container's program")
 	}
 	dir, agent := agentDaemon(t)
+	configure, run := runcBundle(t, runc, gobin, dir)
+	id := func(name string) string { return fmt.Sprintf("ukeys-test-%d-%s", os.Getpid(), name) }
 
-	// A bundle whose root holds one static program.
+	// Container a adds a key and, three seconds later, finds it still;
+	// meanwhile container b looks for it.
+	profile := notifyKeyCalls(agent)
+	configure(profile, "add", "shared-name", "3")
+	var wg sync.WaitGroup
+	var a string
+	wg.Add(1)
+	go func() { defer wg.Done(); a = run(id("a")) }()
+	// runc reads the bundle's config when it starts the container: give
+	// a's runc its moment before b's config is written.
+	waitForContainer(t, runc, filepath.Join(dir, "runc"), id("a"))
+	configure(profile, "search", "shared-name")
+	b := run(id("b"))
+	wg.Wait()
+	if a != "add ok\nsearch ok" {
+		t.Errorf("container a: %q", a)
+	}
+	if b != "search required key not available" {
+		t.Errorf("container b found container a's key: %q", b)
+	}
+	if pk, err := os.ReadFile("/proc/keys"); err == nil && strings.Contains(string(pk), "shared-name") {
+		t.Errorf("the kernel holds the containers' key:\n%s", pk)
+	}
+}
+
+// runcBundle makes a bundle in dir whose root holds keyprog, and
+// returns how to configure it (its seccomp profile and keyprog's
+// arguments) and to run it as a container.
+func runcBundle(t *testing.T, runc, gobin, dir string) (configure func(seccomp map[string]any, args ...string), run func(id string) string) {
+	t.Helper()
 	bundle := filepath.Join(dir, "bundle")
 	rootfs := filepath.Join(bundle, "rootfs")
 	if err := os.MkdirAll(rootfs, 0o755); err != nil {
@@ -39,7 +71,7 @@ func TestRuncContainers(t *testing.T) {
 	if out, err := exec.Command(runc, "spec", "--bundle", bundle).CombinedOutput(); err != nil {
 		t.Fatalf("runc spec: %v\n%s", err, out)
 	}
-	configure := func(args ...string) {
+	configure = func(seccomp map[string]any, args ...string) {
 		t.Helper()
 		p := filepath.Join(bundle, "config.json")
 		b, err := os.ReadFile(p)
@@ -52,7 +84,7 @@ func TestRuncContainers(t *testing.T) {
 		}
 		c["process"].(map[string]any)["args"] = append([]string{"/keyprog"}, args...)
 		c["process"].(map[string]any)["terminal"] = false
-		c["linux"].(map[string]any)["seccomp"] = notifyKeyCalls(agent)
+		c["linux"].(map[string]any)["seccomp"] = seccomp
 		if b, err = json.Marshal(c); err == nil {
 			err = os.WriteFile(p, b, 0o644)
 		}
@@ -60,7 +92,7 @@ func TestRuncContainers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	run := func(id string) string {
+	run = func(id string) string {
 		t.Helper()
 		cmd := exec.Command(runc, "--root", filepath.Join(dir, "runc"), "run", "--bundle", bundle, id)
 		out, err := cmd.CombinedOutput()
@@ -72,29 +104,47 @@ func TestRuncContainers(t *testing.T) {
 		}
 		return strings.TrimSpace(string(out))
 	}
+	return configure, run
+}
+
+// A container whose profile hands the agent the notification pipes'
+// calls (as ukeyctl seccomp-profile writes them, listenerMetadata
+// included) is told that there are notifications, and gets them: its
+// pipe2(O_NOTIFICATION_PIPE) is the daemon's pipe, and a link into a
+// watched keyring comes as the kernel's record. One whose profile
+// notifies the key calls alone is told there are none.
+func TestRuncContainerWatch(t *testing.T) {
+	ukeystest.NeedRoot(t, "runc runs containers as root")
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Skip("needs runc (Debian package runc)")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("needs the go command to build the container's program")
+	}
+	dir, agent := agentDaemon(t)
+	configure, run := runcBundle(t, runc, gobin, dir)
 	id := func(name string) string { return fmt.Sprintf("ukeys-test-%d-%s", os.Getpid(), name) }
 
-	// Container a adds a key and, three seconds later, finds it still;
-	// meanwhile container b looks for it.
-	configure("add", "shared-name", "3")
-	var wg sync.WaitGroup
-	var a string
-	wg.Add(1)
-	go func() { defer wg.Done(); a = run(id("a")) }()
-	// runc reads the bundle's config when it starts the container: give
-	// a's runc its moment before b's config is written.
-	waitForContainer(t, runc, filepath.Join(dir, "runc"), id("a"))
-	configure("search", "shared-name")
-	b := run(id("b"))
-	wg.Wait()
-	if a != "add ok\nsearch ok" {
-		t.Errorf("container a: %q", a)
+	profile := notifyKeyCalls(agent)
+	arg := func(op string, value, two uint64) []map[string]any {
+		return []map[string]any{{"index": 1, "value": value, "valueTwo": two, "op": op}}
 	}
-	if b != "search required key not available" {
-		t.Errorf("container b found container a's key: %q", b)
+	profile["syscalls"] = append(profile["syscalls"].([]map[string]any),
+		map[string]any{"names": []string{"pipe2"}, "action": "SCMP_ACT_NOTIFY", "args": arg("SCMP_CMP_MASKED_EQ", 0x80, 0x80)},
+		map[string]any{"names": []string{"ioctl"}, "action": "SCMP_ACT_NOTIFY", "args": arg("SCMP_CMP_EQ", 0x5760, 0)},
+		map[string]any{"names": []string{"ioctl"}, "action": "SCMP_ACT_NOTIFY", "args": arg("SCMP_CMP_EQ", 0x5761, 0)})
+	profile["listenerMetadata"] = server.NotifyMetadata
+	configure(profile, "watch")
+	if got := run(id("watch")); got != "notify true\nwatch link ok" {
+		t.Errorf("a container whose profile hands over its notification pipes: %q", got)
 	}
-	if pk, err := os.ReadFile("/proc/keys"); err == nil && strings.Contains(string(pk), "shared-name") {
-		t.Errorf("the kernel holds the containers' key:\n%s", pk)
+
+	configure(notifyKeyCalls(agent), "watch")
+	got := run(id("nowatch"))
+	if !strings.HasPrefix(got, "notify false\n") {
+		t.Errorf("a container whose profile notifies the key calls alone: %q", got)
 	}
 }
 

@@ -4,6 +4,8 @@
 //
 //	keyprog add DESC [SECONDS]    add a user key DESC to @u, then wait
 //	keyprog search DESC           search @u for it
+//	keyprog watch                 watch a keyring through a notification
+//	                              pipe, link a key into it, read the record
 package main
 
 import (
@@ -30,6 +32,9 @@ func main() {
 		_, _, e = unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr(os.Args[2]), uintptr(unsafe.Pointer(&v[0])), 1, userKeyring, 0)
 	case "search":
 		_, _, e = unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, userKeyring, cstr("user"), cstr(os.Args[2]), 0, 0)
+	case "watch":
+		watch()
+		return
 	}
 	if e != 0 {
 		fmt.Println(os.Args[1], e)
@@ -47,4 +52,58 @@ func main() {
 			fmt.Println("search ok")
 		}
 	}
+}
+
+// watch says whether KEYCTL_CAPABILITIES tells of notifications, then
+// makes a notification pipe as keyutils' keyctl watch does, watches a
+// new keyring through it, links a key into the keyring and prints the
+// record that came: "watch link ok" if it is the link of that key.
+func watch() {
+	const userKeyring = 0xfffffffc
+	caps := make([]byte, 2)
+	unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_CAPABILITIES, uintptr(unsafe.Pointer(&caps[0])), 2)
+	fmt.Println("notify", caps[1]&0x04 != 0) // KEYCTL_CAPS1_NOTIFICATIONS
+	var fds [2]int
+	if err := unix.Pipe2(fds[:], unix.O_EXCL|unix.O_CLOEXEC); err != nil {
+		fmt.Println("pipe2", err)
+		return
+	}
+	if _, _, e := unix.Syscall(unix.SYS_IOCTL, uintptr(fds[0]), 0x5760, 32); e != 0 {
+		fmt.Println("set size", e)
+		return
+	}
+	ring, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("keyring"), cstr("watched"), 0, 0, userKeyring, 0)
+	if e != 0 {
+		fmt.Println("add keyring", e)
+		return
+	}
+	if _, _, e := unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_WATCH_KEY, ring, uintptr(fds[0]), 1, 0, 0); e != 0 {
+		fmt.Println("watch", e)
+		return
+	}
+	v := []byte("v")
+	k, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr("k"), uintptr(unsafe.Pointer(&v[0])), 1, ring, 0)
+	if e != 0 {
+		fmt.Println("add", e)
+		return
+	}
+	pfd := []unix.PollFd{{Fd: int32(fds[0]), Events: unix.POLLIN}}
+	if n, _ := unix.Poll(pfd, 5000); n <= 0 {
+		fmt.Println("watch: no record")
+		return
+	}
+	rec := make([]byte, 128)
+	n, err := unix.Read(fds[0], rec)
+	if err != nil || n != 16 {
+		fmt.Println("watch: read", n, err)
+		return
+	}
+	le := func(b []byte) uint32 { return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24 }
+	// key_notification: type 1 (key) and subtype 2 (linked), the
+	// keyring, and the key linked.
+	if le(rec) != 1|2<<24 || uintptr(le(rec[8:])) != ring || uintptr(le(rec[12:])) != k {
+		fmt.Printf("watch: record % x\n", rec[:n])
+		return
+	}
+	fmt.Println("watch link ok")
 }
