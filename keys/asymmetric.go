@@ -55,8 +55,15 @@ type asymKey struct {
 }
 
 // certSig is a certificate's signature, checked by restricted keyrings.
+// It holds copies of its own: the certificate's DER, which Go's parser
+// leaves its results pointing into, is the caller's buffer (a request's,
+// wiped once answered, or a PEM block's, wiped at once), and a check
+// made later, when the certificate is linked, must not read what is
+// left of it there.
 type certSig struct {
-	cert *x509.Certificate
+	algo      x509.SignatureAlgorithm
+	tbs       []byte // the signed part, RawTBSCertificate
+	signature []byte
 	// authIDs are the signer's ids as the certificate names them: the
 	// authority key identifier's serial and issuer, its key identifier,
 	// and the issuer's name (the kernel's auth_ids).
@@ -149,7 +156,7 @@ func parseCertKey(der []byte) (*asymKey, error) {
 		a.ids[1] = bytes.Clone(cert.SubjectKeyId)
 	}
 	a.ids[2] = bytes.Clone(subject)
-	sig := &certSig{cert: cert}
+	sig := &certSig{algo: cert.SignatureAlgorithm, tbs: bytes.Clone(cert.RawTBSCertificate), signature: bytes.Clone(cert.Signature)}
 	if err := akidIDs(cert, sig); err != nil {
 		return nil, err
 	}

@@ -349,12 +349,11 @@ func (a *asymKey) checkCert(sig *certSig) error {
 	if a.wiped {
 		return EKEYREVOKED
 	}
-	c := sig.cert
 	if !kernelUsable(a.pub) {
 		return EINVAL // the kernel's RSA takes no key of its size
 	}
 	signer509 := &x509.Certificate{PublicKey: a.pub}
-	if err := signer509.CheckSignature(c.SignatureAlgorithm, c.RawTBSCertificate, c.Signature); err != nil {
+	if err := signer509.CheckSignature(sig.algo, sig.tbs, sig.signature); err != nil {
 		if errors.Is(err, x509.ErrUnsupportedAlgorithm) {
 			return ENOPKG
 		}
