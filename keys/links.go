@@ -13,7 +13,6 @@ func (c *Caller) Clear(ringID Serial) error {
 		return wrap("keyctl_clear", ringID, ENOTDIR)
 	}
 	c.s.clearRing(r.key)
-	notify(r.key, NotifyCleared, 0)
 	return nil
 }
 
@@ -97,29 +96,59 @@ func (c *Caller) move(id, fromID, toID Serial, flags uint32) error {
 	if !from.key.isKeyring() || !to.key.isKeyring() {
 		return ENOTDIR
 	}
-	k := kr.key
-	if l, ok := from.key.loadRing().find(k.typeName(), k.description()); !ok || l.key != k {
-		return ENOENT
-	}
-	replaced, err := c.s.linkSilently(to.key, k.get(), true, flags&MoveExcl != 0)
-	if err != nil {
-		k.put()
-		return err
-	}
-	unlinked, err := c.s.unlinkSilently(from.key, k)
-	// Watchers hear of the move as the kernel's key_move tells them:
-	// unlinked from the source, then linked into the destination.
-	if err == nil {
-		notify(from.key, NotifyUnlinked, unlinked.serial)
-	}
-	notify(to.key, NotifyLinked, k.serial)
-	if unlinked != nil {
-		unlinked.put()
-	}
+	replaced, err := c.s.moveLink(kr.key, from.key, to.key, flags&MoveExcl != 0)
 	if replaced != nil {
 		replaced.put()
 	}
 	return err
+}
+
+// moveLink moves k's link from one keyring to another in one step, as
+// the kernel's key_move: under both keyrings' locks, taken in the order
+// of their serials, it checks that the source has a link in k's place
+// (ENOENT) and that k may be linked into the destination (linkLocked's
+// checks), then unlinks and links, and posts what key_move posts, in its
+// order: the source's unlink, then the destination's link. A key of the
+// same type and description that the link displaces gets no record (only
+// the destination's link tells of it), as in the kernel. It returns the
+// displaced key, whose reference the caller puts.
+func (s *Service) moveLink(k, from, to *Key, excl bool) (replaced *Key, err error) {
+	if !from.isKeyring() || !to.isKeyring() {
+		return nil, ENOTDIR
+	}
+	if k.isKeyring() {
+		s.linkMu.Lock()
+		defer s.linkMu.Unlock()
+	}
+	first, second := from, to
+	if to.serial < from.serial {
+		first, second = to, from
+	}
+	first.mu.Lock()
+	second.mu.Lock()
+	// Like the kernel's, the unlink takes whatever key holds k's slot in
+	// the source (its type and description), though the record names k.
+	err = ENOENT
+	next, old, ok := from.loadRing().without(k.typeName(), k.description())
+	if ok {
+		replaced, err = s.linkLocked(to, k.get(), true, excl)
+	}
+	if err == nil {
+		from.storeRing(next)
+		old.key.removeParent(from)
+		s.chargeLink(from, -linkCost)
+		notifyLocked(from, NotifyUnlinked, k.serial)
+		notifyLocked(to, NotifyLinked, k.serial)
+	}
+	second.mu.Unlock()
+	first.mu.Unlock()
+	switch {
+	case err == nil:
+		old.key.put() // the source's reference
+	case ok:
+		k.put() // the destination's, unused
+	}
+	return replaced, err
 }
 
 // linkCost is what a link charges to the keyring owner's byte quota.
@@ -137,47 +166,49 @@ func (s *Service) linkInto(ring, k *Key, checkRestriction bool) error {
 }
 
 // link is linkInto with the exclusive flag of KEYCTL_MOVE: with excl, an
-// existing link of the same type and description fails with EEXIST.
+// existing link of the same type and description fails with EEXIST. The
+// record of the link is posted under the keyring's lock, as the kernel
+// posts it under its semaphore, so that a keyring's records come in the
+// order of its changes.
 func (s *Service) link(ring, k *Key, checkRestriction, excl bool) error {
-	replaced, err := s.linkSilently(ring, k, checkRestriction, excl)
-	if err != nil {
-		return err
-	}
-	notify(ring, NotifyLinked, k.serial)
-	if replaced != nil {
-		replaced.put()
-	}
-	return nil
-}
-
-// linkSilently is link without the notification: it returns the key whose
-// link k replaced (nil if none), whose reference the caller puts once it
-// has notified.
-func (s *Service) linkSilently(ring, k *Key, checkRestriction, excl bool) (replaced *Key, _ error) {
 	if !ring.isKeyring() {
-		return nil, ENOTDIR
+		return ENOTDIR
 	}
 	if k.isKeyring() {
 		// Links of keyrings into keyrings are serialised so that the cycle
-		// check below sees a stable graph.
+		// check sees a stable graph.
 		s.linkMu.Lock()
 		defer s.linkMu.Unlock()
 	}
 	ring.mu.Lock()
+	replaced, err := s.linkLocked(ring, k, checkRestriction, excl)
+	if err == nil {
+		notifyLocked(ring, NotifyLinked, k.serial)
+	}
+	ring.mu.Unlock()
+	if replaced != nil {
+		replaced.put()
+	}
+	return err
+}
+
+// linkLocked links k into ring with the kernel's checks in __key_link's
+// order, posting nothing: it returns the key whose link k replaced (nil
+// if none), whose reference the caller puts once ring.mu is released. It
+// consumes one reference to k on success. Called with ring.mu held, and
+// s.linkMu if k is a keyring.
+func (s *Service) linkLocked(ring, k *Key, checkRestriction, excl bool) (replaced *Key, _ error) {
 	if ring.has(flagRevoked | flagInvalidated | flagDead) {
-		ring.mu.Unlock()
 		return nil, EKEYREVOKED
 	}
 	// Build the next version first (one walk of the trie tells whether a
 	// link is replaced); it is published only if every check passes.
 	next, old, replacing := ring.loadRing().with(&s.index, k)
 	if replacing && excl {
-		ring.mu.Unlock()
 		return nil, EEXIST
 	}
 	if !replacing {
 		if err := s.chargeLink(ring, linkCost); err != nil {
-			ring.mu.Unlock()
 			return nil, err
 		}
 	}
@@ -185,7 +216,6 @@ func (s *Service) linkSilently(ring, k *Key, checkRestriction, excl bool) (repla
 		if !replacing {
 			s.chargeLink(ring, -linkCost)
 		}
-		ring.mu.Unlock()
 		return err
 	}
 	if r := ring.restriction(); checkRestriction && r != nil {
@@ -202,9 +232,6 @@ func (s *Service) linkSilently(ring, k *Key, checkRestriction, excl bool) (repla
 	k.addParent(ring)
 	if replacing {
 		old.key.removeParent(ring)
-	}
-	ring.mu.Unlock()
-	if replacing {
 		return old.key, nil
 	}
 	return nil, nil
@@ -225,43 +252,35 @@ func (s *Service) chargeLink(ring *Key, delta int) error {
 
 // unlinkFrom removes the link to k from ring. It fails with ENOENT if ring
 // holds no link for k's type and description. Like the kernel, it removes
-// whatever key occupies that slot.
+// whatever key occupies that slot, and posts the record under the
+// keyring's lock.
 func (s *Service) unlinkFrom(ring, k *Key) error {
-	old, err := s.unlinkSilently(ring, k)
-	if err != nil {
-		return err
-	}
-	notify(ring, NotifyUnlinked, old.serial)
-	old.put()
-	return nil
-}
-
-// unlinkSilently is unlinkFrom without the notification: it returns the
-// key unlinked, whose reference the caller puts once it has notified.
-func (s *Service) unlinkSilently(ring, k *Key) (*Key, error) {
 	if !ring.isKeyring() {
-		return nil, ENOTDIR
+		return ENOTDIR
 	}
 	ring.mu.Lock()
 	next, old, ok := ring.loadRing().without(k.typeName(), k.description())
 	if !ok {
 		ring.mu.Unlock()
-		return nil, ENOENT
+		return ENOENT
 	}
 	ring.storeRing(next)
 	old.key.removeParent(ring)
 	s.chargeLink(ring, -linkCost)
+	notifyLocked(ring, NotifyUnlinked, old.key.serial)
 	ring.mu.Unlock()
-	return old.key, nil
+	old.key.put()
+	return nil
 }
 
-// clearRing drops every link of ring.
+// clearRing drops every link of ring, and posts the record of it.
 func (s *Service) clearRing(ring *Key) {
 	ring.mu.Lock()
 	old := s.detachRing(ring, &ringSnap{})
 	if old != nil {
 		s.chargeLink(ring, -linkCost*old.n)
 	}
+	notifyLocked(ring, NotifyCleared, 0)
 	ring.mu.Unlock()
 	s.releaseLinks(ring, old) // the collector drops the references
 }

@@ -265,6 +265,19 @@ func notify(k *Key, kind NotifyKind, aux Serial) {
 	k.mu.Lock()
 	ws := e.watches
 	k.mu.Unlock()
+	post(ws, k, kind, aux)
+}
+
+// notifyLocked is notify with k.mu held, for a change whose record must
+// come before those of the key's next changes (a keyring's links). Lock
+// order: a key's mu before a queue's.
+func notifyLocked(k *Key, kind NotifyKind, aux Serial) {
+	if e := k.ext.Load(); e != nil {
+		post(e.watches, k, kind, aux)
+	}
+}
+
+func post(ws []*watch, k *Key, kind NotifyKind, aux Serial) {
 	for _, w := range ws {
 		w.q.post(Notification{Kind: kind, Key: k.serial, Aux: int32(aux), WatchID: w.id})
 	}
@@ -272,20 +285,22 @@ func notify(k *Key, kind NotifyKind, aux Serial) {
 
 // addWatch installs a watch of q on k: EBUSY if q already watches k.
 func addWatch(k *Key, q *WatchQueue, id uint8) error {
+	e := k.extra()
+	k.mu.Lock() // before q.mu, as notifyLocked takes them
+	defer k.mu.Unlock()
 	q.mu.Lock()
-	defer q.mu.Unlock()
 	if q.closed {
+		q.mu.Unlock()
 		return ENOENT
 	}
 	if _, ok := q.watches[k]; ok {
+		q.mu.Unlock()
 		return EBUSY
 	}
 	w := &watch{q: q, key: k, id: id}
 	q.watches[k] = w
-	e := k.extra()
-	k.mu.Lock()
+	q.mu.Unlock()
 	e.watches = append(e.watches[:len(e.watches):len(e.watches)], w)
-	k.mu.Unlock()
 	return nil
 }
 

@@ -387,20 +387,149 @@ func TestNotifyKindString(t *testing.T) {
 }
 
 // A move posts what the kernel's key_move posts, in its order: unlinked
-// from the source keyring, then linked into the destination (keyutils'
-// keyctl/move/valid test watches both and expects exactly this).
+// from the source keyring, then linked into the destination, whichever
+// keyring's serial is the smaller (the locks are taken in serial order,
+// the records are not); a key it displaces in the destination gets no
+// record, nor does a key a plain link displaces (the kernel's __key_link
+// posts only the keyring's link). keyutils' move_key and link_key check
+// exactly these lines of the log of a watch on both keyrings.
 func TestMoveNotificationOrder(t *testing.T) {
 	e := newEnv(t)
 	c := e.caller(1000, 1000)
 	q := NewWatchQueue(64)
 	defer q.Close()
+	a := must(c.AddKey("keyring", "a", nil, SessionKeyring))(t)
+	b := must(c.AddKey("keyring", "b", nil, SessionKeyring))(t)
+	lo, hi := min(a, b), max(a, b)
+	noErr(t, c.WatchKey(lo, q, 1))
+	noErr(t, c.WatchKey(hi, q, 2))
+	id := map[Serial]uint8{lo: 1, hi: 2}
+	unlk := func(ring, k Serial) Notification {
+		return Notification{Key: ring, Kind: NotifyUnlinked, Aux: int32(k), WatchID: id[ring]}
+	}
+	link := func(ring, k Serial) Notification {
+		return Notification{Key: ring, Kind: NotifyLinked, Aux: int32(k), WatchID: id[ring]}
+	}
+	k := must(c.AddKey("user", "moved", []byte("x"), lo))(t)
+	noErr(t, c.WatchKey(k, q, 3))
+	drain(q)
+
+	noErr(t, c.Move(k, lo, hi, MoveExcl))
+	wantNotes(t, "move to the larger serial", q, unlk(lo, k), link(hi, k))
+	noErr(t, c.Move(k, hi, lo, MoveExcl))
+	wantNotes(t, "move to the smaller serial", q, unlk(hi, k), link(lo, k))
+
+	// A key of the same name in the destination, linked elsewhere too
+	// so that it lives on: an exclusive move fails and posts nothing; a
+	// forced one displaces it, and it hears nothing.
+	for _, to := range []Serial{hi, lo} {
+		from := lo + hi - to
+		d := must(c.AddKey("user", "moved", []byte("y"), SessionKeyring))(t)
+		noErr(t, c.Link(d, to))
+		noErr(t, c.WatchKey(d, q, 4))
+		drain(q)
+		wantErr(t, "exclusive move onto a key", c.Move(k, from, to, MoveExcl), EEXIST)
+		wantNotes(t, "exclusive move onto a key", q)
+		noErr(t, c.Move(k, from, to, 0))
+		e.settle()
+		wantNotes(t, fmt.Sprintf("forced move %d to %d displacing %d", from, to, d), q, unlk(from, k), link(to, k))
+		noErr(t, c.WatchKey(d, q, -1))
+		noErr(t, c.Unlink(d, SessionKeyring))
+		e.settle()
+		drain(q)
+	}
+
+	// A displaced key that had no other link is destroyed by the
+	// collector: its watch gets the removal record, no unlink.
+	d := must(c.AddKey("user", "moved", []byte("z"), hi))(t)
+	noErr(t, c.WatchKey(d, q, 4))
+	drain(q)
+	noErr(t, c.Move(k, lo, hi, 0))
+	e.settle()
+	wantNotes(t, "forced move displacing a key's only link", q,
+		unlk(lo, k), link(hi, k), Notification{Key: d, Kind: NotifyRemoved, WatchID: 4})
+
+	// A plain link displacing a key posts the keyring's link only.
+	noErr(t, c.Link(k, SessionKeyring)) // so that k outlives its displacement
+	d = must(c.AddKey("user", "moved", []byte("w"), lo))(t)
+	noErr(t, c.WatchKey(d, q, 4))
+	drain(q)
+	noErr(t, c.Link(d, hi))
+	wantNotes(t, "link displacing a key", q, link(hi, d))
+	noErr(t, c.Link(k, hi))
+	wantNotes(t, "link displacing it back", q, link(hi, k))
+}
+
+// keyctl move takes from the source whatever key holds the moved key's
+// place (its type and description), as the kernel's key_move unlinks by
+// index key. On the kernel (keyutils 1.6.3):
+//
+//	f=$(keyctl newring f @s); t=$(keyctl newring t @s)
+//	k=$(keyctl add user x 1 @s); k2=$(keyctl add user x 2 $f)
+//	keyctl move $k $f $t    → exit 0
+//	keyctl rlist $f         → (empty)
+//	keyctl rlist $t         → $k
+func TestMoveTakesTheSlot(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
+	q := NewWatchQueue(64)
+	defer q.Close()
+	f := must(c.AddKey("keyring", "f", nil, SessionKeyring))(t)
+	to := must(c.AddKey("keyring", "t", nil, SessionKeyring))(t)
+	k := must(c.AddKey("user", "x", []byte("1"), SessionKeyring))(t)
+	k2 := must(c.AddKey("user", "x", []byte("2"), f))(t)
+	noErr(t, c.WatchKey(f, q, 1))
+	noErr(t, c.WatchKey(to, q, 2))
+	noErr(t, c.Move(k, f, to, 0))
+	if got := listing(e.s.lookup(f).loadRing()); len(got) != 0 {
+		t.Fatalf("source still links %v (k2 %d)", got, k2)
+	}
+	if got := listing(e.s.lookup(to).loadRing()); !slices.Equal(got, []Serial{k}) {
+		t.Fatalf("destination links %v, want [%d]", got, k)
+	}
+	wantNotes(t, "move", q,
+		Notification{Key: f, Kind: NotifyUnlinked, Aux: int32(k), WatchID: 1},
+		Notification{Key: to, Kind: NotifyLinked, Aux: int32(k), WatchID: 2})
+}
+
+// A move is one step, as the kernel's key_move under both keyrings'
+// locks: raced by an unlink of the key from the source, either the move
+// happens (and the unlink finds nothing) or the unlink does (and the move
+// finds nothing); never a move that fails with ENOENT having linked the
+// key into the destination, nor a link record without its unlink record.
+func TestMoveAtomic(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(1000, 1000)
 	from := must(c.AddKey("keyring", "from", nil, SessionKeyring))(t)
 	to := must(c.AddKey("keyring", "to", nil, SessionKeyring))(t)
-	k := must(c.AddKey("user", "moved", []byte("x"), from))(t)
+	q := NewWatchQueue(64)
+	defer q.Close()
 	noErr(t, c.WatchKey(from, q, 1))
 	noErr(t, c.WatchKey(to, q, 2))
-	noErr(t, c.Move(k, from, to, 0))
-	wantNotes(t, "move", q,
-		Notification{Key: from, Kind: NotifyUnlinked, Aux: int32(k), WatchID: 1},
-		Notification{Key: to, Kind: NotifyLinked, Aux: int32(k), WatchID: 2})
+	k := must(c.AddKey("user", "k", []byte("x"), SessionKeyring))(t) // outlives its links
+	for i := range 2000 {
+		noErr(t, c.Link(k, from))
+		drain(q)
+		start := make(chan struct{})
+		errs := make(chan error, 1)
+		go func() { <-start; errs <- c.Unlink(k, from) }()
+		close(start)
+		moveErr := c.Move(k, from, to, 0)
+		unlinkErr := <-errs
+		inTo := slices.Contains(listing(e.s.lookup(to).loadRing()), k)
+		notes := drain(q)
+		unlk := Notification{Key: from, Kind: NotifyUnlinked, Aux: int32(k), WatchID: 1}
+		link := Notification{Key: to, Kind: NotifyLinked, Aux: int32(k), WatchID: 2}
+		switch {
+		case moveErr == nil && errors.Is(unlinkErr, ENOENT) && inTo &&
+			slices.Equal(notes, []Notification{unlk, link}):
+		case errors.Is(moveErr, ENOENT) && unlinkErr == nil && !inTo &&
+			slices.Equal(notes, []Notification{unlk}):
+		default:
+			t.Fatalf("round %d: move %v, unlink %v, in destination %v, records %v", i, moveErr, unlinkErr, inTo, notes)
+		}
+		if inTo {
+			noErr(t, c.Unlink(k, to))
+		}
+	}
 }

@@ -6,11 +6,13 @@ package main
 // watch_session hands to its program as a file descriptor; watch_add and
 // watch_rm, run by that program, add and remove watches on that pipe. The
 // daemon has no such pipes: a connection's watches report to that
-// connection only. So watch_session keeps one connection per watched key
-// and hands its program the end of a socket instead, on which watch_add,
-// watch_rm and watch_sync send their requests ("add <id>", "rm <id>",
-// "sync") and read the errno of the answer. What ends up in the logs is
-// what keyctl writes there.
+// connection. So watch_session keeps one connection for all its watches,
+// whose queue orders their records as the pipe would (a move's unlink
+// from one watched keyring before its link into another), and hands its
+// program the end of a socket instead, on which watch_add, watch_rm and
+// watch_sync send their requests ("add <id>", "rm <id>", "sync") and read
+// the errno of the answer. What ends up in the logs is what keyctl writes
+// there.
 
 import (
 	"fmt"
@@ -34,8 +36,16 @@ const (
 	watchIDSync    = 3
 )
 
-// monitor is watch_session's side: the watch connections, their
-// consumers, and the request socket.
+// monitor is watch_session's side: the watch connection, its consumer,
+// and the request socket.
+//
+// The consumer alone uses the watch connection, since the daemon serves
+// nothing else on a connection while it waits there for an event. A
+// request for a watch is queued for it, and the marker keyring is changed
+// (poked) so that the consumer's wait ends on an event of the marker,
+// whose watch is on the same connection; the consumer then serves the
+// requests queued before that event. A marker event also tells that every
+// record posted before the poke has been logged (watch_sync).
 type monitor struct {
 	a       *app
 	filter  *watchFilter
@@ -43,28 +53,30 @@ type monitor struct {
 	log, gc *os.File
 
 	primary *client.Client
-	marker  keyctl.Serial // keyring whose changes mark a sync point
+	watcher *client.Client // every watch's connection, the consumer's
+	marker  keyctl.Serial  // keyring whose changes mark a sync point
 
-	// markMu orders changes of the marker with new watches of it, so
-	// that each connection knows which markers it will see.
+	// markMu orders the marker's changes, so that the nth poke is the
+	// nth marker event the consumer sees.
 	markMu sync.Mutex
 
-	mu       sync.Mutex
-	watches  map[keyctl.Serial]*watchConn
-	sessions keyctl.Serial
-	markers  int // markers posted
-	cond     *sync.Cond
-	wg       sync.WaitGroup
-	ended    chan struct{} // the session keyring's watch went
-	endOnce  sync.Once
+	mu      sync.Mutex
+	reqs    []watchReq // for the consumer to serve
+	markers int        // markers posted
+	seen    int        // markers the consumer has seen
+	stopped bool       // the consumer has ended
+	cond    *sync.Cond
+	wg      sync.WaitGroup
+	ended   chan struct{} // the session keyring's watch went
+	endOnce sync.Once
 }
 
-// watchConn is one watch: its connection and how many sync markers its
-// consumer has seen.
-type watchConn struct {
-	cl      *client.Client
-	base    int // markers posted before it watched the marker
-	markers int // markers seen
+// watchReq is a request to watch a key (id 0..255) or to stop (id -1); the
+// consumer answers it with an errno.
+type watchReq struct {
+	key   keyctl.Serial
+	id    int
+	errno chan keyctl.Errno
 }
 
 func (m *monitor) logf(f *os.File, format string, v ...any) {
@@ -106,7 +118,7 @@ func (a *app) cmdWatchSession(args []string) {
 		a.eprintf("The target fd must be between 3 and 9\n")
 		a.exit(2)
 	}
-	m := &monitor{a: a, filter: &filter, watches: make(map[keyctl.Serial]*watchConn), ended: make(chan struct{})}
+	m := &monitor{a: a, filter: &filter, ended: make(chan struct{})}
 	m.cond = sync.NewCond(&m.mu)
 	m.log = openLog(a, rest[0])
 	defer m.log.Close()
@@ -121,20 +133,29 @@ func (a *app) cmdWatchSession(args []string) {
 	if session == 0 {
 		session, _ = m.primary.GetKeyringID(keyctl.SessionKeyring, false)
 	}
-	m.sessions = session
 	desc := "_watch_sync"
 	if m.marker, err = m.primary.AddKey("keyring", desc, nil, keyctl.ProcessKeyring); err != nil {
 		a.fail("ukeyctl: watch_session", err)
 	}
-	// Whatever happens from here on, the watches and their consumers go
+	if m.watcher, err = client.Dial(client.DefaultSocket()); err != nil {
+		a.fail("ukeyctl: watch_session", err)
+	}
+	if err := m.watcher.WatchKey(m.marker, watchIDSync); err != nil {
+		m.watcher.Close()
+		a.fail("keyctl_watch_key/sync", err)
+	}
+	if err := m.watcher.WatchKey(session, watchIDSession); err != nil {
+		m.watcher.Close()
+		a.fail("keyctl_watch_key/session", err)
+	}
+	// Whatever happens from here on, the watches and their consumer go
 	// before this returns (or exits).
+	m.wg.Add(1)
+	go m.consume()
 	defer func() {
 		m.closeAll()
 		m.wg.Wait()
 	}()
-	if errno := m.add(session, watchIDSession); errno != 0 {
-		a.fail("keyctl_watch_key/session", errno)
-	}
 	a.eprintf("Joined session keyring: %d\n", session)
 
 	prog := rest[3:]
@@ -162,7 +183,7 @@ func (a *app) cmdWatchSession(args []string) {
 	defer ours.Close()
 	defer theirs.Close()
 	m.wg.Add(1)
-	go m.serve(ours)
+	go m.serveRequests(ours)
 
 	cmd := &exec.Cmd{Path: path, Args: argv, Env: env, Stdin: a.stdin, Stdout: a.rawOut, Stderr: a.stderr}
 	cmd.ExtraFiles = make([]*os.File, tfd-2)
@@ -176,60 +197,75 @@ func (a *app) cmdWatchSession(args []string) {
 	select {
 	case <-m.ended:
 	default:
+		m.sync() // what the program did is logged before the end
 		m.logf(m.log, "Monitoring terminated\n")
 		m.logf(m.gc, "Monitoring terminated\n")
 	}
 	a.exit(code)
 }
 
-// add watches key on a connection of its own and starts its consumer,
-// returning the errno of a failure (0 on success).
+// add watches key on the watch connection, returning the errno of a
+// failure (0 on success).
 func (m *monitor) add(key keyctl.Serial, watchID int) keyctl.Errno {
-	serial, err := m.primary.GetKeyringID(key, false)
-	if err == nil {
-		m.mu.Lock()
-		_, dup := m.watches[serial]
-		m.mu.Unlock()
-		if dup {
-			return keyctl.EBUSY
-		}
-	}
-	cl, err := client.Dial(client.DefaultSocket())
-	if err != nil {
-		return keyctl.ENOMEM
-	}
-	if err := cl.WatchKey(key, watchID); err != nil {
-		cl.Close()
-		return errnoOf(err)
-	}
-	m.markMu.Lock()
-	if err := cl.WatchKey(m.marker, watchIDSync); err != nil {
-		m.markMu.Unlock()
-		cl.Close()
-		return errnoOf(err)
-	}
-	m.mu.Lock()
-	w := &watchConn{cl: cl, base: m.markers}
-	m.watches[serial] = w
-	m.mu.Unlock()
-	m.markMu.Unlock()
-	m.wg.Add(1)
-	go m.consume(serial, w)
-	return 0
+	return m.request(key, watchID)
 }
 
-// consume logs one watch connection's events.
-func (m *monitor) consume(serial keyctl.Serial, w *watchConn) {
+// request has the consumer watch key with watchID (-1: stop watching it)
+// and returns its errno.
+func (m *monitor) request(key keyctl.Serial, watchID int) keyctl.Errno {
+	r := watchReq{key: key, id: watchID, errno: make(chan keyctl.Errno, 1)}
+	m.mu.Lock()
+	if m.stopped {
+		m.mu.Unlock()
+		return errBadFD
+	}
+	m.reqs = append(m.reqs, r)
+	m.mu.Unlock()
+	if err := m.poke(); err != nil {
+		// No event will come for r: take it back unless the consumer
+		// took it already (then it answers).
+		m.mu.Lock()
+		for i, q := range m.reqs {
+			if q.errno == r.errno {
+				m.reqs = append(m.reqs[:i:i], m.reqs[i+1:]...)
+				m.mu.Unlock()
+				return errnoOf(err)
+			}
+		}
+		m.mu.Unlock()
+	}
+	// Served after the poke's event, or refused when the consumer ends.
+	return <-r.errno
+}
+
+// errBadFD is watch_add's errno once watch_session's queue has gone.
+const errBadFD = keyctl.Errno(syscall.EBADF)
+
+// consume logs the watch connection's events and serves the requests
+// queued before each marker event.
+func (m *monitor) consume() {
 	defer m.wg.Done()
+	defer func() {
+		m.mu.Lock()
+		m.stopped = true
+		reqs := m.reqs
+		m.reqs = nil
+		m.cond.Broadcast()
+		m.mu.Unlock()
+		for _, r := range reqs {
+			r.errno <- errBadFD
+		}
+	}()
 	for {
-		n, err := w.cl.NextNotification()
+		n, err := m.watcher.NextNotification()
 		if err != nil {
 			return
 		}
 		if n.WatchID == watchIDSync {
 			if n.Kind == keyctl.NotifySetAttr {
+				m.serve()
 				m.mu.Lock()
-				w.markers++
+				m.seen++
 				m.cond.Broadcast()
 				m.mu.Unlock()
 			}
@@ -239,13 +275,24 @@ func (m *monitor) consume(serial keyctl.Serial, w *watchConn) {
 			continue
 		}
 		m.logEvent(n)
-		if n.Kind == keyctl.NotifyRemoved {
-			m.drop(serial, w)
-			if n.WatchID == watchIDSession {
-				m.endOnce.Do(func() { close(m.ended) })
-			}
-			return
+		if n.Kind == keyctl.NotifyRemoved && n.WatchID == watchIDSession {
+			m.endOnce.Do(func() { close(m.ended) })
 		}
+	}
+}
+
+// serve answers the queued requests on the watch connection.
+func (m *monitor) serve() {
+	m.mu.Lock()
+	reqs := m.reqs
+	m.reqs = nil
+	m.mu.Unlock()
+	for _, r := range reqs {
+		var errno keyctl.Errno
+		if err := m.watcher.WatchKey(r.key, r.id); err != nil {
+			errno = errnoOf(err)
+		}
+		r.errno <- errno
 	}
 }
 
@@ -273,22 +320,11 @@ func (m *monitor) logEvent(n keyctl.Notification) {
 	}
 }
 
-// drop forgets a watch and closes its connection.
-func (m *monitor) drop(serial keyctl.Serial, w *watchConn) {
-	m.mu.Lock()
-	if m.watches[serial] == w {
-		delete(m.watches, serial)
-	}
-	m.cond.Broadcast()
-	m.mu.Unlock()
-	w.cl.Close()
-	m.poke()
-}
-
-// poke changes the marker keyring so that every watch connection gets an
-// event. The daemon serves a connection's wait for its next event without
-// reading from it, so a connection closed while it waits stays blocked in
-// the daemon until an event comes; the poke releases those just closed.
+// poke changes the marker keyring, so that the consumer gets an event
+// after every record posted before. The daemon serves a connection's wait
+// for its next event without reading from it, so a connection closed
+// while it waits stays blocked in the daemon until an event comes; the
+// poke releases it.
 func (m *monitor) poke() error {
 	m.markMu.Lock()
 	defer m.markMu.Unlock()
@@ -301,32 +337,16 @@ func (m *monitor) poke() error {
 	return nil
 }
 
-// remove is watch_rm: the watch goes, with the removal record the kernel
-// would queue for it.
+// remove is watch_rm: the watch goes, and the daemon queues the removal
+// record the kernel would; it is logged before watch_rm returns.
 func (m *monitor) remove(key keyctl.Serial) keyctl.Errno {
-	serial, err := m.primary.GetKeyringID(key, false)
-	if err != nil {
-		return errnoOf(err)
+	if errno := m.request(key, -1); errno != 0 {
+		return errno
 	}
-	m.mu.Lock()
-	w := m.watches[serial]
-	m.mu.Unlock()
-	if w == nil {
-		return keyctl.EBADSLT
-	}
-	id := uint8(watchIDAdded)
-	if serial == m.sessions {
-		id = watchIDSession
-	}
-	m.drop(serial, w)
-	m.logEvent(keyctl.Notification{Kind: keyctl.NotifyRemoved, Key: serial, WatchID: id})
-	if id == watchIDSession {
-		m.endOnce.Do(func() { close(m.ended) })
-	}
-	return 0
+	return m.sync()
 }
 
-// sync waits until every consumer has logged what happened before it.
+// sync waits until the consumer has logged what was posted before it.
 func (m *monitor) sync() keyctl.Errno {
 	if err := m.poke(); err != nil {
 		return errnoOf(err)
@@ -343,33 +363,20 @@ func (m *monitor) sync() keyctl.Errno {
 	defer timer.Stop()
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	for {
-		behind := false
-		for _, w := range m.watches {
-			if w.base+w.markers < want {
-				behind = true
-			}
-		}
-		if !behind || time.Now().After(deadline) {
-			return 0
-		}
+	for m.seen < want && !m.stopped && time.Now().Before(deadline) {
 		m.cond.Wait()
 	}
+	return 0
 }
 
 func (m *monitor) closeAll() {
-	m.mu.Lock()
-	ws := m.watches
-	m.watches = map[keyctl.Serial]*watchConn{}
-	m.mu.Unlock()
-	for _, w := range ws {
-		w.cl.Close()
-	}
+	m.watcher.Close()
 	m.poke()
 }
 
-// serve answers the requests of watch_add, watch_rm and watch_sync.
-func (m *monitor) serve(f *os.File) {
+// serveRequests answers the requests of watch_add, watch_rm and
+// watch_sync.
+func (m *monitor) serveRequests(f *os.File) {
 	defer m.wg.Done()
 	buf := make([]byte, 128)
 	for {

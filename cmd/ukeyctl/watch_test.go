@@ -141,3 +141,52 @@ keyctl watch_add 1 $r || true
 		t.Errorf("gc log %q, want %q", gc, wantGC)
 	}
 }
+
+// Under watch_session, the records of keys watched on one queue come in
+// the order the daemon posted them, as from one kernel notification
+// pipe: a move logs the source's unlink before the destination's link,
+// whichever keyring is the session's and whichever serial is smaller, and
+// a forced move logs nothing for the key it displaces (keyutils'
+// move_key checks the last two lines so).
+func TestWatchSessionMoveOrder(t *testing.T) {
+	startDaemon(t)
+	bin := binDir(t, "keyctl")
+	t.Setenv("PATH", bin+":"+os.Getenv("PATH"))
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	dir := t.TempDir()
+	logf, gcf := filepath.Join(dir, "log"), filepath.Join(dir, "gc")
+	script := `set -e
+r=$(keyctl newring r @s)
+keyctl watch_add $KEYCTL_WATCH_FD $r
+k=$(keyctl add user k 1 $r)
+d=$(keyctl add user k 2 @s)
+keyctl move -f $k $r @s
+for i in 1 2 3 4 5 6 7 8; do
+	keyctl move $k @s $r
+	keyctl move $k $r @s
+done
+keyctl watch_sync $KEYCTL_WATCH_FD
+echo $r $k $d
+`
+	r := run("keyctl", "", "watch_session", logf, gcf, "5", "/bin/sh", "-c", script)
+	if r.Code != 0 {
+		t.Fatalf("watch_session: %+v", r)
+	}
+	m := regexp.MustCompile(`^Joined session keyring: (\d+)\n`).FindStringSubmatch(r.Stderr)
+	ids := strings.Fields(r.Stdout)
+	if m == nil || len(ids) != 3 {
+		t.Fatalf("watch_session printed %q, %q", r.Stdout, r.Stderr)
+	}
+	ses, ring, k, d := m[1], ids[0], ids[1], ids[2]
+	var want strings.Builder
+	fmt.Fprintf(&want, "%s link %s\n%s link %s\n%s link %s\n", ses, ring, ring, k, ses, d)
+	fmt.Fprintf(&want, "%s unlk %s\n%s link %s\n", ring, k, ses, k) // d displaced: no record
+	for range 8 {
+		fmt.Fprintf(&want, "%s unlk %s\n%s link %s\n", ses, k, ring, k)
+		fmt.Fprintf(&want, "%s unlk %s\n%s link %s\n", ring, k, ses, k)
+	}
+	want.WriteString("Monitoring terminated\n")
+	if log, _ := os.ReadFile(logf); string(log) != want.String() {
+		t.Errorf("log:\n%s\nwant:\n%s", log, want.String())
+	}
+}
