@@ -60,9 +60,15 @@ func (p *WatchPipe) Close() {}
 
 // PipeState is what a daemon hands over of a notification pipe.
 type PipeState struct {
-	Sized  bool   `json:"sized,omitempty"`
-	Filter []byte `json:"filter,omitempty"`
-	Lost   bool   `json:"lost,omitempty"`
+	Notes   int             `json:"notes,omitempty"`
+	Filter  []byte          `json:"filter,omitempty"`
+	Pending []PendingRecord `json:"pending,omitempty"`
+}
+
+// PendingRecord is a record waiting for room in a notification pipe.
+type PendingRecord struct {
+	N    keyctl.Notification `json:"n"`
+	Loss bool                `json:"loss,omitempty"`
 }
 
 // State returns nothing: there are no pipes here.

@@ -6,8 +6,8 @@ import (
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"unsafe"
@@ -26,24 +26,45 @@ import (
 // (IOC_WATCH_QUEUE_SET_SIZE), which bounds how many records wait unread;
 // a filter (IOC_WATCH_QUEUE_SET_FILTER) passes only the events it names;
 // a record that finds no room is lost, and the reader is told so by a
-// loss record once there is room again; and the pipe ends, with every
+// loss record after those that had room; and the pipe ends, with every
 // watch on it, when the last of its readers closes it.
+//
+// A packet takes a page of the pipe, where the kernel's queue keeps 32
+// records a page: so the pipe itself holds at most pipeSlots records
+// (64 KiB of the kernel's memory, what the kernel's queue of 512
+// records takes), and those that wait for room in it queue in the
+// daemon (a few bytes each), up to the queue's size in all.
 type WatchPipe struct {
 	w   int    // the daemon's end: write-only, non-blocking, packet mode
 	ino uint64 // the pipe's inode and device, by which a caller's
 	dev uint64 // descriptor names it
 
 	mu      sync.Mutex
-	sized   bool
+	notes   int          // the queue's size in records; 0 until set
+	slots   int          // how many records the pipe itself holds
 	filter  *watchFilter // nil: every event
 	rawRule []byte       // the filter as set (its header and rules), for State
-	lost    bool         // records were lost: a loss record is owed
-	waiting bool         // the poller waits for room to write it
-	gone    bool
-	onGone  []func()
-	give    func() // gives back the descriptor's place in its budget
-	rec     [keyctl.RecordSize]byte
+	// waitingRecs are the records waiting for room in the pipe, in
+	// order, loss records among them; queued counts those that are not
+	// loss records, which with the pipe's own are at most notes.
+	waitingRecs []PendingRecord
+	queued      int
+	waiting     bool // the poller waits for room in the pipe
+	gone        bool
+	onGone      []func()
+	give        func() // gives back the descriptor's place in its budget
+	rec         [keyctl.RecordSize]byte
 }
+
+// PendingRecord is a record waiting for room in a notification pipe: a
+// notification, or the mark that records were lost.
+type PendingRecord struct {
+	N    keyctl.Notification `json:"n"`
+	Loss bool                `json:"loss,omitempty"`
+}
+
+// pipeSlots is how many records a notification pipe itself holds.
+const pipeSlots = 16
 
 // Post writes n into the pipe, if its size is set, its filter passes it
 // and there is room; it never blocks. A removal record passes every
@@ -51,39 +72,42 @@ type WatchPipe struct {
 func (p *WatchPipe) Post(n keyctl.Notification) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.gone || !p.sized {
+	if p.gone || p.notes == 0 {
 		return
 	}
 	if n.Kind != keyctl.NotifyRemoved && !p.filter.pass(n) {
 		return
 	}
-	if p.lost && !p.writeLocked(keyctl.AppendLossRecord(p.rec[:0])) {
+	if len(p.waitingRecs) == 0 && p.writeLocked(PendingRecord{N: n}) {
 		return
 	}
-	p.writeLocked(n.AppendRecord(p.rec[:0]))
+	// The pipe is full, or records wait before this one.
+	if p.queued < p.notes-p.slots {
+		p.waitingRecs = append(p.waitingRecs, PendingRecord{N: n})
+		p.queued++
+	} else if k := len(p.waitingRecs); k == 0 || !p.waitingRecs[k-1].Loss {
+		// Lost: the reader is told after the records that had room.
+		p.waitingRecs = append(p.waitingRecs, PendingRecord{Loss: true})
+	}
+	p.waitLocked(true)
 }
 
-// writeLocked writes one record and reports whether it went in. One that
-// finds the pipe full is lost: a loss record is owed, written as soon as
-// there is room (the poller watches for it), before any later record.
-func (p *WatchPipe) writeLocked(rec []byte) bool {
+// writeLocked writes one record into the pipe and reports whether it
+// went in (false: the pipe is full, or every reader has gone, which the
+// poller sees and ends the pipe).
+func (p *WatchPipe) writeLocked(r PendingRecord) bool {
+	rec := p.rec[:0]
+	if r.Loss {
+		rec = keyctl.AppendLossRecord(rec)
+	} else {
+		rec = r.N.AppendRecord(rec)
+	}
 	for {
 		_, err := unix.Write(p.w, rec)
-		switch err {
-		case nil:
-			if len(rec) == keyctl.LossRecordSize {
-				p.lost = false
-				p.waitLocked(false)
-			}
-			return true
-		case unix.EINTR:
+		if err == unix.EINTR {
 			continue
-		case unix.EAGAIN:
-			p.lost = true
-			p.waitLocked(true)
 		}
-		// EPIPE: every reader has gone; the poller ends the pipe.
-		return false
+		return err == nil
 	}
 }
 
@@ -101,16 +125,27 @@ func (p *WatchPipe) waitLocked(on bool) {
 	}
 }
 
-// roomAgain is the poller's: the pipe has room for the owed loss record.
+// roomAgain is the poller's: the pipe has room for the records waiting.
 func (p *WatchPipe) roomAgain() {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.gone {
 		return
 	}
-	if p.lost {
-		p.writeLocked(keyctl.AppendLossRecord(p.rec[:0]))
-	} else {
+	n := 0
+	for _, r := range p.waitingRecs {
+		if !p.writeLocked(r) {
+			break
+		}
+		if !r.Loss {
+			p.queued--
+		}
+		n++
+	}
+	clear(p.waitingRecs[:n])
+	p.waitingRecs = p.waitingRecs[n:]
+	if len(p.waitingRecs) == 0 {
+		p.waitingRecs = nil
 		p.waitLocked(false)
 	}
 }
@@ -246,13 +281,13 @@ func (p *WatchPipe) setFilter(f *watchFilter, raw []byte) {
 }
 
 // PipeState is what a daemon hands over of a notification pipe, beside
-// its write end: whether its size was set, its filter (the
-// watch_notification_filter the program set, if any), and whether a
-// loss record is owed.
+// its write end: its queue's size (0 if not set), its filter (the
+// watch_notification_filter the program set, if any), and the records
+// waiting for room in the pipe.
 type PipeState struct {
-	Sized  bool   `json:"sized,omitempty"`
-	Filter []byte `json:"filter,omitempty"`
-	Lost   bool   `json:"lost,omitempty"`
+	Notes   int             `json:"notes,omitempty"`
+	Filter  []byte          `json:"filter,omitempty"`
+	Pending []PendingRecord `json:"pending,omitempty"`
 }
 
 // State returns the pipe's PipeState and its write end, which stays the
@@ -260,7 +295,7 @@ type PipeState struct {
 func (p *WatchPipe) State() (PipeState, int) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	return PipeState{Sized: p.sized, Filter: bytes.Clone(p.rawRule), Lost: p.lost}, p.w
+	return PipeState{Notes: p.notes, Filter: bytes.Clone(p.rawRule), Pending: slices.Clone(p.waitingRecs)}, p.w
 }
 
 // AdoptWatchPipe makes a notification pipe again from the write end
@@ -274,7 +309,11 @@ func AdoptWatchPipe(w int, st PipeState, give func()) (*WatchPipe, error) {
 	}
 	unix.SetNonblock(w, true)
 	unix.CloseOnExec(w)
-	p := &WatchPipe{w: w, ino: stat.Ino, dev: stat.Dev, sized: st.Sized, give: give}
+	if st.Notes < 0 || st.Notes > maxNotes || len(st.Pending) > 2*maxNotes {
+		unix.Close(w)
+		return nil, fmt.Errorf("intercept: a notification pipe handed over holds more than a queue may")
+	}
+	p := &WatchPipe{w: w, ino: stat.Ino, dev: stat.Dev, notes: st.Notes, slots: pipeSlotsOf(w), give: give}
 	if len(st.Filter) > 0 {
 		f, errno := parseFilter(st.Filter)
 		if errno != 0 {
@@ -287,9 +326,15 @@ func AdoptWatchPipe(w int, st PipeState, give func()) (*WatchPipe, error) {
 		unix.Close(w)
 		return nil, err
 	}
-	if st.Lost {
+	if len(st.Pending) > 0 {
 		p.mu.Lock()
-		p.writeLocked(keyctl.AppendLossRecord(p.rec[:0]))
+		for _, r := range st.Pending {
+			p.waitingRecs = append(p.waitingRecs, r)
+			if !r.Loss {
+				p.queued++
+			}
+		}
+		p.waitLocked(true)
 		p.mu.Unlock()
 	}
 	return p, nil
@@ -302,45 +347,34 @@ const (
 	notesPerPage = 4096 / 128
 )
 
-// setSize sizes the pipe for n records, as watch_queue_set_size sizes a
-// watch queue: once only (EBUSY after), 1 to 512 (EINVAL), rounded up to
-// a page of notes and then to a power of two. Each record is a packet,
-// which takes a slot of the pipe's ring, so the pipe gets that many
-// slots; where the daemon may not make its pipe that large
-// (/proc/sys/fs/pipe-max-size, for a daemon without CAP_SYS_RESOURCE),
-// as many as it may.
+// setSize sizes the pipe's queue for n records, as watch_queue_set_size
+// sizes a watch queue: once only (EBUSY after), 1 to 512 (EINVAL),
+// rounded up to a page of the kernel's notes (32).
 func (p *WatchPipe) setSize(n uint32) syscall.Errno {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.sized {
+	if p.notes != 0 {
 		return unix.EBUSY
 	}
 	if n < 1 || n > maxNotes {
 		return unix.EINVAL
 	}
-	notes := (int(n) + notesPerPage - 1) / notesPerPage * notesPerPage
-	slots := 1
-	for slots < notes {
-		slots <<= 1
-	}
-	page := os.Getpagesize()
-	if _, err := unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, slots*page); err != nil {
-		if most := pipeMaxSize(); most > 0 && most < slots*page {
-			unix.FcntlInt(uintptr(p.w), unix.F_SETPIPE_SZ, most)
-		}
-	}
-	p.sized = true
+	p.notes = (int(n) + notesPerPage - 1) / notesPerPage * notesPerPage
 	return 0
 }
 
-// pipeMaxSize is the largest pipe an unprivileged process may make.
-func pipeMaxSize() int {
-	b, err := os.ReadFile("/proc/sys/fs/pipe-max-size")
-	if err != nil {
-		return 0
+// pipeSlotsOf sets the pipe of write end w to hold pipeSlots records,
+// and returns how many it holds: fewer where the daemon's user is over
+// its pipes' soft bound (/proc/sys/fs/pipe-user-pages-soft), which
+// leaves it two pages a pipe.
+func pipeSlotsOf(w int) int {
+	page := os.Getpagesize()
+	unix.FcntlInt(uintptr(w), unix.F_SETPIPE_SZ, pipeSlots*page)
+	size, err := unix.FcntlInt(uintptr(w), unix.F_GETPIPE_SZ, 0)
+	if err != nil || size < page {
+		return 1
 	}
-	n, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-	return n
+	return min(size/page, pipeSlots)
 }
 
 // pipes is every watch pipe of this process, by inode, and the poller
@@ -359,8 +393,9 @@ type pipeSet struct {
 }
 
 // newWatchPipe makes a pipe, registered; it returns the read end (with
-// O_NONBLOCK if nonblock), the caller's.
-func newWatchPipe(nonblock bool) (p *WatchPipe, r int, err error) {
+// O_NONBLOCK if nonblock), the caller's. give is called once the pipe has
+// ended.
+func newWatchPipe(nonblock bool, give func()) (p *WatchPipe, r int, err error) {
 	var fds [2]int
 	if err := unix.Pipe2(fds[:], unix.O_DIRECT|unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
 		return nil, -1, err
@@ -380,7 +415,7 @@ func newWatchPipe(nonblock bool) (p *WatchPipe, r int, err error) {
 	if err := unix.Fstat(w, &st); err != nil {
 		return fail(err)
 	}
-	p = &WatchPipe{w: w, ino: st.Ino, dev: st.Dev}
+	p = &WatchPipe{w: w, ino: st.Ino, dev: st.Dev, slots: pipeSlotsOf(w), give: give}
 	if err := pipes.add(p); err != nil {
 		return fail(err)
 	}
@@ -560,12 +595,11 @@ func (l *Listener) servePipe2(n *notif) (int64, syscall.Errno) {
 	if !l.tasks.takePipe() {
 		return 0, unix.EMFILE // the uid's share of the daemon's descriptors
 	}
-	p, r, err := newWatchPipe(flags&unix.O_NONBLOCK != 0)
+	p, r, err := newWatchPipe(flags&unix.O_NONBLOCK != 0, l.tasks.untake)
 	if err != nil {
 		l.tasks.untake()
 		return 0, errnoOf(err)
 	}
-	p.give = l.tasks.untake
 	var newFlags uint32
 	if flags&unix.O_CLOEXEC != 0 {
 		newFlags = unix.O_CLOEXEC
