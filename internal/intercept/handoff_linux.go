@@ -3,6 +3,7 @@ package intercept
 import (
 	"errors"
 	"fmt"
+	"runtime"
 
 	"golang.org/x/sys/unix"
 )
@@ -21,13 +22,24 @@ func SendListener(conn, fd int) error {
 // other end of the Unix stream socket conn, closes this process's copy,
 // and waits for the one byte with which the supervisor says it serves.
 // Once it returns, the caller's key calls are the supervisor's.
+//
+// Without all, that holds because HandOff locks the calling goroutine
+// to the filtered thread (runtime.LockOSThread) for good: the runtime
+// would otherwise resume it after any sleep or blocking call on whichever
+// thread is free, one the filter is not on, and its key calls would go
+// to the kernel's keyrings from then on.
 func HandOff(conn int, all bool) error {
 	install := Install
 	if all {
 		install = InstallAll
+	} else {
+		runtime.LockOSThread()
 	}
 	fd, err := install()
 	if err != nil {
+		if !all {
+			runtime.UnlockOSThread() // no filter: the thread is like any other
+		}
 		return err
 	}
 	err = SendListener(conn, fd)

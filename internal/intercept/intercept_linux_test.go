@@ -27,6 +27,9 @@ import (
 const childEnv = "INTERCEPT_TEST_CHILD"
 
 func TestMain(m *testing.M) {
+	if os.Getenv(childEnv) == "handoff" {
+		os.Exit(handOffChild()) // its goroutine not locked to its thread
+	}
 	if os.Getenv(childEnv) != "" {
 		os.Exit(child())
 	}
