@@ -114,10 +114,10 @@ func (c *Caller) move(id, fromID, toID Serial, flags uint32) error {
 	}
 	notify(to.key, NotifyLinked, k.serial)
 	if unlinked != nil {
-		unlinked.put()
+		c.s.putLater(unlinked)
 	}
 	if replaced != nil {
-		replaced.put()
+		c.s.putLater(replaced)
 	}
 	return err
 }
@@ -145,7 +145,7 @@ func (s *Service) link(ring, k *Key, checkRestriction, excl bool) error {
 	}
 	notify(ring, NotifyLinked, k.serial)
 	if replaced != nil {
-		replaced.put()
+		s.putLater(replaced)
 	}
 	return nil
 }
@@ -232,7 +232,7 @@ func (s *Service) unlinkFrom(ring, k *Key) error {
 		return err
 	}
 	notify(ring, NotifyUnlinked, old.serial)
-	old.put()
+	s.putLater(old) // the key stays findable until the collector drops it
 	return nil
 }
 
@@ -263,7 +263,7 @@ func (s *Service) clearRing(ring *Key) {
 		s.chargeLink(ring, -linkCost*old.n)
 	}
 	ring.mu.Unlock()
-	s.releaseLinks(ring, old) // the collector drops the references
+	s.releaseLinks(ring, old, true) // the collector drops the references
 }
 
 // putAll drops one reference to each of keys, burying those that lose
