@@ -42,7 +42,7 @@ func (s *Service) revoke(k *Key) {
 	}
 	k.mu.Unlock()
 	s.retire(k, old)
-	s.releaseLinks(k, links)
+	s.releaseLinks(k, links, true)
 	notify(k, NotifyRevoked, 0)
 	s.keyDied(k)
 }

@@ -47,7 +47,11 @@
 // wiped only after an rcu grace period, so a reader that loaded it sees it
 // intact until it lets go. A key whose last reference goes (its last link
 // removed, its last holder released) leaves the serial index and is
-// destroyed after a grace period: payload wiped, quota returned.
+// destroyed after a grace period: payload wiped, quota returned. A link
+// removed from a keyring (unlinked, displaced, cleared) keeps holding its
+// key for DefaultReleaseDelay, until the collector drops it, as the
+// kernel's removed link does until its RCU callback: in that window the
+// key is still found by serial, possessed by no one (gc_release.go).
 //
 // # Hand-over
 //
@@ -83,7 +87,9 @@
 // names why. A pass is asked for by whoever makes a key die (invalidation
 // and unregistration at once, expiry through a timer armed for the
 // earliest expiry plus gc_delay) and by whoever buries a key; a request
-// made during a pass is remembered and served by the next.
+// made during a pass is remembered and served by the next. The references
+// of links removed by callers are dropped by the collector too, a chunk
+// at a time, once their release delay has passed (gc_release.go).
 //
 // A pass has three phases, one file each:
 //

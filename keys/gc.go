@@ -100,7 +100,9 @@ type collector struct {
 	ownWQ bool
 	work  *workqueue.Work
 	timer *workqueue.Work
-	chunk int
+	// relTimer kicks the item when a queued release becomes due.
+	relTimer *workqueue.Work
+	chunk    int
 
 	// mu guards what the rest of the service asks of the work item: keys
 	// buried, passes owed, the timer's next run, the type being
@@ -116,6 +118,12 @@ type collector struct {
 	// releases are keyrings' detached links whose references the
 	// collector drops a chunk at a time (gc_release.go).
 	releases []*release
+	// puts are the references of links removed one at a time, with when
+	// (graveEntry.died, monoNow's time), that the collector drops once
+	// releaseDelay has passed (gc_release.go); flushBefore makes those
+	// queued until then due at once (WaitGC).
+	puts        graves
+	flushBefore int64
 	// spare holds emptied blocks of graves for reuse (recycle).
 	spare [][]graveEntry
 	// closed is set by close before it cancels the item: from then on
@@ -170,6 +178,7 @@ func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
 		g.ownWQ = true
 	}
 	g.work = workqueue.NewTaskWork("keys-gc", g.run)
+	g.relTimer = workqueue.NewWork("keys-gc-release", g.kick)
 	g.timer = workqueue.NewWork("keys-gc-timer", func() {
 		g.mu.Lock()
 		g.nextRun = math.MaxInt64
@@ -190,6 +199,7 @@ func (g *collector) close() {
 	g.closed = true
 	g.mu.Unlock()
 	g.wq.Cancel(g.timer)
+	g.wq.Cancel(g.relTimer)
 	if g.ownWQ {
 		g.wq.Close()
 	} else {
@@ -231,6 +241,9 @@ func (s *Service) WaitGC(ctx context.Context) error {
 	if err := s.dom.Barrier(ctx); err != nil { // payloads retired so far
 		return err
 	}
+	// Links removed so far let go of their keys now, not releaseDelay
+	// later.
+	g.expedite()
 	// Flush at least once, so that an item already running (but not yet
 	// inside a pass) has finished, then until nothing is left in flight.
 	for {
@@ -245,6 +258,7 @@ func (s *Service) WaitGC(ctx context.Context) error {
 		}
 		if (g.outstanding.Load() > 0 || g.releasing.Load() > 0) && !g.work.Pending() {
 			time.Sleep(100 * time.Microsecond) // a continuation may be queued behind a grace period
+			g.expedite()                       // and links removed meanwhile
 		}
 	}
 	return nil
@@ -406,11 +420,13 @@ func (g *collector) run(t *rcu.Task) {
 		return // rescheduled by destroyChunk
 	}
 	g.mu.Lock()
-	again := g.reapRequested || g.graveyard.n > 0 || g.deadStage != typeReapNone || len(g.releases) > 0
+	again := g.reapRequested || g.graveyard.n > 0 || g.deadStage != typeReapNone
 	g.mu.Unlock()
-	if again {
+	if again || g.releasesPending() {
 		g.wq.Schedule(g.work)
+		return
 	}
+	g.armPendingRelease()
 }
 
 // passOwed reports whether a full pass has been asked for: keys may have

@@ -233,7 +233,7 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	s.destroyed.Add(1)
 	// A destroyed keyring drops its links, through the collector (a
 	// keyring may hold a million).
-	s.releaseLinks(k, links)
+	s.releaseLinks(k, links, false)
 	if trusted != nil {
 		s.putAll([]*Key{trusted})
 	}

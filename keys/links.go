@@ -98,7 +98,7 @@ func (c *Caller) move(id, fromID, toID Serial, flags uint32) error {
 	}
 	replaced, err := c.s.moveLink(kr.key, from.key, to.key, flags&MoveExcl != 0)
 	if replaced != nil {
-		replaced.put()
+		c.s.putLater(replaced)
 	}
 	return err
 }
@@ -111,7 +111,8 @@ func (c *Caller) move(id, fromID, toID Serial, flags uint32) error {
 // order: the source's unlink, then the destination's link. A key of the
 // same type and description that the link displaces gets no record (only
 // the destination's link tells of it), as in the kernel. It returns the
-// displaced key, whose reference the caller puts.
+// displaced key, whose reference the caller hands to the collector
+// (putLater).
 func (s *Service) moveLink(k, from, to *Key, excl bool) (replaced *Key, err error) {
 	if !from.isKeyring() || !to.isKeyring() {
 		return nil, ENOTDIR
@@ -144,7 +145,7 @@ func (s *Service) moveLink(k, from, to *Key, excl bool) (replaced *Key, err erro
 	first.mu.Unlock()
 	switch {
 	case err == nil:
-		old.key.put() // the source's reference
+		s.putLater(old.key) // the source's reference: findable until the collector drops it
 	case ok:
 		k.put() // the destination's, unused
 	}
@@ -187,7 +188,7 @@ func (s *Service) link(ring, k *Key, checkRestriction, excl bool) error {
 	}
 	ring.mu.Unlock()
 	if replaced != nil {
-		replaced.put()
+		s.putLater(replaced)
 	}
 	return err
 }
@@ -269,7 +270,7 @@ func (s *Service) unlinkFrom(ring, k *Key) error {
 	s.chargeLink(ring, -linkCost)
 	notifyLocked(ring, NotifyUnlinked, old.key.serial)
 	ring.mu.Unlock()
-	old.key.put()
+	s.putLater(old.key) // the key stays findable until the collector drops it
 	return nil
 }
 
@@ -282,7 +283,7 @@ func (s *Service) clearRing(ring *Key) {
 	}
 	notifyLocked(ring, NotifyCleared, 0)
 	ring.mu.Unlock()
-	s.releaseLinks(ring, old) // the collector drops the references
+	s.releaseLinks(ring, old, true) // the collector drops the references
 }
 
 // putAll drops one reference to each of keys, burying those that lose

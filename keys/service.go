@@ -134,6 +134,10 @@ type Service struct {
 	chunkSet bool
 	gcQueue  *workqueue.Queue
 	itemCPU  bool
+	// releaseDelay is how long a removed link keeps its key
+	// (DefaultReleaseDelay unless releaseSet; gc_release.go).
+	releaseDelay time.Duration
+	releaseSet   bool
 }
 
 // WithGCTuning applies the collector's benchmark-only settings (package
@@ -151,7 +155,16 @@ func WithGCTuning(t tuning.GC) Option {
 		if t.Queue != nil {
 			s.gcQueue = t.Queue
 		}
+		if t.ReleaseDelaySet {
+			withReleaseDelay(t.ReleaseDelay)(s)
+		}
 	}
+}
+
+// withReleaseDelay sets how long a removed link keeps holding its key
+// before the collector drops the reference (default DefaultReleaseDelay).
+func withReleaseDelay(d time.Duration) Option {
+	return func(s *Service) { s.releaseDelay, s.releaseSet = max(d, 0), true }
 }
 
 // withChunkSize bounds how many units of work one collector work item
@@ -193,6 +206,9 @@ func New(opts ...Option) *Service {
 	}
 	if !s.chunkSet {
 		s.chunk = DefaultChunkSize
+	}
+	if !s.releaseSet {
+		s.releaseDelay = DefaultReleaseDelay
 	}
 	s.gcol = newCollector(s, s.gcQueue, s.chunk)
 	return s

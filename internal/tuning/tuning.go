@@ -6,7 +6,11 @@
 // measured.
 package tuning
 
-import "github.com/ukeys/ukeys/workqueue"
+import (
+	"time"
+
+	"github.com/ukeys/ukeys/workqueue"
+)
 
 // GC tunes the key collector.
 type GC struct {
@@ -23,4 +27,11 @@ type GC struct {
 	ItemCPUTime bool
 	// Queue, if set, runs the collector instead of a queue of its own.
 	Queue *workqueue.Queue
+	// ReleaseDelay, if ReleaseDelaySet, is how long a link removed from
+	// a keyring (unlinked, displaced, cleared) keeps holding its key, and
+	// so the key findable by serial, before the collector drops the
+	// reference (keys.DefaultReleaseDelay otherwise). Tests set it long to
+	// look at a key in that window, benchmarks to 0.
+	ReleaseDelay    time.Duration
+	ReleaseDelaySet bool
 }
