@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,32 +51,12 @@ func handoverCallsChild() {
 func TestHandOverSeccompListener(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "ukeyd.sock")
 	oldSvc, oldSrv, oldServed := oldDaemon(t, path)
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
-	defer ours.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=handover-calls")
-	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.Stderr = os.Stderr
-	out, _ := cmd.StdoutPipe()
-	in, _ := cmd.StdinPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	theirs.Close()
-	defer cmd.Wait()
-	listener, err := intercept.ReceiveListener(fds[0])
-	if err != nil {
-		in.Close()
-		t.Skipf("no interception here: %v", err)
-	}
+	c := startChild(t, "handover-calls")
+	defer c.cmd.Wait()
 	served := make(chan error, 1)
-	go func() { served <- oldSrv.ServeListener(listener) }()
-	ours.Write([]byte{1})
-	lines := bufio.NewScanner(out)
+	go func() { served <- oldSrv.ServeListener(c.listener) }()
+	c.begin()
+	lines, in := c.lines, c.in
 	lines.Scan()
 	var t1, p1, k1 int32
 	var e1 string
@@ -107,3 +88,46 @@ func TestHandOverSeccompListener(t *testing.T) {
 }
 
 func unsafePtr(b []byte) unsafe.Pointer { return unsafe.Pointer(&b[0]) }
+
+// child is a test child started under the filter with its standard
+// input and output held, for a test that serves its listener itself.
+type child struct {
+	cmd      *exec.Cmd
+	listener int
+	ours     *os.File
+	lines    *bufio.Scanner // its standard output
+	in       io.WriteCloser // its standard input
+}
+
+// startChild starts the test binary as child role and receives the
+// listener it hands over (startIntercepted); it skips the test where
+// there is no interception. The child waits for begin.
+func startChild(t *testing.T, role string) *child {
+	t.Helper()
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+	t.Cleanup(func() { ours.Close() })
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD="+role)
+	cmd.ExtraFiles = []*os.File{theirs}
+	cmd.Stderr = os.Stderr
+	out, _ := cmd.StdoutPipe()
+	in, _ := cmd.StdinPipe()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	theirs.Close()
+	listener, err := intercept.ReceiveListener(fds[0])
+	if err != nil {
+		in.Close()
+		cmd.Wait()
+		t.Skipf("no interception here: %v", err)
+	}
+	return &child{cmd: cmd, listener: listener, ours: ours, lines: bufio.NewScanner(out), in: in}
+}
+
+// begin lets the child make its first call.
+func (c *child) begin() { c.ours.Write([]byte{1}) }

@@ -15,7 +15,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ukeys/ukeys/internal/intercept"
 	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/internal/ukeystest/sharedvm"
 	"github.com/ukeys/ukeys/server"
@@ -235,36 +234,7 @@ func TestAnExecIsSeenWhenTheOldImageLivesOn(t *testing.T) {
 // that serves a socket, and so follows processes where it can).
 func runInterceptedOn(t *testing.T, srv *server.Server, role string) string {
 	t.Helper()
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
-	defer ours.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD="+role)
-	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.Stderr = os.Stderr
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	theirs.Close()
-	listener, err := intercept.ReceiveListener(fds[0])
-	if err != nil {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		cmd.Wait()
-		t.Skipf("no interception here: %v %s", err, line)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeListener(listener) }()
-	ours.Write([]byte{1})
-	said, _ := readAll(out)
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("child %s: %v", role, err)
-	}
-	<-done
-	return said
+	return runFiltered(t, role, srv.ServeListener)
 }
 
 // keepAlive holds what sharedvm calls point to, which they name by

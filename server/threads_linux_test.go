@@ -79,6 +79,14 @@ func runIntercepted(t *testing.T, role string, env ...string) string {
 	defer svc.Close()
 	srv := server.New(svc, server.Config{})
 	defer srv.Shutdown(t.Context())
+	return runFiltered(t, role, srv.ServeListener, env...)
+}
+
+// runFiltered runs the test binary as child role under the filter, serves
+// the listener it hands over with serve (a server's ServeListener, say)
+// until the child has exited, and returns what the child printed.
+func runFiltered(t *testing.T, role string, serve func(listener int) error, env ...string) string {
+	t.Helper()
 	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -101,7 +109,7 @@ func runIntercepted(t *testing.T, role string, env ...string) string {
 		t.Skipf("no interception here: %v %s", err, line)
 	}
 	done := make(chan error, 1)
-	go func() { done <- srv.ServeListener(listener) }()
+	go func() { done <- serve(listener) }()
 	ours.Write([]byte{1})
 	said, _ := readAll(out)
 	if err := cmd.Wait(); err != nil {

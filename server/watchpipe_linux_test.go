@@ -5,7 +5,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"os/exec"
 	"strings"
 	"syscall"
 	"testing"
@@ -14,7 +13,6 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ukeys/ukeys/internal/intercept"
 	kc "github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
@@ -262,35 +260,7 @@ func runWatched(t *testing.T, role string) string {
 	defer svc.Close()
 	srv := server.New(svc, server.Config{})
 	defer srv.Shutdown(t.Context())
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
-	defer ours.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD="+role)
-	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.Stderr = os.Stderr
-	out, _ := cmd.StdoutPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	theirs.Close()
-	listener, err := intercept.ReceiveListener(fds[0])
-	if err != nil {
-		line, _ := bufio.NewReader(out).ReadString('\n')
-		cmd.Wait()
-		t.Skipf("no interception here: %v %s", err, line)
-	}
-	done := make(chan error, 1)
-	go func() { done <- srv.ServeRunListener(listener) }()
-	ours.Write([]byte{1})
-	said, _ := readAll(out)
-	if err := cmd.Wait(); err != nil {
-		t.Errorf("child %s: %v", role, err)
-	}
-	<-done
+	said := runFiltered(t, role, srv.ServeRunListener)
 	// The pipes end once their readers have: their watches go.
 	for deadline := time.Now().Add(5 * time.Second); server.WatchPipes(srv) != 0; {
 		if time.Now().After(deadline) {
@@ -412,32 +382,12 @@ func watchPipeHandoverChild() {
 func TestHandOverWatchPipe(t *testing.T) {
 	path := t.TempDir() + "/ukeyd.sock"
 	oldSvc, oldSrv, oldServed := oldDaemon(t, path)
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
-	defer ours.Close()
-	cmd := exec.Command(os.Args[0], "-test.run=^$")
-	cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=watchpipe-handover")
-	cmd.ExtraFiles = []*os.File{theirs}
-	cmd.Stderr = os.Stderr
-	out, _ := cmd.StdoutPipe()
-	in, _ := cmd.StdinPipe()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	theirs.Close()
-	defer cmd.Wait()
-	listener, err := intercept.ReceiveListener(fds[0])
-	if err != nil {
-		in.Close()
-		t.Skipf("no interception here: %v", err)
-	}
+	c := startChild(t, "watchpipe-handover")
+	defer c.cmd.Wait()
 	served := make(chan error, 1)
-	go func() { served <- oldSrv.ServeRunListener(listener) }()
-	ours.Write([]byte{1})
-	lines := bufio.NewScanner(out)
+	go func() { served <- oldSrv.ServeRunListener(c.listener) }()
+	c.begin()
+	lines, in, cmd := c.lines, c.in, c.cmd
 	if !lines.Scan() || lines.Text() != "watching" {
 		t.Fatalf("before the hand-over: %q", lines.Text())
 	}
