@@ -11,7 +11,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 )
 
-// The benchmarks below back the figures in README.md. Each one that has a
+// The benchmarks below back the figures in docs/figures.md. Each one that has a
 // natural baseline runs it in the same invocation (RWMutex beside read
 // sections), so that ratios survive a noisy machine.
 

@@ -1,9 +1,9 @@
 #!/bin/sh
-# Regenerates the figures of BENCHMARKS.md and the plots under docs/bench:
+# Regenerates the figures of docs/figures.md and the plots under docs/bench:
 # runs every ukeybench scenario at full size (about fifteen minutes on two
 # cores), keeps each one's JSON and Markdown table in docs/bench, and
 # replaces the table between "<!-- begin NAME -->" and "<!-- end NAME -->"
-# in BENCHMARKS.md. The prose around the tables is written by hand.
+# in docs/figures.md. The prose around the tables is written by hand.
 #
 #   scripts/benchmarks.sh              every scenario
 #   scripts/benchmarks.sh gp stall     some of them
@@ -11,6 +11,7 @@
 set -eu
 cd "$(dirname "$0")/.."
 out=docs/bench
+figures=docs/figures.md
 mkdir -p "$out"
 bin=$(mktemp -d)/ukeybench
 go build -o "$bin" ./cmd/ukeybench
@@ -22,7 +23,7 @@ for s in $scenarios; do
 		$0 == "<!-- begin " name " -->" { print; while ((getline l < file) > 0) print l; skip = 1; next }
 		$0 == "<!-- end " name " -->" { skip = 0 }
 		!skip { print }
-	' BENCHMARKS.md >BENCHMARKS.md.new
-	mv BENCHMARKS.md.new BENCHMARKS.md
+	' "$figures" >"$figures.new"
+	mv "$figures.new" "$figures"
 done
 rm -r "$(dirname "$bin")"

@@ -8,19 +8,22 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"testing"
 	"time"
+	"unicode"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/internal/ukeystest"
 )
 
-// README.md's shell blocks are part of the suite, so that README cannot
-// drift from what the code does. Every ```sh block of README carries a
-// marker on the line before it:
+// The shell blocks of README.md and of the pages under docs/ are part of
+// the suite, so that the documentation cannot drift from what the code
+// does. Every ```sh block of those files carries a marker on the line
+// before it:
 //
 //	<!-- readme: run -->             run by TestREADME, in order
 //	<!-- readme: run needs=keyctl -->  the same, where keyutils' keyctl is installed
@@ -28,10 +31,13 @@ import (
 //	<!-- readme: not run: WHY -->    not run here, and why
 //
 // and a block that is run is followed, before the next shell block, by
-// its output in a ```text block marked <!-- readme: output -->.
+// its output in a ```text block marked <!-- readme: output -->. The blocks
+// run in one shell: README's first, then each page's in the order of the
+// pages' names, so that a page may build on what README's first use made.
 
-// readmeBlock is one shell block of README.
+// readmeBlock is one shell block of README or of a page under docs/.
 type readmeBlock struct {
+	file   string   // the file it is in, relative to the repository's root
 	line   int      // where it starts, for messages
 	marker string   // what follows "readme: "
 	cmds   []string // its lines
@@ -41,9 +47,10 @@ type readmeBlock struct {
 
 var readmeMarker = regexp.MustCompile(`^<!-- readme: (.*) -->$`)
 
-// parseReadme returns README's shell blocks, and fails the test for a
-// block without a marker or a run block without its output.
-func parseReadme(t *testing.T, text string) []*readmeBlock {
+// parseReadme returns the shell blocks of file, whose text is text, and
+// fails the test for a block without a marker or a run block without its
+// output.
+func parseReadme(t *testing.T, file, text string) []*readmeBlock {
 	t.Helper()
 	lines := strings.Split(text, "\n")
 	var blocks []*readmeBlock
@@ -70,13 +77,13 @@ func parseReadme(t *testing.T, text string) []*readmeBlock {
 		switch {
 		case info == "sh":
 			if marker == "" {
-				t.Errorf("README.md:%d: a shell block without a <!-- readme: ... --> marker (run, or not run: why)", start+1)
+				t.Errorf("%s:%d: a shell block without a <!-- readme: ... --> marker (run, or not run: why)", file, start+1)
 			}
-			last = &readmeBlock{line: start + 1, marker: marker, cmds: body}
+			last = &readmeBlock{file: file, line: start + 1, marker: marker, cmds: body}
 			blocks = append(blocks, last)
 		case marker == "output":
 			if last == nil || last.hasOut {
-				t.Errorf("README.md:%d: an output block that follows no shell block", start+1)
+				t.Errorf("%s:%d: an output block that follows no shell block", file, start+1)
 				break
 			}
 			last.output, last.hasOut = strings.Join(body, "\n"), true
@@ -85,10 +92,10 @@ func parseReadme(t *testing.T, text string) []*readmeBlock {
 	}
 	for _, b := range blocks {
 		if strings.HasPrefix(b.marker, "run") && !b.hasOut {
-			t.Errorf("README.md:%d: a block that is run has no <!-- readme: output --> block after it", b.line)
+			t.Errorf("%s:%d: a block that is run has no <!-- readme: output --> block after it", b.file, b.line)
 		}
 		if !strings.HasPrefix(b.marker, "run") && b.marker != "daemon" && !strings.HasPrefix(b.marker, "not run: ") {
-			t.Errorf("README.md:%d: unknown marker %q", b.line, b.marker)
+			t.Errorf("%s:%d: unknown marker %q", b.file, b.line, b.marker)
 		}
 	}
 	return blocks
@@ -98,7 +105,8 @@ func parseReadme(t *testing.T, text string) []*readmeBlock {
 // test plays when it runs as root.
 const readmeUID, readmeGID = 1000, 1000
 
-// TestREADME runs README's shell blocks as a newcomer would type them:
+// TestREADME runs the shell blocks of README and of the pages under
+// docs/ as a newcomer would type them:
 // in one new shell (a login of its own, with no session keyring), from a
 // clean build of the repository as it stands, with no UKEYS_* variable,
 // and compares what each block prints with what README shows under it
@@ -113,21 +121,26 @@ const readmeUID, readmeGID = 1000, 1000
 // handed to uid 1000); and the daemon that README's Run block starts as
 // root serves on the system socket of a mount namespace of its own, so
 // that the host's /run is left alone.
+//
+// First, and in -short mode too, it checks the files' markers and that
+// every relative link among them names a file that exists (and, for a
+// link into a Markdown file, a heading there).
 func TestREADME(t *testing.T) {
-	if testing.Short() {
-		t.Skip("builds the commands from scratch")
-	}
 	root, err := filepath.Abs("../..")
 	if err != nil {
 		t.Fatal(err)
 	}
-	text, err := os.ReadFile(filepath.Join(root, "README.md"))
-	if err != nil {
-		t.Fatal(err)
+	files := readDocs(t, root)
+	var blocks []*readmeBlock
+	for _, f := range files {
+		blocks = append(blocks, parseReadme(t, f.name, f.text)...)
 	}
-	blocks := parseReadme(t, string(text))
+	checkLinks(t, root, files)
 	if t.Failed() {
 		return
+	}
+	if testing.Short() {
+		t.Skip("builds the commands from scratch")
 	}
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("needs git, to copy the repository's files")
@@ -138,7 +151,7 @@ func TestREADME(t *testing.T) {
 	}
 	for _, b := range blocks {
 		if !strings.HasPrefix(b.marker, "run") && b.marker != "daemon" {
-			t.Logf("README.md:%d: not run (%s)", b.line, strings.TrimPrefix(b.marker, "not run: "))
+			t.Logf("%s:%d: not run (%s)", b.file, b.line, strings.TrimPrefix(b.marker, "not run: "))
 		}
 	}
 	t.Run("no daemon", func(t *testing.T) { readmeScenario(t, root, blocks, false) })
@@ -160,7 +173,7 @@ func readmeScenario(t *testing.T, root string, blocks []*readmeBlock, withDaemon
 		}
 	}
 	if withDaemon && len(daemon) != 1 {
-		t.Fatalf("README has %d daemon lines (<!-- readme: daemon -->), want one", len(daemon))
+		t.Fatalf("README and docs/ have %d daemon lines (<!-- readme: daemon -->), want one", len(daemon))
 	}
 	if withDaemon && asRoot {
 		if _, err := exec.LookPath("setpriv"); err != nil {
@@ -202,7 +215,7 @@ func readmeScenario(t *testing.T, root string, blocks []*readmeBlock, withDaemon
 			continue
 		}
 		if strings.Contains(b.marker, "needs=keyctl") && !haveKeyctl {
-			t.Logf("README.md:%d: not run: keyutils' keyctl is not installed (apt-get install keyutils)", b.line)
+			t.Logf("%s:%d: not run: keyutils' keyctl is not installed (apt-get install keyutils)", b.file, b.line)
 			continue
 		}
 		for _, c := range b.cmds {
@@ -292,7 +305,7 @@ func readmeScenario(t *testing.T, root string, blocks []*readmeBlock, withDaemon
 			want = strings.Join(kept, "\n")
 		}
 		if mask.apply(want) != mask.apply(g.String()) {
-			t.Errorf("README.md:%d: the block prints\n%s\nbut README shows\n%s\n(masked:\n%s\nagainst\n%s)", b.line, g.String(), want, mask.apply(g.String()), mask.apply(want))
+			t.Errorf("%s:%d: the block prints\n%s\nbut the file shows\n%s\n(masked:\n%s\nagainst\n%s)", b.file, b.line, g.String(), want, mask.apply(g.String()), mask.apply(want))
 		}
 	}
 	if t.Failed() && withDaemon {
@@ -447,4 +460,128 @@ func (m readmeMask) apply(s string) string {
 		lines = append(lines, strings.TrimSpace(readmeSpaces.ReplaceAllString(l, " ")))
 	}
 	return strings.Join(lines, "\n")
+}
+
+// docFile is one file TestREADME reads: README.md or a page under docs/.
+type docFile struct {
+	name string // relative to the repository's root, with slashes
+	text string
+}
+
+// readDocs returns README.md and then docs/*.md in the order of their
+// names, the order in which their blocks run.
+func readDocs(t *testing.T, root string) []docFile {
+	t.Helper()
+	names := []string{"README.md"}
+	pages, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sort.Strings(pages)
+	for _, p := range pages {
+		names = append(names, "docs/"+filepath.Base(p))
+	}
+	var files []docFile
+	for _, n := range names {
+		b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(n)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, docFile{n, string(b)})
+	}
+	return files
+}
+
+var (
+	docLink     = regexp.MustCompile(`\]\(([^()\s]+)\)`)
+	docCodeSpan = regexp.MustCompile("`[^`]*`")
+	docHeading  = regexp.MustCompile(`^#{1,6} +(.*?) *#*$`)
+)
+
+// docProse returns the lines of text outside fenced code blocks, with
+// their numbers.
+func docProse(text string) (lines []string, numbers []int) {
+	fenced := false
+	for i, l := range strings.Split(text, "\n") {
+		if strings.HasPrefix(strings.TrimSpace(l), "```") {
+			fenced = !fenced
+			continue
+		}
+		if !fenced {
+			lines, numbers = append(lines, l), append(numbers, i+1)
+		}
+	}
+	return lines, numbers
+}
+
+// docAnchors returns the anchors GitHub gives the headings of a Markdown
+// text: lower case, spaces made hyphens, every other character but
+// letters, digits, hyphens and underscores dropped, and -1, -2… added to
+// a repeated one.
+func docAnchors(text string) map[string]bool {
+	anchors := map[string]bool{}
+	seen := map[string]int{}
+	lines, _ := docProse(text)
+	for _, l := range lines {
+		m := docHeading.FindStringSubmatch(l)
+		if m == nil {
+			continue
+		}
+		var b strings.Builder
+		for _, r := range strings.ToLower(m[1]) {
+			switch {
+			case r == ' ':
+				b.WriteRune('-')
+			case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+				b.WriteRune(r)
+			}
+		}
+		a := b.String()
+		if n := seen[a]; n > 0 {
+			seen[a]++
+			a = fmt.Sprintf("%s-%d", a, n)
+		} else {
+			seen[a] = 1
+		}
+		anchors[a] = true
+	}
+	return anchors
+}
+
+// checkLinks fails the test for a relative link in files that names no
+// file of the repository, or a heading its Markdown file does not have.
+func checkLinks(t *testing.T, root string, files []docFile) {
+	t.Helper()
+	for _, f := range files {
+		lines, numbers := docProse(f.text)
+		for i, l := range lines {
+			l = docCodeSpan.ReplaceAllString(l, "")
+			for _, m := range docLink.FindAllStringSubmatch(l, -1) {
+				target := m[1]
+				if strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:") {
+					continue
+				}
+				file, anchor, _ := strings.Cut(target, "#")
+				path := f.name
+				if file != "" {
+					path = filepath.ToSlash(filepath.Join(filepath.Dir(f.name), file))
+				}
+				if _, err := os.Stat(filepath.Join(root, filepath.FromSlash(path))); err != nil {
+					t.Errorf("%s:%d: a link to %s, which is not in the repository", f.name, numbers[i], target)
+					continue
+				}
+				if anchor == "" || !strings.HasSuffix(path, ".md") {
+					continue
+				}
+				b, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(path)))
+				if err != nil {
+					t.Errorf("%s:%d: %v", f.name, numbers[i], err)
+					continue
+				}
+				if !docAnchors(string(b))[anchor] {
+					t.Errorf("%s:%d: a link to %s, but %s has no heading #%s", f.name, numbers[i], target, path, anchor)
+				}
+			}
+		}
+	}
 }

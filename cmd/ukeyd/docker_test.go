@@ -18,7 +18,7 @@ import (
 // Containers run by Docker, with the profile ukeyctl seccomp-profile
 // makes and ukeyctl oci-runtime registered as the runtime (a Docker that
 // drops a profile's listenerPath, as Debian 12's 20.10 does, needs it):
-// the README's recipe, on a dockerd of the test's own. Each container
+// docs/containers.md's recipe, on a dockerd of the test's own. Each container
 // adds and finds its own keys and sees none of another's; the kernel's
 // keyrings gain nothing.
 func TestDockerContainers(t *testing.T) {

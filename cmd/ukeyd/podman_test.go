@@ -13,7 +13,7 @@ import (
 )
 
 // Containers run by podman (with runc), with the profile ukeyctl
-// seccomp-profile makes from podman's own default: the README's recipe
+// seccomp-profile makes from podman's own default: docs/containers.md's recipe
 // as a user follows it. Each container adds and finds its own keys and
 // sees none of another's; the kernel's keyrings gain nothing.
 func TestPodmanContainers(t *testing.T) {
