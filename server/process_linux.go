@@ -132,8 +132,7 @@ func (h *procHandle) leaving() bool { return h.exited() }
 // only for a process that has capabilities, to check its uid.
 //
 // Where /proc is not the daemon's own, no namespace can be told: the set
-// is unknown, and uid 0 alone is privileged (see README, "Security
-// model").
+// is unknown, and uid 0 alone is privileged (see docs/security.md).
 func (h *procHandle) capabilities(euid uint32) (uint64, bool) {
 	return h.capabilitiesUnless(euid, h.exited)
 }

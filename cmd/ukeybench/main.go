@@ -37,7 +37,7 @@
 // {"scenario", "params", "results"}), shows progress on stderr, and with
 // -plot DIR draws latency CDFs and bar charts. -cpuprofile, -mutexprofile
 // and -blockprofile show where the time of a run went. scripts/benchmarks.sh
-// regenerates BENCHMARKS.md from every scenario.
+// regenerates docs/figures.md from every scenario.
 package main
 
 import (
@@ -406,7 +406,7 @@ func loadAverage() string {
 // hugePages says how the host gives transparent huge pages ("; transparent
 // huge pages: madvise"), nothing where it cannot tell: where a page
 // fault is dear, the setting moves the gc scenario's long tails more than
-// any change of ukeys' (README, "collector").
+// any change of ukeys' (docs/figures.md, "collector").
 func hugePages() string {
 	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
 	if err != nil {
@@ -474,7 +474,7 @@ func printTable(w io.Writer, rep report) {
 	}
 }
 
-// printMarkdown prints the rows as a Markdown table: what BENCHMARKS.md
+// printMarkdown prints the rows as a Markdown table: what docs/figures.md
 // holds.
 func printMarkdown(w io.Writer, rep report) {
 	if b, err := json.Marshal(rep.Params); err == nil {

@@ -92,7 +92,7 @@ type notifResp struct {
 // syncWakeUp asks for SECCOMP_USER_NOTIF_FD_SYNC_WAKE_UP on every
 // listener. UKEYS_INTERCEPT_SYNC_WAKEUP=0 in the environment leaves it
 // off, to measure what a call costs on a kernel older than 6.6, which
-// lacks it (ukeybench syscall; README's figures).
+// lacks it (ukeybench syscall; docs/figures.md, "Intercepted calls").
 var syncWakeUp = os.Getenv("UKEYS_INTERCEPT_SYNC_WAKEUP") != "0"
 
 // A Listener serves the calls a seccomp listener receives.
