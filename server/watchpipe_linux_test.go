@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/intercept"
 	kc "github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
