@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // README.md's shell blocks are part of the suite, so that README cannot

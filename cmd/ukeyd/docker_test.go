@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // Containers run by Docker, with the profile ukeyctl seccomp-profile

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // Containers run by podman (with runc), with the profile ukeyctl
