@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // TestPipelinedClient shares one pipelining client among goroutines that

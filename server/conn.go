@@ -3,7 +3,7 @@ package server
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/intercept"
 	"io"
 	"net"
 	"sync"

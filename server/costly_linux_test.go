@@ -13,9 +13,9 @@ import (
 	"testing"
 
 	"github.com/ukeys/ukeys/internal/certtest"
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/ukeystest"
 	"github.com/ukeys/ukeys/wire"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 func init() {

@@ -3,7 +3,7 @@ package server
 import (
 	"time"
 
-	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/keys"
 )
 

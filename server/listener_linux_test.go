@@ -8,7 +8,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/keys"
 )

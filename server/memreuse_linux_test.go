@@ -15,9 +15,9 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
-	"github.com/ukeys/ukeys/internal/ukeystest/sharedvm"
+	"github.com/ukeys/ukeys/internal/sharedvm"
 	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // fixedAddr is an address the attacker and the victim both map, where

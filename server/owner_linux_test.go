@@ -14,8 +14,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/ukeystest"
 	"github.com/ukeys/ukeys/wire"
 )
 

@@ -10,7 +10,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 func init() {

@@ -12,7 +12,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"

@@ -10,9 +10,9 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/internal/procfs"
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 func init() {

@@ -16,10 +16,10 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/internal/intercept"
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 func init() { testChildren["uffd-stall"] = uffdStallChild }

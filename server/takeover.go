@@ -14,7 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"

@@ -10,7 +10,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ukeys/ukeys/internal/ukeystest/sharedvm"
+	"github.com/ukeys/ukeys/internal/sharedvm"
 )
 
 func init() { testChildren["threadreuse"] = threadReuseChild }

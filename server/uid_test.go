@@ -10,8 +10,8 @@ import (
 	"testing"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // childRead runs in a child process: it reads key UKEYS_TEST_KEY.

@@ -9,8 +9,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // The stock /sbin/request-key, run as the daemon's helper under

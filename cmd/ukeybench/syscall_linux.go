@@ -18,7 +18,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"

@@ -14,9 +14,9 @@ import (
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/internal/script"
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // TestMain also lets the test binary stand in for the programs the tests

@@ -17,7 +17,7 @@ import (
 	"unicode"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // The shell blocks of README.md and of the pages under docs/ are part of

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 func TestMatch(t *testing.T) {

@@ -20,7 +20,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 	"github.com/ukeys/ukeys/wire"
 )
 

@@ -36,8 +36,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/endpoint"
-	"github.com/ukeys/ukeys/internal/intercept"
 	"github.com/ukeys/ukeys/internal/procs"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"

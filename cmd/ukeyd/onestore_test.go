@@ -10,8 +10,8 @@ import (
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/internal/endpoint"
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keyctl"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // storeArg as the first argument makes this test binary a client that

@@ -7,8 +7,8 @@ import (
 	"os/exec"
 	"testing"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // In a test, pass the test's t; the Example stands in for one with

@@ -1,4 +1,4 @@
-package main
+package containers
 
 import (
 	"encoding/json"
@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // Containers run by runc, with a seccomp profile that hands their key

@@ -25,10 +25,10 @@ import (
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/internal/testutil"
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/server/metrics"
+	"github.com/ukeys/ukeys/ukeystest"
 	"github.com/ukeys/ukeys/wire"
 )
 

@@ -1,4 +1,4 @@
-package main
+package containers
 
 import (
 	"encoding/json"
@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // Containers run by Docker, with the profile ukeyctl seccomp-profile
@@ -36,7 +36,7 @@ func TestDockerContainers(t *testing.T) {
 	rootfs := filepath.Join(dir, "rootfs")
 	ukeyctl := filepath.Join(dir, "ukeyctl")
 	goBuild(t, gobin, filepath.Join(rootfs, "keyprog"), "./testdata/keyprog")
-	goBuild(t, gobin, ukeyctl, "../ukeyctl")
+	goBuild(t, gobin, ukeyctl, "../../cmd/ukeyctl")
 	// Docker's profile: podman's default stands in for it where it is
 	// installed (the same rules in the same JSON form); else the
 	// smallest one that allows the rest.

@@ -4,7 +4,7 @@ import (
 	"encoding/hex"
 	"fmt"
 
-	"github.com/ukeys/ukeys/internal/hardening"
+	"github.com/ukeys/ukeys/integration/hardening"
 )
 
 func ExampleLeaks() {

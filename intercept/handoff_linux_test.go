@@ -9,7 +9,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
-	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/wire"
 )
 

@@ -264,7 +264,7 @@ func dhOperands(t testing.TB, a *agent, size int) (priv, prime, base int64) {
 // "unbounded" lifts them, as before. Compare p99 and max across the
 // variants of one run:
 //
-//	go test -run xxx -bench ReadDuringDHFlood -benchtime 3000x ./internal/hardening
+//	go test -run xxx -bench ReadDuringDHFlood -benchtime 3000x ./integration/hardening
 func BenchmarkReadDuringDHFlood(b *testing.B) {
 	needRoot(b)
 	for _, v := range []struct {

@@ -1,4 +1,4 @@
-package main
+package containers
 
 import (
 	"fmt"
@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // Containers run by podman (with runc), with the profile ukeyctl
@@ -42,7 +42,7 @@ func TestPodmanContainers(t *testing.T) {
 	t.Cleanup(func() { awaitProcessesNaming(filepath.Join(dir, "storage")) })
 	rootfs := filepath.Join(dir, "rootfs")
 	goBuild(t, gobin, filepath.Join(rootfs, "keyprog"), "./testdata/keyprog")
-	goBuild(t, gobin, filepath.Join(dir, "ukeyctl"), "../ukeyctl")
+	goBuild(t, gobin, filepath.Join(dir, "ukeyctl"), "../../cmd/ukeyctl")
 	profile := filepath.Join(dir, "profile.json")
 	out, err := exec.Command(filepath.Join(dir, "ukeyctl"), "seccomp-profile", "--listener", agent, defaultProfile).Output()
 	if err != nil {

@@ -1,4 +1,4 @@
-package main
+package containers
 
 import (
 	"encoding/json"
@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // Containers run by crun, with the profile's seccomp section handing

@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 func TestCopyExecutable(t *testing.T) {

@@ -3,7 +3,7 @@ package intercept_test
 import (
 	"fmt"
 
-	"github.com/ukeys/ukeys/internal/intercept"
+	"github.com/ukeys/ukeys/intercept"
 )
 
 // The filter a program runs under: the three key calls go to the

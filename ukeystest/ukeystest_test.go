@@ -11,9 +11,9 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/ukeys/ukeys/internal/ukeystest"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/ukeystest"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
