@@ -7,7 +7,8 @@
 // # Model
 //
 // A Service owns every key: the serial index, the registry of key types
-// ("user", "logon", "keyring", "big_key" built in), the per-user quota
+// ("user", "logon", "keyring", "encrypted", "asymmetric" built in; more,
+// such as package keys/bigkey's "big_key", through Register), the per-user quota
 // records and the tunables of /proc/sys/kernel/keys. A Caller is one
 // client process: its credentials (uid, gid, groups, pid) and its thread,
 // process and session keyrings, exactly what the kernel keeps in a task's

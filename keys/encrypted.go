@@ -273,12 +273,12 @@ func validEcryptfsDesc(desc string) bool {
 // described as the kernel reserves it: the secret (the ecryptfs token
 // that holds it, for that format), the blob, the HMAC and a NUL.
 func newEncPayload(secret []byte, m *encMeta) (*Payload, int) {
-	return newPayloadExtra(secret, m), m.payloadLen(len(secret))
+	return newPayloadExtra(secret, m), m.PayloadLen(len(secret))
 }
 
-// payloadLen is an encrypted key's length as the kernel reserves it for a
+// PayloadLen is an encrypted key's length as the kernel reserves it for a
 // secret of n bytes (Payload.Len).
-func (m *encMeta) payloadLen(n int) int {
+func (m *encMeta) PayloadLen(n int) int {
 	size := n
 	if m.format == "ecryptfs" {
 		size = encEcryptfsTok

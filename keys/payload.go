@@ -9,7 +9,10 @@ import (
 // Payload is a key's content as its type stores it. Readers reach it only
 // inside rcu protection; a replaced payload is wiped after a grace period.
 type Payload struct {
-	// Extra holds type-specific state (big_key's sealed store).
+	// Extra holds type-specific state (a big_key's sealed file, an
+	// encrypted key's blob). If it has a method Wipe(), the payload's end
+	// calls it after clearing Data; if it has a method
+	// PayloadLen(data int) int, Len answers with it.
 	Extra any
 	Data  []byte
 	// Nothing more: a payload of up to 8 bytes then fits, with its bytes,
@@ -22,8 +25,8 @@ type Payload struct {
 // unless its type's state says otherwise (a big_key sealed in a file, an
 // encrypted key, described as the kernel reserves them).
 func (p *Payload) Len() int {
-	if x, ok := p.Extra.(interface{ payloadLen(data int) int }); ok {
-		return x.payloadLen(len(p.Data))
+	if x, ok := p.Extra.(interface{ PayloadLen(data int) int }); ok {
+		return x.PayloadLen(len(p.Data))
 	}
 	return len(p.Data)
 }
@@ -102,6 +105,13 @@ func newPayload(data []byte) *Payload {
 	secmem.Copy(p.Data, data) // through no vector register a signal could write out
 	return p
 }
+
+// NewPayload returns a payload holding a copy of data, in memory that is
+// never swapped or dumped and is wiped when the payload's key is done
+// with it: what a type's Preparse returns for a payload that is its bytes
+// alone. A payload with state of its own is a [Payload] literal with
+// Extra set, whose Data, if any, the type allocates.
+func NewPayload(data []byte) *Payload { return newPayload(data) }
 
 // newPayloadExtra returns a payload holding a copy of data and extra,
 // made as an ordinary record the collector scans, whose bytes are in

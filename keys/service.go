@@ -184,7 +184,8 @@ func WithUpcall(u Upcaller) Option { return func(s *Service) { s.upcall = u } }
 // negated (default 60 s).
 func WithUpcallTimeout(d time.Duration) Option { return func(s *Service) { s.upcallWait = d } }
 
-// New creates a service with the built-in key types.
+// New creates a service with the built-in key types and those registered
+// (Register) so far.
 func New(opts ...Option) *Service {
 	s := &Service{
 		upcallWait: DefaultUpcallTimeout,
@@ -201,7 +202,10 @@ func New(opts ...Option) *Service {
 	if s.dom == nil {
 		s.dom = rcu.New(rcu.WithName("keys"))
 	}
-	for _, t := range []*Type{userType, logonType, keyringType, bigKeyType, encryptedType, asymmetricType, authType} {
+	for _, t := range builtinTypes {
+		s.types[t.Name] = t
+	}
+	for _, t := range registeredTypes() {
 		s.types[t.Name] = t
 	}
 	if !s.chunkSet {

@@ -1,6 +1,9 @@
 package keys
 
-import "sync"
+import (
+	"sync"
+	"sync/atomic"
+)
 
 // A Share bounds what the keys of one Service hold together, whoever
 // owns them, and, through its parent, what the keys of several Services
@@ -163,7 +166,7 @@ func (sh *Share) Detach() {
 		}
 		x.mu.Unlock()
 	}
-	bigKeyFiles.open.Add(-int64(files))
+	payloadFiles.open.Add(-int64(files))
 }
 
 func (sh *Share) giveFileOne(uid uint32) {
@@ -173,4 +176,71 @@ func (sh *Share) giveFileOne(uid uint32) {
 		delete(sh.filesOf, uid)
 	}
 	sh.mu.Unlock()
+}
+
+// payloadFiles counts the payload files open in this process (a
+// big_key's), each of which holds a descriptor, against a limit (0:
+// none). Descriptors belong to the process, not to one Service, so the
+// count does too: a daemon whose every user may add big keys must not
+// let them fill its descriptor table, where accept, pidfds and logs need
+// room.
+var payloadFiles struct {
+	open, limit atomic.Int64
+}
+
+// SetBigKeyFileLimit bounds how many payload files (a big_key's, above
+// its inline size) this process keeps at once (n <= 0: no bound) and
+// returns the previous bound. Adding or updating a key whose payload
+// would need one more file fails with EMFILE (Account.TakeFile).
+// (Each non-root uid is bounded already by its key quota, maxkeys.)
+func SetBigKeyFileLimit(n int) int {
+	return int(payloadFiles.limit.Swap(int64(max(n, 0))))
+}
+
+// BigKeyFiles returns how many payload files are open.
+func BigKeyFiles() int { return int(payloadFiles.open.Load()) }
+
+// takeProcessFile counts one more file, unless the limit is reached.
+func takeProcessFile() bool {
+	for {
+		n, lim := payloadFiles.open.Load(), payloadFiles.limit.Load()
+		if lim > 0 && n >= lim {
+			return false
+		}
+		if payloadFiles.open.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
+// An Account is whom a key type charges what a payload holds outside
+// the heap (Type.PreparseFor): the uid that adds the key, within its
+// Service's Share, and always the process's bound (SetBigKeyFileLimit).
+// The zero Account charges the process's bound alone.
+type Account struct {
+	share *Share
+	uid   uint32
+}
+
+// TakeFile counts one payload file, or fails with the bound it would
+// pass: EDQUOT for the uid's in a share, EMFILE for a share's or the
+// process's. A file taken is given back with GiveFile once closed.
+func (a Account) TakeFile() error {
+	// The share first: a tenant at its own bound never takes, even for
+	// a moment, one of the process's files that another could use.
+	if e := a.share.takeFile(a.uid); e != 0 {
+		return e
+	}
+	if !takeProcessFile() {
+		a.share.giveFile(a.uid)
+		return EMFILE
+	}
+	return nil
+}
+
+// GiveFile gives back a file TakeFile counted, once it is closed.
+func (a Account) GiveFile() {
+	if a.share.giveFile(a.uid) {
+		payloadFiles.open.Add(-1)
+	}
 }

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keys/bigkey"
 )
 
 // Services whose keys count against shares of one parent are bounded
@@ -36,7 +37,7 @@ func TestShareBoundsServicesTogether(t *testing.T) {
 		t.Fatalf("service one's share holds %+v", u)
 	}
 	c2 := s2.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 1})
-	big := make([]byte, 2*keys.BigKeyInline)
+	big := make([]byte, 2*bigkey.Inline)
 	for i, want := range []error{nil, keys.EDQUOT} { // one file a uid
 		if _, err := c2.AddKey("big_key", fmt.Sprint("b", i), big, keys.ProcessKeyring); !errors.Is(err, want) && (want != nil || err != nil) {
 			t.Fatalf("big key %d of uid 1000 in service two: %v, want %v", i, err, want)
@@ -76,7 +77,7 @@ func TestShareGivenBackAtClose(t *testing.T) {
 	s := keys.New(keys.WithShare(sh))
 	c := s.NewCaller(keys.Cred{UID: 0, GID: 0, PID: 1})
 	for i := range 3 {
-		if _, err := c.AddKey("big_key", fmt.Sprint("b", i), make([]byte, 2*keys.BigKeyInline), keys.UserKeyring); err != nil {
+		if _, err := c.AddKey("big_key", fmt.Sprint("b", i), make([]byte, 2*bigkey.Inline), keys.UserKeyring); err != nil {
 			t.Fatal(err)
 		}
 	}

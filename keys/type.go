@@ -2,15 +2,18 @@ package keys
 
 import (
 	"fmt"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/ukeys/ukeys/keyctl"
 )
 
 // Type is a key type: how keys of the type validate, store, read and
 // describe their payloads. The built-in types are "user", "logon",
-// "keyring", "big_key" and "encrypted"; programs may register their own
-// with Service.RegisterType.
+// "keyring", "encrypted" and "asymmetric"; a package of its own adds a
+// type to every Service (Register, as package keys/bigkey adds
+// "big_key"), a program to one Service (Service.RegisterType).
 type Type struct {
 	// Name is the type's name, 1 to 31 bytes. Names starting with '.' are
 	// internal: callers cannot create such keys.
@@ -21,6 +24,12 @@ type Type struct {
 	// payload to store, with the bytes to charge to the owner's quota.
 	// Keyrings have none: their payload is their links.
 	Preparse func(data []byte) (p *Payload, charge int, err error)
+	// PreparseFor, if set, replaces Preparse where a caller adds,
+	// updates or instantiates the key: what the payload holds outside
+	// the heap (a big_key's file) is charged to acct, the caller's
+	// ([Account]). Preparse stays for a payload made for no caller (a
+	// restored one), and should call PreparseFor with the zero Account.
+	PreparseFor func(data []byte, acct Account) (p *Payload, charge int, err error)
 	// Prepare, if set, replaces Preparse for a type whose payload depends
 	// on more than the bytes given: the caller (whose keyrings hold a
 	// master key, say), the key's description, and, for an update, the
@@ -84,6 +93,15 @@ func (t *Type) prepareUpdate(c *Caller, desc string, old *Payload, data []byte) 
 		return nil, 0, ENOKEY
 	}
 	return t.Prepare(c, desc, old, data)
+}
+
+// preparseFor is t's Preparse for caller c (nil: none), charged to c's
+// account where the type charges anything.
+func (t *Type) preparseFor(c *Caller, data []byte) (*Payload, int, error) {
+	if t.PreparseFor != nil && c != nil {
+		return t.PreparseFor(data, Account{share: c.s.share, uid: c.cr().UID})
+	}
+	return t.Preparse(data)
 }
 
 // takesPayloads reports whether keys of type t can be instantiated.
@@ -150,7 +168,45 @@ var (
 		},
 	}
 	deadType = &Type{Name: ".dead"}
+
+	// builtinTypes are every Service's from New on.
+	builtinTypes = []*Type{userType, logonType, keyringType, encryptedType, asymmetricType, authType}
 )
+
+// registered holds the types Register adds to every Service.
+var registered struct {
+	mu    sync.Mutex
+	types []*Type
+}
+
+// Register makes t one of the types every Service made afterwards by New
+// has, as image.RegisterFormat makes a format known to image.Decode: a
+// package that implements a type registers it in its init, and a program
+// that wants the type imports that package, for its effect alone if it
+// uses nothing else of it. It panics if t is malformed or its name is
+// taken by a built-in type or one registered before, as sql.Register
+// does: two packages claiming one name is the program's mistake, found
+// as it starts.
+func Register(t *Type) {
+	if t == nil || t.Name == "" || len(t.Name) > MaxTypeName {
+		panic("keys: Register of a malformed type")
+	}
+	registered.mu.Lock()
+	defer registered.mu.Unlock()
+	for _, u := range slices.Concat(builtinTypes, registered.types) {
+		if u.Name == t.Name {
+			panic("keys: Register called twice for type " + t.Name)
+		}
+	}
+	registered.types = append(registered.types, t)
+}
+
+// registeredTypes returns the types registered so far.
+func registeredTypes() []*Type {
+	registered.mu.Lock()
+	defer registered.mu.Unlock()
+	return registered.types
+}
 
 // The keyring type's Describe is set here, not in its literal: it reads
 // the links through loadRing, which asks whether the key's type is

@@ -2,8 +2,6 @@ package keys
 
 import (
 	"bytes"
-	"os"
-	"syscall"
 	"testing"
 )
 
@@ -86,44 +84,6 @@ func TestPayloadWipedOnEveryExit(t *testing.T) {
 	}
 }
 
-// A big_key too large to keep in memory is sealed in an unlinked file;
-// destruction forgets its key and overwrites the file.
-func TestBigKeyFileWiped(t *testing.T) {
-	e := newEnv(t)
-	c := e.caller(1000, 100)
-	secret := bytes.Repeat([]byte("big-wipe-marker-"), 4096/16)
-	id := must(c.AddKey("big_key", "big", secret, SessionKeyring))(t)
-	p := e.s.lookup(id).loadPayload()
-	sl, ok := p.Extra.(*sealed)
-	if !ok {
-		t.Fatalf("a %d-byte big_key is not sealed in a file", len(secret))
-	}
-	// A second descriptor on the same file outlives the key's own.
-	fd, err := syscall.Dup(int(sl.f.Fd()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := os.NewFile(uintptr(fd), "big_key copy")
-	defer f.Close()
-	sealedKey := sl.key[:]
-	noErr(t, c.Unlink(id, SessionKeyring))
-	e.settle()
-	if !isZero(sealedKey) {
-		t.Fatal("the file's encryption key survived destruction")
-	}
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rest := make([]byte, st.Size())
-	if _, err := f.ReadAt(rest, 0); err != nil {
-		t.Fatal(err)
-	}
-	if st.Size() == 0 || !isZero(rest) {
-		t.Fatalf("the sealed file (%d bytes) was not overwritten", st.Size())
-	}
-}
-
 // Closing the service destroys what is left in the graveyard, wiped too.
 func TestPayloadWipedAtClose(t *testing.T) {
 	s := New()
@@ -145,8 +105,9 @@ func TestPayloadWipedAtClose(t *testing.T) {
 
 // Keys still held when the service closes (a user keyring and a
 // persistent keyring outlive their callers: an agent's container
-// namespace ends so, with its last process) are wiped too, a big_key's
-// file overwritten and closed, once a grace period has passed. Before,
+// namespace ends so, with its last process) are wiped too (a big_key's
+// file: see package bigkey's TestHeldFileWipedAtClose) once a grace
+// period has passed. Before,
 // Close left them to Go's collector: "payload memory of the key in the
 // user keyring after Close: "wiped-at-close-user"".
 func TestHeldKeysWipedAtClose(t *testing.T) {
@@ -168,24 +129,8 @@ func TestHeldKeysWipedAtClose(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	big := bytes.Repeat([]byte("big-close-marker"), 4096/16)
-	bigID, err := c.AddKey("big_key", "big", big, UserKeyring)
-	if err != nil {
-		t.Fatal(err)
-	}
 	mems := map[string][]byte{"the key in the user keyring": backing(t, s, user),
 		"the key in the persistent keyring": backing(t, s, inPers)}
-	sl, ok := s.lookup(bigID).loadPayload().Extra.(*sealed)
-	if !ok {
-		t.Fatalf("a %d-byte big_key is not sealed in a file", len(big))
-	}
-	fd, err := syscall.Dup(int(sl.f.Fd()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f := os.NewFile(uintptr(fd), "big_key copy")
-	defer f.Close()
-	sealedKey := sl.key[:]
 	c.Release()
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
@@ -195,63 +140,8 @@ func TestHeldKeysWipedAtClose(t *testing.T) {
 			t.Errorf("payload memory of %s after Close: %q", what, mem)
 		}
 	}
-	if !isZero(sealedKey) {
-		t.Error("the big_key file's encryption key survived Close")
-	}
-	st, err := f.Stat()
-	if err != nil {
-		t.Fatal(err)
-	}
-	rest := make([]byte, st.Size())
-	if _, err := f.ReadAt(rest, 0); err != nil {
-		t.Fatal(err)
-	}
-	if st.Size() == 0 || !isZero(rest) {
-		t.Errorf("the big_key file (%d bytes) was not overwritten at Close", st.Size())
-	}
 	if u := sh.Usage(); u.BigKeyFiles != 0 {
 		t.Errorf("the share still counts %d big_key files once they are closed", u.BigKeyFiles)
 	}
 	sh.Detach()
-}
-
-// A sealed big_key is decrypted for each read into a buffer of its own;
-// once the read has copied it out, that buffer is wiped, by the general
-// read and by the fast path (and by a read whose buffer was too small,
-// which only learns the length). The plaintext once stayed in the
-// daemon's heap after every read, and after the key was destroyed (an
-// audit found six copies of a 2 KiB payload read three times).
-func TestSealedBigKeyReadsLeaveNoPlaintext(t *testing.T) {
-	orig := bigKeyType.Read
-	var decrypted [][]byte
-	bigKeyType.Read = func(p *Payload) ([]byte, error) {
-		b, err := orig(p)
-		if _, ok := p.Extra.(*sealed); ok && err == nil {
-			decrypted = append(decrypted, b)
-		}
-		return b, err
-	}
-	defer func() { bigKeyType.Read = orig }()
-	e := newEnv(t)
-	c := e.caller(1000, 100)
-	secret := bytes.Repeat([]byte("sealed-bigkey-plaintext-"), 4096/24)
-	id := must(c.AddKey("big_key", "big", secret, SessionKeyring))(t)
-	if got := must(c.Read(id))(t); !bytes.Equal(got, secret) {
-		t.Fatal("the big_key reads back wrong")
-	}
-	if n, err := c.ReadInto(id, make([]byte, 8)); err != nil || n != len(secret) {
-		t.Fatalf("a read into too small a buffer: %d, %v", n, err)
-	}
-	dst := make([]byte, len(secret))
-	if n, err := c.ReadInto(id, dst); err != nil || n != len(secret) || !bytes.Equal(dst, secret) {
-		t.Fatalf("a read into a buffer that fits: %d, %v", n, err)
-	}
-	if len(decrypted) < 3 {
-		t.Fatalf("%d decryptions seen for three reads", len(decrypted))
-	}
-	for i, b := range decrypted {
-		if bytes.Contains(b, secret[:64]) {
-			t.Errorf("decrypted copy %d (%d bytes) still holds the plaintext after its read returned", i, len(b))
-		}
-	}
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keys/bigkey"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/ukeystest"
 )
@@ -155,7 +156,7 @@ func agentChild() {
 	startFiltered(false)
 	desc := os.Getenv("UKEYS_TEST_DESC")
 	var e unix.Errno
-	big := make([]byte, 2*keys.BigKeyInline) // kept in a file
+	big := make([]byte, 2*bigkey.Inline) // kept in a file
 	addBig := func(desc string) unix.Errno {
 		_, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("big_key"), cstr(desc), uintptr(unsafe.Pointer(&big[0])), uintptr(len(big)), uintptr(0xfffffffc), 0)
 		return e
@@ -762,7 +763,7 @@ func TestAgentContainerAtItsShareCostsNoOneElse(t *testing.T) {
 	defer svc.Close()
 	host := svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: os.Getpid()})
 	defer host.Release()
-	if _, err := host.AddKey("big_key", "host-big", make([]byte, 2*keys.BigKeyInline), keys.ProcessKeyring); err != nil {
+	if _, err := host.AddKey("big_key", "host-big", make([]byte, 2*bigkey.Inline), keys.ProcessKeyring); err != nil {
 		t.Fatalf("a host user, once container a is at its bound: %v", err)
 	}
 	if got := a.Containers(); !slices.Equal(got, []string{"ctr-a", "ctr-b"}) {

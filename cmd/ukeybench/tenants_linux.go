@@ -31,6 +31,7 @@ import (
 	"github.com/ukeys/ukeys/internal/certtest"
 	"github.com/ukeys/ukeys/keyctl"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keys/bigkey"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -660,7 +661,7 @@ func envDuration(name string) time.Duration {
 }
 
 // bigPayload is a big_key payload kept in a file.
-var bigPayload = make([]byte, 2*keys.BigKeyInline)
+var bigPayload = make([]byte, 2*bigkey.Inline)
 
 // victim runs a victim's side: "measure" reads for the phase's duration,
 // pausing UKEYBENCH_INTERVAL between reads, and says how it went;
