@@ -1,4 +1,4 @@
-package server
+package peer
 
 import (
 	"bufio"
@@ -12,17 +12,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/internal/procfs"
-	"github.com/ukeys/ukeys/keys"
 )
 
-// peerCredFD reads the credentials of the peer of the socket fd from
+// OfFD reads the credentials of the peer of the socket fd from
 // the kernel (SO_PEERCRED, SO_PEERGROUPS).
-func peerCredFD(fd int) (keys.Cred, error) {
+func OfFD(fd int) (Cred, error) {
 	uc, err := unix.GetsockoptUcred(fd, unix.SOL_SOCKET, unix.SO_PEERCRED)
 	if err != nil {
-		return keys.Cred{}, fmt.Errorf("SO_PEERCRED: %w", err)
+		return Cred{}, fmt.Errorf("SO_PEERCRED: %w", err)
 	}
-	cred := keys.Cred{UID: uc.Uid, GID: uc.Gid, PID: int(uc.Pid)}
+	cred := Cred{UID: uc.Uid, GID: uc.Gid, PID: int(uc.Pid)}
 	var gerr error
 	cred.Groups, gerr = peerGroups(fd)
 	if errors.Is(gerr, unix.ENOPROTOOPT) {
@@ -30,7 +29,7 @@ func peerCredFD(fd int) (keys.Cred, error) {
 		// there is, and a pid recycled meanwhile could lie.
 		cred.Groups = supplementaryGroups(int(uc.Pid))
 	} else if gerr != nil {
-		return keys.Cred{}, fmt.Errorf("SO_PEERGROUPS: %w", gerr)
+		return Cred{}, fmt.Errorf("SO_PEERGROUPS: %w", gerr)
 	}
 	return cred, nil
 }

@@ -1,9 +1,7 @@
-package server
+package peer
 
 import (
 	"fmt"
-
-	"github.com/ukeys/ukeys/keys"
 )
 
 // xucredVersion is XUCRED_VERSION of <sys/ucred.h>, the same on macOS and
@@ -21,18 +19,18 @@ const xucredVersion = 0
 // XU_NGROUPS (16): a macOS user in more groups than that is checked
 // against the first 16 only, which can only deny, never grant, what the
 // kernel's full list would.
-func xucredCred(version uint32, uid uint32, ngroups int, groups []uint32, pid int) (keys.Cred, error) {
+func xucredCred(version uint32, uid uint32, ngroups int, groups []uint32, pid int) (Cred, error) {
 	if version != xucredVersion {
-		return keys.Cred{}, fmt.Errorf("LOCAL_PEERCRED: xucred version %d, want %d", version, xucredVersion)
+		return Cred{}, fmt.Errorf("LOCAL_PEERCRED: xucred version %d, want %d", version, xucredVersion)
 	}
 	if ngroups < 1 || ngroups > len(groups) {
 		// Not even the effective gid: nothing to check permissions with.
-		return keys.Cred{}, fmt.Errorf("LOCAL_PEERCRED: %d groups", ngroups)
+		return Cred{}, fmt.Errorf("LOCAL_PEERCRED: %d groups", ngroups)
 	}
 	if pid < 0 {
 		pid = 0 // unknown: a process of its own per connection
 	}
-	cred := keys.Cred{UID: uid, GID: groups[0], PID: pid}
+	cred := Cred{UID: uid, GID: groups[0], PID: pid}
 	if ngroups > 1 {
 		cred.Groups = append([]uint32(nil), groups[1:ngroups]...)
 	}

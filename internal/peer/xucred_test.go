@@ -1,10 +1,8 @@
-package server
+package peer
 
 import (
 	"reflect"
 	"testing"
-
-	"github.com/ukeys/ukeys/keys"
 )
 
 // What LOCAL_PEERCRED reports becomes the caller's credentials: the first
@@ -19,18 +17,18 @@ func TestXucredCred(t *testing.T) {
 		version uint32
 		ngroups int
 		pid     int
-		want    keys.Cred
+		want    Cred
 		err     bool
 	}{
-		{"egid and three groups", 0, 4, 501, keys.Cred{UID: 501, GID: 20, PID: 501, Groups: []uint32{12, 61, 79}}, false},
-		{"egid only", 0, 1, 7, keys.Cred{UID: 501, GID: 20, PID: 7}, false},
-		{"every slot", 0, 16, 7, keys.Cred{UID: 501, GID: 20, PID: 7, Groups: groups[1:]}, false},
-		{"pid unknown", 0, 1, 0, keys.Cred{UID: 501, GID: 20}, false},
-		{"negative pid", 0, 1, -1, keys.Cred{UID: 501, GID: 20}, false},
-		{"no groups", 0, 0, 7, keys.Cred{}, true},
-		{"more groups than slots", 0, 17, 7, keys.Cred{}, true},
-		{"negative count", 0, -1, 7, keys.Cred{}, true},
-		{"unknown version", 1, 4, 7, keys.Cred{}, true},
+		{"egid and three groups", 0, 4, 501, Cred{UID: 501, GID: 20, PID: 501, Groups: []uint32{12, 61, 79}}, false},
+		{"egid only", 0, 1, 7, Cred{UID: 501, GID: 20, PID: 7}, false},
+		{"every slot", 0, 16, 7, Cred{UID: 501, GID: 20, PID: 7, Groups: groups[1:]}, false},
+		{"pid unknown", 0, 1, 0, Cred{UID: 501, GID: 20}, false},
+		{"negative pid", 0, 1, -1, Cred{UID: 501, GID: 20}, false},
+		{"no groups", 0, 0, 7, Cred{}, true},
+		{"more groups than slots", 0, 17, 7, Cred{}, true},
+		{"negative count", 0, -1, 7, Cred{}, true},
+		{"unknown version", 1, 4, 7, Cred{}, true},
 	} {
 		got, err := xucredCred(c.version, 501, c.ngroups, groups, c.pid)
 		if (err != nil) != c.err || !reflect.DeepEqual(got, c.want) {

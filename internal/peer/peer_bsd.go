@@ -1,28 +1,26 @@
 //go:build darwin || freebsd
 
-package server
+package peer
 
 import (
 	"fmt"
 
 	"golang.org/x/sys/unix"
-
-	"github.com/ukeys/ukeys/keys"
 )
 
-// peerCredFD reads the credentials of the peer of the socket fd from
+// OfFD reads the credentials of the peer of the socket fd from
 // the kernel: LOCAL_PEERCRED, which the kernel records when the client
 // connects (as Linux's SO_PEERCRED), so a client that changes its
 // credentials or exits afterwards changes nothing; and the pid where the
 // kernel reports it (peerPID).
-func peerCredFD(fd int) (keys.Cred, error) {
+func OfFD(fd int) (Cred, error) {
 	xc, err := unix.GetsockoptXucred(fd, unix.SOL_LOCAL, unix.LOCAL_PEERCRED)
 	if err != nil {
-		return keys.Cred{}, fmt.Errorf("LOCAL_PEERCRED: %w", err)
+		return Cred{}, fmt.Errorf("LOCAL_PEERCRED: %w", err)
 	}
 	pid, err := peerPID(fd, xc)
 	if err != nil {
-		return keys.Cred{}, err
+		return Cred{}, err
 	}
 	return xucredCred(xc.Version, xc.Uid, int(xc.Ngroups), xc.Groups[:], pid)
 }
