@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -243,9 +244,9 @@ func loginName(id loginID, anchorOf func() procID) procID {
 		return procID{}
 	}
 	sid := int(id.id)
-	if st, ok := readStat(sid); ok && st.sid == sid {
-		if again, ok := readStat(sid); ok && again.start == st.start && again.sid == sid {
-			return procID{pid: sid, start: st.start}
+	if st, ok := procfs.ReadStat(sid); ok && st.SID == sid {
+		if again, ok := procfs.ReadStat(sid); ok && again.Start == st.Start && again.SID == sid {
+			return procID{pid: sid, start: st.Start}
 		}
 	}
 	return anchorOf()

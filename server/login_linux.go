@@ -23,11 +23,11 @@ func loginOf(pid int) (loginID, bool) {
 			return loginID{audit: true, id: id}, true
 		}
 	}
-	st, ok := readStat(pid)
-	if !ok || st.sid <= 0 {
+	st, ok := procfs.ReadStat(pid)
+	if !ok || st.SID <= 0 {
 		return loginID{}, false
 	}
-	return loginID{id: uint64(st.sid)}, true
+	return loginID{id: uint64(st.SID)}, true
 }
 
 // effectiveUID returns the effective uid process pid runs as.

@@ -229,6 +229,6 @@ func (s *Server) checkProc() {
 // time in clock ticks since boot), or "" if the process or /proc is not
 // there.
 func startTime(pid int) string {
-	st, _ := readStat(pid)
-	return st.start
+	st, _ := procfs.ReadStat(pid)
+	return st.Start
 }

@@ -1,4 +1,4 @@
-package server
+package procfs
 
 import (
 	"os"
@@ -14,18 +14,18 @@ func TestParseStat(t *testing.T) {
 		return []byte("4242 (" + comm + ") S 17 4242 4242 0 -1 4194560 150 0 0 0 1 2 0 0 20 0 1 0 987654 12345678 300 18446744073709551615 1 1 0 0 0 0 0 0 0 0 0 0 17 1 0 0 0 0 0\n")
 	}
 	for _, comm := range []string{"ukeyctl", "a b", ") S 1 2 3 (", "((", "x) 99 99 99"} {
-		st, ok := parseStat(line(comm))
-		if !ok || st.ppid != 17 || st.sid != 4242 || st.start != "987654" {
+		st, ok := ParseStat(line(comm))
+		if !ok || st.PPID != 17 || st.SID != 4242 || st.Start != "987654" {
 			t.Errorf("comm %q: %+v %v", comm, st, ok)
 		}
 	}
 	for _, bad := range []string{"", "4242 ukeyctl S 17", "4242 (x) S 17 1 2", "4242 (x) S -1 4242 4242 0 -1 0 0 0 0 0 0 0 0 0 0 0 0 0 5 0"} {
-		if st, ok := parseStat([]byte(bad)); ok {
+		if st, ok := ParseStat([]byte(bad)); ok {
 			t.Errorf("%q parsed as %+v", bad, st)
 		}
 	}
 	sid, _ := unix.Getsid(0)
-	if st, ok := readStat(os.Getpid()); !ok || st.ppid != os.Getppid() || st.sid != sid {
+	if st, ok := ReadStat(os.Getpid()); !ok || st.PPID != os.Getppid() || st.SID != sid {
 		t.Errorf("this process's own stat: %+v %v, parent %d, session %d", st, ok, os.Getppid(), sid)
 	}
 }
@@ -37,16 +37,16 @@ func FuzzParseStat(f *testing.F) {
 	f.Add([]byte("1 (init) S 0 1 1 0 -1 4194560 1 0 0 0 0 0 0 0 20 0 1 0 5 0 0\n"))
 	f.Add([]byte("7 (a) b)) R 1 7 7 0 -1 0 0 0 0 0 0 0 0 0 20 0 1 0 9 0 0"))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		st, ok := parseStat(b)
+		st, ok := ParseStat(b)
 		if !ok {
 			return
 		}
-		if st.ppid < 0 || st.start == "" {
+		if st.PPID < 0 || st.Start == "" {
 			t.Fatalf("%q parsed as %+v", b, st)
 		}
-		for _, c := range st.start {
+		for _, c := range st.Start {
 			if c < '0' || c > '9' {
-				t.Fatalf("start time %q", st.start)
+				t.Fatalf("start time %q", st.Start)
 			}
 		}
 	})
