@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -153,7 +154,7 @@ type namespace struct {
 	// namespace lives: once it has exited, the id may be a new
 	// container's.
 	who  containerIdentity
-	init procHandle
+	init process.Handle
 	// share is what its keys hold of the agent's bounds, given back
 	// whole when the namespace ends (keys.Share.Detach).
 	share *keys.Share
@@ -319,14 +320,14 @@ func judge(uc *net.UnixConn) (keys.Cred, verdict) {
 	if err != nil || cred.PID <= 0 {
 		return cred, refused
 	}
-	h := openProc(uc, cred.PID)
+	h := process.Open(uc, cred.PID)
 	var reaped bool
-	if !h.isPeer() && peerReaped(uc) {
+	if !h.IsPeer() && process.PeerReaped(uc) {
 		reaped, cred.CapsKnown = true, true // none that can be read
 	} else {
 		cred.Caps, cred.CapsKnown, reaped = runtimeCapabilities(&h, cred.UID)
 	}
-	h.close()
+	h.Close()
 	switch {
 	case asPrivileged(cred):
 		return cred, equal
@@ -431,11 +432,11 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 // is no container of the agent's (another engine's container, a
 // service's): one namespace, of the bounded many (MaxContainers), that
 // serves none of its processes.
-func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, hostMade bool) (*namespace, string) {
+func (a *Agent) join(id string, who containerIdentity, init process.Handle, unread, hostMade bool) (*namespace, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closing {
-		init.close()
+		init.Close()
 		return nil, ""
 	}
 	ns := a.nss[id]
@@ -444,7 +445,7 @@ func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, 
 		switch {
 		case !hostMade:
 			why = "a runtime gone before it could be read, handing a container whose namespace it could have made without privilege"
-		case ns != nil && !ns.init.exited():
+		case ns != nil && !ns.init.Exited():
 			why = "a runtime gone before it could be read, handing a listener under a live container's id"
 		default:
 			for _, other := range a.nss {
@@ -455,13 +456,13 @@ func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, 
 			}
 		}
 		if why != "" {
-			init.close()
+			init.Close()
 			return nil, why
 		}
 	}
 	if ns != nil && ns.who != who {
-		if !ns.init.exited() {
-			init.close()
+		if !ns.init.Exited() {
+			init.Close()
 			return nil, "the id is a live container's, and the process the state names is not in it"
 		}
 		// The container of that id is gone (its init has exited) and
@@ -473,13 +474,13 @@ func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, 
 	}
 	if ns == nil {
 		if len(a.nss) >= a.maxContainers() {
-			init.close()
+			init.Close()
 			return nil, "the agent holds as many containers as it may"
 		}
 		ns = a.newNamespace(who, init)
 		a.nss[id] = ns
 	} else {
-		init.close()
+		init.Close()
 	}
 	ns.listeners++
 	return ns, ""
@@ -491,7 +492,7 @@ func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, 
 // of at most its share (root's too), and its Server keeps at most its
 // share of processes and listeners (per uid too), within the agent's
 // pool. a.mu is held.
-func (a *Agent) newNamespace(who containerIdentity, init procHandle) *namespace {
+func (a *Agent) newNamespace(who containerIdentity, init process.Handle) *namespace {
 	ctr, uid := ContainerShare(a.bounds)
 	share := keys.NewShare(a.keys, keys.ShareLimits{Keys: ctr.Keys, Bytes: ctr.Bytes,
 		BigKeyFiles: ctr.BigKeyFiles, BigKeyFilesPerUID: uid.BigKeyFiles})
@@ -534,7 +535,7 @@ func (a *Agent) leave(id string, ns *namespace) {
 		ns.srv.Shutdown(context.Background())
 		ns.svc.Close()
 		ns.share.Detach()
-		ns.init.close()
+		ns.init.Close()
 		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its keys are gone", "container", id)
 	}
 }

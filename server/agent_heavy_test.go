@@ -4,6 +4,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -20,7 +21,7 @@ func TestAgentSharesTheHostsExpensiveBound(t *testing.T) {
 	defer host.Shutdown(t.Context())
 	a := NewAgent(AgentConfig{Host: host, Server: Config{Limits: Limits{MaxExpensive: 1, MaxExpensivePerUID: 1}}})
 	defer a.Shutdown(t.Context())
-	ns := a.newNamespace(containerIdentity{}, procHandle{fd: -1})
+	ns := a.newNamespace(containerIdentity{}, process.Handle{})
 	defer ns.svc.Close()
 	defer ns.srv.Shutdown(t.Context())
 

@@ -6,6 +6,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keys"
 )
@@ -136,10 +137,10 @@ const tombMaxAge = 30 * time.Second
 // a tomb while forks are followed; p.end then leaves its keyrings to
 // the tomb. s.mu is held.
 func (s *Server) entombLocked(p *proc) {
-	if _, seen := s.exitSeen[p.handle.pid]; seen {
+	if _, seen := s.exitSeen[p.handle.PID()]; seen {
 		// The connector told of the exit first: every fork queued for
 		// the process has been read.
-		delete(s.exitSeen, p.handle.pid)
+		delete(s.exitSeen, p.handle.PID())
 		return
 	}
 	if s.forks == nil || s.closing || p.private || p.caller.Session() == nil {
@@ -148,11 +149,11 @@ func (s *Server) entombLocked(p *proc) {
 	if s.tombs == nil {
 		s.tombs = make(map[int]tomb)
 	}
-	if old, ok := s.tombs[p.handle.pid]; ok {
+	if old, ok := s.tombs[p.handle.PID()]; ok {
 		old.p.caller.Release()
 	}
 	p.entombed.Store(true)
-	s.tombs[p.handle.pid] = tomb{p: p, at: time.Now()}
+	s.tombs[p.handle.PID()] = tomb{p: p, at: time.Now()}
 }
 
 // forkReader is held by whoever takes datagrams off the connector
@@ -252,7 +253,7 @@ func (s *Server) forked(f procEvent) {
 	if pcaller == nil || pcaller.Session() == nil {
 		return
 	}
-	_, start, ok := procStat(f.childPid)
+	_, start, ok := process.Stat(f.childPid)
 	if !ok {
 		return // gone already
 	}
@@ -270,7 +271,7 @@ func (s *Server) forked(f procEvent) {
 		caller.Release()
 		return
 	}
-	h, ok := openPid(f.childPid, start)
+	h, ok := process.OpenPID(f.childPid, start)
 	if !ok {
 		caller.Release()
 		return
@@ -279,7 +280,7 @@ func (s *Server) forked(f procEvent) {
 	s.mu.Lock()
 	if s.closing || s.procs[f.childPid] != nil || s.admitProc(charge) != 0 {
 		s.mu.Unlock()
-		h.close()
+		h.Close()
 		caller.Release()
 		return
 	}

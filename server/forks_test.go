@@ -6,6 +6,7 @@ import (
 	"os/exec"
 	"testing"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -67,7 +68,7 @@ func FuzzParseProcEvents(f *testing.F) {
 // parent's session in its tomb; the parent's exit event ends the tomb,
 // and so does a fork that reuses its pid.
 func TestForkAfterParentExit(t *testing.T) {
-	if !procTreeSupported {
+	if !process.TreeSupported {
 		t.Skip("no process tree here")
 	}
 	svc := keys.New()
@@ -79,7 +80,7 @@ func TestForkAfterParentExit(t *testing.T) {
 	}
 	defer devnull.Close()
 	s.forks = devnull // as if the connector were followed
-	parent := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 4000000}), handle: procHandle{pid: 4000000, fd: -1}, tracked: true, charge: 1000}
+	parent := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 4000000}), handle: process.Unpinned(4000000), tracked: true, charge: 1000}
 	if _, err := parent.caller.JoinSessionKeyring(nil); err != nil {
 		t.Fatal(err)
 	}
@@ -130,7 +131,7 @@ func TestForkAfterParentExit(t *testing.T) {
 	}
 	// An exec from a second thread reports its first thread's exit
 	// before the exec: the process still forks with its session later.
-	live := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 4000002}), handle: procHandle{pid: 4000002, fd: -1}, tracked: true, charge: 1000}
+	live := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 4000002}), handle: process.Unpinned(4000002), tracked: true, charge: 1000}
 	if _, err := live.caller.JoinSessionKeyring(nil); err != nil {
 		t.Fatal(err)
 	}

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -149,7 +150,7 @@ func (s *Server) loginOfLocked(k *keys.Key) (loginKey, bool) {
 // quota is full, /proc cannot be read), p keeps the kernel's behaviour of
 // a process without a session.
 func (s *Server) joinLogin(p *proc) {
-	pid := p.handle.pid
+	pid := p.handle.PID()
 	cred := p.caller.Cred()
 	id, ok := loginOf(pid)
 	if !ok || p.start == "" {
@@ -268,7 +269,7 @@ func loginAnchor(pid int, start string, login loginID, uid uint32) procID {
 		}
 		// Read again: what was read is a.pid's only if it is still the
 		// process the ancestry named.
-		if _, again, ok := procStat(a.pid); !ok || again != a.start {
+		if _, again, ok := process.Stat(a.pid); !ok || again != a.start {
 			break
 		}
 		anchor = a

@@ -1,17 +1,17 @@
 //go:build darwin || freebsd
 
-package server
+package process
 
 import "golang.org/x/sys/unix"
 
-// awaitHelperExit waits until the child process pid has exited, without
+// AwaitExit waits until the child process pid has exited, without
 // reaping it: until it is reaped, its pid cannot be given to another
 // process. These kernels' waitid is not in x/sys/unix; kqueue's
 // EVFILT_PROC with NOTE_EXIT waits for the exit and leaves the zombie to
 // exec.Cmd's Wait. ESRCH means the child is a zombie already. Should the
 // kqueue fail otherwise, the wait ends at once, and so does the helper's
 // grant: the helper loses its token, no other process gains it.
-func awaitHelperExit(pid int) {
+func AwaitExit(pid int) {
 	kq, err := unix.Kqueue()
 	if err != nil {
 		return

@@ -1,4 +1,4 @@
-package server
+package process
 
 import (
 	"fmt"
@@ -6,14 +6,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// procTreeSupported: procStat asks sysctl.
-const procTreeSupported = true
+// TreeSupported: procStat asks sysctl.
+const TreeSupported = true
 
-// procStat returns a process's parent pid and start time, read at once
+// Stat returns a process's parent pid and start time, read at once
 // from the kernel's kinfo_proc (sysctl kern.proc.pid.<pid>), as Linux's
 // reads them from /proc/<pid>/stat. The start time, to the microsecond,
 // tells a process from a later one given its pid.
-func procStat(pid int) (ppid int, start string, ok bool) {
+func Stat(pid int) (ppid int, start string, ok bool) {
 	kp, err := unix.SysctlKinfoProc("kern.proc.pid", pid)
 	if err != nil || int(kp.Proc.P_pid) != pid { // no such process: EIO, a short answer
 		return 0, "", false

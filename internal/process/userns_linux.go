@@ -1,4 +1,4 @@
-package server
+package process
 
 import (
 	"errors"
@@ -24,7 +24,7 @@ var errNSUnknown = errors.New("its user namespace cannot be told (no pidfd, and 
 
 // ownUserNS is the daemon's user namespace (device and inode), read once:
 // a multithreaded process cannot change its user namespace.
-var ownUserNS = sync.OnceValues(func() (nsID, error) {
+var ownUserNS = sync.OnceValues(func() (NSID, error) {
 	if pfd, err := unix.PidfdOpen(os.Getpid(), 0); err == nil {
 		defer unix.Close(pfd)
 		if st, err := userNSOfPidfd(pfd); err == nil {
@@ -32,7 +32,7 @@ var ownUserNS = sync.OnceValues(func() (nsID, error) {
 		}
 	}
 	if !procfs.Ours() {
-		return nsID{}, errNSUnknown
+		return NSID{}, errNSUnknown
 	}
 	var st unix.Stat_t
 	err := unix.Stat("/proc/self/ns/user", &st)
@@ -51,7 +51,7 @@ func userNSOfPidfd(pfd int) (unix.Stat_t, error) {
 	return st, err
 }
 
-// inOwnUserNS reports whether the process h names (a client's, pinned by
+// InOwnUserNS reports whether the process h names (a client's, pinned by
 // its pidfd) is in the daemon's own user namespace, or why it cannot be
 // told. A process in a namespace that `unshare -U` made may have the
 // daemon's uid to SO_PEERCRED, and yet the kernel lets it ptrace no
@@ -59,14 +59,14 @@ func userNSOfPidfd(pfd int) (unix.Stat_t, error) {
 // it does not possess. The pidfd's own ioctl answers for the process
 // itself; where the kernel has none (before 6.11), /proc/<pid>/ns/user,
 // read while the pidfd shows the process alive, answers for it too.
-func (h *procHandle) inOwnUserNS() (bool, error) {
+func (h *Handle) InOwnUserNS() (bool, error) {
 	own, err := ownUserNS()
 	if err != nil {
 		return false, err
 	}
 	var st unix.Stat_t
 	switch {
-	case h.fd >= 0:
+	case h.pinned:
 		st, err = userNSOfPidfd(h.fd)
 		if errors.Is(err, unix.ENOTTY) || errors.Is(err, unix.EINVAL) || errors.Is(err, unix.EOPNOTSUPP) {
 			err = h.procUserNS(&st)
@@ -96,7 +96,7 @@ func (h *procHandle) inOwnUserNS() (bool, error) {
 // needs CAP_SETUID and CAP_SETGID over the daemon's namespace (a user's
 // own `unshare -U` maps one id, its own). Read while the pidfd (or start
 // time) shows the process alive, they are the peer's.
-func (h *procHandle) sameIDMaps() (bool, error) {
+func (h *Handle) sameIDMaps() (bool, error) {
 	if !procfs.Ours() || h.pid <= 0 {
 		return false, errNSUnknown
 	}
@@ -114,7 +114,7 @@ func (h *procHandle) sameIDMaps() (bool, error) {
 			return false, nil
 		}
 	}
-	if h.exited() {
+	if h.Exited() {
 		return false, unix.ESRCH
 	}
 	return true, nil
@@ -122,14 +122,14 @@ func (h *procHandle) sameIDMaps() (bool, error) {
 
 // procUserNS reads h's user namespace from /proc, and makes sure that the
 // process read was h's: still there (pidfd, or start time) after.
-func (h *procHandle) procUserNS(st *unix.Stat_t) error {
+func (h *Handle) procUserNS(st *unix.Stat_t) error {
 	if !procfs.Ours() {
 		return errNSUnknown
 	}
 	if err := unix.Stat("/proc/"+strconv.Itoa(h.pid)+"/ns/user", st); err != nil {
 		return err
 	}
-	if h.exited() {
+	if h.Exited() {
 		return unix.ESRCH
 	}
 	return nil

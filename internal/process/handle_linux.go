@@ -1,4 +1,4 @@
-package server
+package process
 
 import (
 	"errors"
@@ -12,41 +12,48 @@ import (
 	"github.com/ukeys/ukeys/internal/procfs"
 )
 
-// procHandle tells whether one particular process still exists, immune to
+// Handle tells whether one particular process still exists, immune to
 // its pid being reused: a pidfd where the kernel has them (taken from the
 // socket itself with SO_PEERPIDFD, or opened by pid), else the process's
 // start time from /proc. A pidfd also lets the daemon wait for the exit
 // through the runtime's poller (awaitExit), so keyrings go as soon as
 // their process does.
-type procHandle struct {
-	pid   int
-	fd    int      // pidfd, or -1
-	file  *os.File // fd, registered with the poller
-	start string   // /proc/<pid>/stat start time, without a pidfd
-	peer  bool     // fd came from the socket (SO_PEERPIDFD): the peer's own
+//
+// The zero Handle names no process: it holds nothing, and its process
+// never exits.
+type Handle struct {
+	pid    int
+	fd     int      // pidfd, if pinned
+	pinned bool     // fd is open
+	file   *os.File // fd, registered with the poller
+	start  string   // /proc/<pid>/stat start time, without a pidfd
+	peer   bool     // fd came from the socket (SO_PEERPIDFD): the peer's own
 }
 
-// isPeer reports whether h was taken from the connection itself, and so
+// IsPeer reports whether h was taken from the connection itself, and so
 // is the connecting process's and no other's, whatever became of its pid.
-func (h *procHandle) isPeer() bool { return h.peer }
+func (h *Handle) IsPeer() bool { return h.peer }
 
-// openProc identifies the process at the other end of uc, whose pid the
-// kernel reported as pid.
-func openProc(uc *net.UnixConn, pid int) procHandle {
-	h := procHandle{pid: pid, fd: -1}
-	if raw, err := uc.SyscallConn(); err == nil {
-		_ = raw.Control(func(fd uintptr) {
-			if pfd, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
-				h.fd, h.peer = pfd, true
-			}
-		})
-	}
-	if h.fd < 0 {
-		if pfd, err := unix.PidfdOpen(pid, 0); err == nil {
-			h.fd = pfd
+// Open identifies the process at the other end of uc, whose pid the
+// kernel reported as pid. Without a connection (uc nil) it identifies
+// pid as a connection's fallback does.
+func Open(uc *net.UnixConn, pid int) Handle {
+	h := Handle{pid: pid}
+	if uc != nil {
+		if raw, err := uc.SyscallConn(); err == nil {
+			_ = raw.Control(func(fd uintptr) {
+				if pfd, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD); err == nil {
+					h.fd, h.pinned, h.peer = pfd, true, true
+				}
+			})
 		}
 	}
-	if h.fd >= 0 {
+	if !h.pinned {
+		if pfd, err := unix.PidfdOpen(pid, 0); err == nil {
+			h.fd, h.pinned = pfd, true
+		}
+	}
+	if h.pinned {
 		unix.CloseOnExec(h.fd) // helpers the daemon starts must not inherit it
 		// Non-blocking, so that os.NewFile registers it with the poller.
 		if err := unix.SetNonblock(h.fd, true); err == nil {
@@ -54,22 +61,22 @@ func openProc(uc *net.UnixConn, pid int) procHandle {
 		}
 		return h
 	}
-	h.start = startTime(pid)
+	h.start = StartTime(pid)
 	return h
 }
 
-// openPid identifies a process that has not connected (a client's
+// OpenPID identifies a process that has not connected (a client's
 // parent): by a pidfd, or else its start time; start is the start time
 // read before, which the process must still have once the pidfd is open,
 // so that the pidfd is known to be that process's and not a later one's.
-func openPid(pid int, start string) (procHandle, bool) {
+func OpenPID(pid int, start string) (Handle, bool) {
 	if pid <= 0 || pid > math.MaxInt32 {
 		// Not a pid_t: pidfd_open would open the pid it truncates to.
-		return procHandle{fd: -1}, false
+		return Handle{}, false
 	}
-	h := procHandle{pid: pid, fd: -1}
+	h := Handle{pid: pid}
 	if pfd, err := unix.PidfdOpen(pid, 0); err == nil {
-		h.fd = pfd
+		h.fd, h.pinned = pfd, true
 		unix.CloseOnExec(h.fd)
 		if err := unix.SetNonblock(h.fd, true); err == nil {
 			h.file = os.NewFile(uintptr(h.fd), "pidfd")
@@ -77,17 +84,17 @@ func openPid(pid int, start string) (procHandle, bool) {
 	} else {
 		h.start = start
 	}
-	if startTime(pid) != start {
-		h.close()
-		return procHandle{fd: -1}, false
+	if StartTime(pid) != start {
+		h.Close()
+		return Handle{}, false
 	}
 	return h, true
 }
 
-// exited reports whether the process is gone. A pidfd polls readable once
+// Exited reports whether the process is gone. A pidfd polls readable once
 // its process has exited.
-func (h *procHandle) exited() bool {
-	if h.fd >= 0 {
+func (h *Handle) Exited() bool {
+	if h.pinned {
 		return pidfdReadable(h.fd)
 	}
 	if h.start == "" {
@@ -95,10 +102,10 @@ func (h *procHandle) exited() bool {
 		// (pid reuse cannot be told apart here).
 		return errors.Is(syscall.Kill(h.pid, 0), syscall.ESRCH)
 	}
-	return startTime(h.pid) != h.start
+	return StartTime(h.pid) != h.start
 }
 
-// leaving reports whether the process has exited. A process that exits
+// Leaving reports whether the process has exited. A process that exits
 // closes its connections on the way out, a moment before its pidfd turns
 // readable; its last close leaves it to awaitExit, which releases its
 // keyrings once the pidfd says so. The kernel's PF_EXITING, set earlier,
@@ -111,9 +118,9 @@ func (h *procHandle) exited() bool {
 // the session (one run of TestSideBySide in about fifteen). Reading the
 // flag also waited on the exiting process's memory teardown, which cost
 // every short-lived client about 0.1 ms of the daemon's time.
-func (h *procHandle) leaving() bool { return h.exited() }
+func (h *Handle) Leaving() bool { return h.Exited() }
 
-// capabilities returns the process's effective capability set, asked of
+// Capabilities returns the process's effective capability set, asked of
 // the kernel with capget(2), or else read from /proc/<pid>/status, for a
 // connection made with effective uid euid. It counts only if the process
 // still has that effective uid, and is in the daemon's user namespace (one
@@ -134,15 +141,15 @@ func (h *procHandle) leaving() bool { return h.exited() }
 // Where /proc is not the daemon's own, no namespace can be told: the set
 // is unknown, and uid 0 alone is privileged (see README, "Security
 // model").
-func (h *procHandle) capabilities(euid uint32) (uint64, bool) {
-	return h.capabilitiesUnless(euid, h.exited)
+func (h *Handle) Capabilities(euid uint32) (uint64, bool) {
+	return h.CapabilitiesUnless(euid, h.Exited)
 }
 
-// capabilitiesUnless is capabilities, with gone saying, after the read,
+// CapabilitiesUnless is capabilities, with gone saying, after the read,
 // whether what was read may not have been the process's: for a client,
-// once it has exited (capabilities); for a runtime handing the seccomp
+// once it has exited (Capabilities); for a runtime handing the seccomp
 // agent a container, only once it has been reaped (runtimeCapabilities).
-func (h *procHandle) capabilitiesUnless(euid uint32, gone func() bool) (uint64, bool) {
+func (h *Handle) CapabilitiesUnless(euid uint32, gone func() bool) (uint64, bool) {
 	if !procfs.Ours() {
 		return 0, false
 	}
@@ -175,8 +182,8 @@ func (h *procHandle) capabilitiesUnless(euid uint32, gone func() bool) (uint64, 
 	return eff, true
 }
 
-// ownCapabilities returns the daemon's own effective capability set.
-func ownCapabilities() (uint64, bool) { return capget(os.Getpid()) }
+// OwnCapabilities returns the daemon's own effective capability set.
+func OwnCapabilities() (uint64, bool) { return capget(os.Getpid()) }
 
 // capget returns the effective capability set of the thread pid (a
 // process's first thread, for a process's pid), in the caller's pid
@@ -190,9 +197,9 @@ func capget(pid int) (uint64, bool) {
 	return uint64(data[1].Effective)<<32 | uint64(data[0].Effective), true
 }
 
-// exitPolled reports whether the process has exited, given h's
+// ExitPolled reports whether the process has exited, given h's
 // descriptor as the poller hands it to awaitExit.
-func (h *procHandle) exitPolled(fd int) bool { return pidfdReadable(fd) }
+func (h *Handle) ExitPolled(fd int) bool { return pidfdReadable(fd) }
 
 func pidfdReadable(fd int) bool {
 	fds := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLIN}}
@@ -205,30 +212,55 @@ func pidfdReadable(fd int) bool {
 	}
 }
 
-func (h *procHandle) close() {
+func (h *Handle) Close() {
 	switch {
 	case h.file != nil:
 		h.file.Close()
-	case h.fd >= 0:
+	case h.pinned:
 		unix.Close(h.fd)
 	}
-	h.file, h.fd = nil, -1
+	h.file, h.fd, h.pinned = nil, -1, false
 }
 
-// checkProc says, once, when /proc is not the daemon's own (procfs.Ours):
-// the daemon then reads nothing there, and a process it meets has no
-// ancestry, capabilities (uid 0 alone is privileged) or login, and its
-// intercepted calls cannot be served.
-func (s *Server) checkProc() {
-	if !procfs.Ours() {
-		s.log.Warn("ukeyd: /proc is another pid namespace's (give the daemon its own: unshare --mount-proc, or the container's /proc); processes are not read there: no inherited sessions, logins or capabilities, and no intercepted calls")
+// Pinned reports whether h holds a pidfd of the process, which names it
+// and no later process given its pid.
+func (h *Handle) Pinned() bool { return h.pinned }
+
+// OwnView reports whether the daemon reads processes in its own view:
+// /proc must be its pid namespace's (procfs.Ours), or else nothing is read
+// there, and a process it meets has no ancestry, capabilities (uid 0 alone
+// is privileged) or login, and its intercepted calls cannot be served.
+func OwnView() bool { return procfs.Ours() }
+
+// Reaped reports whether the process h is a handle of has been reaped
+// (its pid may be another's since): signal 0 through a pidfd reaches an
+// exited process until then. Without a pidfd its start time tells, which
+// /proc shows until then too.
+func (h *Handle) Reaped() bool {
+	if h.pinned {
+		return errors.Is(unix.PidfdSendSignal(h.fd, 0, nil, 0), unix.ESRCH)
 	}
+	return h.Exited()
 }
 
-// startTime returns field 22 of /proc/<pid>/stat (the process's start
-// time in clock ticks since boot), or "" if the process or /proc is not
-// there.
-func startTime(pid int) string {
-	st, _ := procfs.ReadStat(pid)
-	return st.Start
+// PeerReaped reports whether the kernel, which could have given a
+// pidfd of the peer of uc (SO_PEERPIDFD, Linux 6.5), did not because the
+// peer has been reaped (before 6.16, which gives a pidfd of a reaped
+// peer too): a handle the peer's pid opened since ([Open]'s fallback)
+// may be a later process's with that pid, whose capabilities are not
+// the runtime's.
+func PeerReaped(uc *net.UnixConn) bool {
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	reaped := false
+	_ = raw.Control(func(fd uintptr) {
+		pfd, err := unix.GetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_PEERPIDFD)
+		if err == nil {
+			unix.Close(pfd)
+		}
+		reaped = errors.Is(err, unix.ESRCH)
+	})
+	return reaped
 }

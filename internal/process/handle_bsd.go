@@ -1,6 +1,6 @@
 //go:build darwin || freebsd
 
-package server
+package process
 
 import (
 	"errors"
@@ -13,7 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// procHandle tells whether one particular process still exists. These
+// Handle tells whether one particular process still exists. These
 // kernels have no pidfd and no /proc, but kqueue's EVFILT_PROC with
 // NOTE_EXIT is their equivalent: the registration follows the process, not
 // its pid, so a pid reused after the exit cannot pass for it. Registered
@@ -26,22 +26,26 @@ import (
 //
 // Where the kqueue cannot be set up the handle falls back to kill(pid, 0),
 // which cannot tell a reused pid from the process.
-type procHandle struct {
-	pid  int
-	fd   int          // kqueue watching the process's exit, or -1
-	file *os.File     // fd, registered with the poller; nil if it is not
-	own  *os.File     // fd, which close closes; nil with fd -1
-	gone *atomic.Bool // the exit was seen; the kqueue reports it only once
+//
+// The zero Handle names no process: it holds nothing, and its process
+// never exits.
+type Handle struct {
+	pid    int
+	fd     int          // kqueue watching the process's exit, if pinned
+	pinned bool         // fd is open
+	file   *os.File     // fd, registered with the poller; nil if it is not
+	own    *os.File     // fd, which Close closes; nil unless pinned
+	gone   *atomic.Bool // the exit was seen; the kqueue reports it only once
 }
 
-// isPeer: a handle here is opened by pid, which a process that exited
+// IsPeer: a handle here is opened by pid, which a process that exited
 // and whose pid was reused since it connected could have given another.
-func (h *procHandle) isPeer() bool { return false }
+func (h *Handle) IsPeer() bool { return false }
 
-// openProc identifies the process whose pid the kernel reported as pid
+// Open identifies the process whose pid the kernel reported as pid
 // for a connection (LOCAL_PEERPID, or the xucred's cr_pid).
-func openProc(_ *net.UnixConn, pid int) procHandle {
-	h := procHandle{pid: pid, fd: -1, gone: new(atomic.Bool)}
+func Open(_ *net.UnixConn, pid int) Handle {
+	h := Handle{pid: pid, gone: new(atomic.Bool)}
 	kq, err := unix.Kqueue()
 	if err != nil {
 		return h
@@ -63,7 +67,7 @@ func openProc(_ *net.UnixConn, pid int) procHandle {
 		}
 		return h
 	}
-	h.fd = kq
+	h.fd, h.pinned = kq, true
 	if err := unix.SetNonblock(kq, true); err == nil {
 		h.own = os.NewFile(uintptr(kq), "kqueue")
 		// The poller may refuse a kqueue (it then serves the file as a
@@ -75,13 +79,13 @@ func openProc(_ *net.UnixConn, pid int) procHandle {
 	return h
 }
 
-// exited reports whether the process is gone.
-func (h *procHandle) exited() bool {
+// Exited reports whether the process is gone.
+func (h *Handle) Exited() bool {
 	if h.gone != nil && h.gone.Load() {
 		return true
 	}
-	if h.fd >= 0 {
-		return h.exitPolled(h.fd)
+	if h.pinned {
+		return h.ExitPolled(h.fd)
 	}
 	if h.pid <= 0 {
 		return false // a process of its own per connection: its connection tells
@@ -91,9 +95,9 @@ func (h *procHandle) exited() bool {
 	return errors.Is(syscall.Kill(h.pid, 0), syscall.ESRCH)
 }
 
-// exitPolled reports whether the kqueue fd, h's, has queued the process's
+// ExitPolled reports whether the kqueue fd, h's, has queued the process's
 // exit, and remembers it.
-func (h *procHandle) exitPolled(fd int) bool {
+func (h *Handle) ExitPolled(fd int) bool {
 	if h.gone.Load() {
 		return true
 	}
@@ -106,32 +110,32 @@ func (h *procHandle) exitPolled(fd int) bool {
 	return true
 }
 
-// leaving reports whether the process has exited or is exiting. Linux
+// Leaving reports whether the process has exited or is exiting. Linux
 // tells a process on its way out (PF_EXITING) from /proc; here only the
 // exit itself is seen, which kqueue queues as soon as the process has
 // finished exiting, right after it closed its last connection: awaitExit
 // releases its keyrings then.
-func (h *procHandle) leaving() bool { return h.exited() }
+func (h *Handle) Leaving() bool { return h.Exited() }
 
-// openPid: a process that has not connected cannot be followed here, so
+// OpenPID: a process that has not connected cannot be followed here, so
 // session_to_parent reaches only a parent that is a client.
-func openPid(pid int, start string) (procHandle, bool) { return procHandle{fd: -1}, false }
+func OpenPID(pid int, start string) (Handle, bool) { return Handle{}, false }
 
-// capabilities: this system has no capability sets that the daemon can
+// Capabilities: this system has no capability sets that the daemon can
 // read, so privilege is uid 0's (keys.Cred.Capable).
-func (h *procHandle) capabilities(uint32) (uint64, bool) { return 0, false }
+func (h *Handle) Capabilities(uint32) (uint64, bool) { return 0, false }
 
-// ownCapabilities: none to tell here; the uid decides.
-func ownCapabilities() (uint64, bool) { return 0, false }
+// OwnCapabilities: none to tell here; the uid decides.
+func OwnCapabilities() (uint64, bool) { return 0, false }
 
-func (h *procHandle) close() {
+func (h *Handle) Close() {
 	switch {
 	case h.own != nil:
 		h.own.Close()
-	case h.fd >= 0:
+	case h.pinned:
 		unix.Close(h.fd)
 	}
-	h.file, h.own, h.fd = nil, nil, -1
+	h.file, h.own, h.fd, h.pinned = nil, nil, -1, false
 }
 
 // keventRetry is kevent(2), again when a signal interrupts it.
@@ -144,6 +148,13 @@ func keventRetry(kq int, changes, events []unix.Kevent_t, timeout *unix.Timespec
 	}
 }
 
-// checkProc: the BSDs' process table comes from sysctl and kqueue, in
-// the daemon's own view.
-func (s *Server) checkProc() {}
+// Pinned reports whether h holds a kqueue that watches the process's
+// exit, which follows the process and not its pid.
+func (h *Handle) Pinned() bool { return h.pinned }
+
+// OwnView: the BSDs' process table comes from sysctl and kqueue, in the
+// daemon's own view.
+func OwnView() bool { return true }
+
+// PeerReaped: no pidfds here (see [Open]).
+func PeerReaped(*net.UnixConn) bool { return false }

@@ -1,4 +1,4 @@
-package server
+package process
 
 import (
 	"errors"
@@ -8,17 +8,17 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// nsID names a namespace as the kernel does: its nsfs device and inode.
-type nsID struct{ dev, ino uint64 }
+// NSID names a namespace as the kernel does: its nsfs device and inode.
+type NSID struct{ dev, ino uint64 }
 
 // nsIDOf is the namespace st (of an nsfs file) names.
-func nsIDOf(st *unix.Stat_t) nsID { return nsID{uint64(st.Dev), st.Ino} }
+func nsIDOf(st *unix.Stat_t) NSID { return NSID{uint64(st.Dev), st.Ino} }
 
 // maxUserNSDepth is how deep the kernel nests user namespaces (32), and
 // one more.
 const maxUserNSDepth = 33
 
-// nsOwner returns the uid that owns the user namespace of process pid,
+// NSOwner returns the uid that owns the user namespace of process pid,
 // walked up to the daemon's own: uid itself (the uid the kernel reported
 // for the process) if the process is in the daemon's user namespace or
 // in none below it, else the owner (NS_GET_OWNER_UID, as the daemon sees
@@ -29,7 +29,7 @@ const maxUserNSDepth = 33
 // (gone is then true if the process no longer exists); the caller must
 // then check, by the process's pidfd, that the pid was still the
 // caller's once the namespace was read.
-func nsOwner(pid int, uid uint32) (owner uint32, ok, gone bool) {
+func NSOwner(pid int, uid uint32) (owner uint32, ok, gone bool) {
 	self, err := ownUserNS()
 	if err != nil {
 		return uid, false, false
