@@ -1,4 +1,4 @@
-package server
+package forks
 
 import (
 	"encoding/binary"
@@ -9,15 +9,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// subscribeForks subscribes to the process events connector and returns
+// Subscribe subscribes to the process events connector and returns
 // the socket, or nil where the daemon cannot follow forks: outside the
 // host's namespaces, without CAP_NET_ADMIN, or without the connector.
-// why says which, once, at debug level.
-func (s *Server) subscribeForks(quiet bool) *os.File {
-	debug := func(msg string, args ...any) {
-		if !quiet {
-			s.log.Debug(msg, args...)
-		}
+// debug, if not nil, is told why, or that events come unfiltered.
+func Subscribe(debug func(msg string, args ...any)) *os.File {
+	if debug == nil {
+		debug = func(string, ...any) {}
 	}
 	if !inHostNamespaces() {
 		debug("ukeyd: in a pid or user namespace of its own, whose pids the process events connector does not report; forks are not followed")
@@ -51,68 +49,19 @@ func (s *Server) subscribeForks(quiet bool) *os.File {
 	return os.NewFile(uintptr(fd), "proc-connector")
 }
 
-// readForks hands each event on f to handle until f is closed (by
-// Shutdown, a hand-over, or the daemon going idle). watchers counts it.
-func (s *Server) readForks(f *os.File) {
-	defer s.watchers.Done()
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	buf := make([]byte, 64<<10)
-	for {
-		// s.forkRead is held from each read until its events are
-		// applied, and not while waiting for one (syncForks).
-		n, fromKernel, err := readProcDatagram(rc, buf, &s.forkRead.mu)
-		if err != nil {
-			if errIsNoBufs(err) {
-				// Events were lost: those children learn their
-				// ancestry when they connect, as without the
-				// connector.
-				continue
-			}
-			return // closed
-		}
-		if fromKernel {
-			for _, ev := range parseProcEvents(buf[:n]) {
-				s.handle(ev)
-			}
-		}
-		s.forkRead.mu.Unlock()
-	}
-}
-
-// syncForks applies every event the connector has queued, if the daemon
-// follows forks. An intercepted call runs it before it is served: the
-// kernel queues a process's exec event before the new program runs, so
-// that a call the new program makes finds the exec applied (the thread
-// and process keyrings dropped), which the goroutine that reads the
-// events (readForks) may not yet have done.
-func (s *Server) syncForks() {
-	s.mu.Lock()
-	f := s.forks
-	s.mu.Unlock()
-	if f == nil {
-		return
-	}
-	rc, err := f.SyscallConn()
-	if err != nil {
-		return
-	}
-	fr := &s.forkRead
-	fr.mu.Lock()
-	defer fr.mu.Unlock()
-	if fr.buf == nil {
-		fr.buf = make([]byte, 64<<10)
-	}
+// Drain reads, without waiting, every datagram queued on the connector
+// socket rc into buf, and hands apply each event the kernel sent. The
+// caller holds the lock that [Read] takes, so that once Drain returns
+// every event queued before has been applied.
+func Drain(rc syscall.RawConn, buf []byte, apply func(Event)) {
 	for {
 		var n int
 		var from unix.Sockaddr
 		var rerr error = unix.EAGAIN
 		// Control, not Read: Read holds the descriptor's read lock,
-		// which readForks holds while it waits for fr.mu.
+		// which a reader holds while it waits for the caller's lock.
 		if rc.Control(func(fd uintptr) {
-			n, from, rerr = unix.Recvfrom(int(fd), fr.buf, unix.MSG_DONTWAIT)
+			n, from, rerr = unix.Recvfrom(int(fd), buf, unix.MSG_DONTWAIT)
 		}) != nil || rerr == unix.EAGAIN || rerr == unix.EINTR {
 			return
 		}
@@ -123,14 +72,14 @@ func (s *Server) syncForks() {
 			return
 		}
 		if nl, ok := from.(*unix.SockaddrNetlink); ok && nl.Pid == 0 {
-			for _, ev := range parseProcEvents(fr.buf[:n]) {
-				s.handle(ev)
+			for _, ev := range Parse(buf[:n]) {
+				apply(ev)
 			}
 		}
 	}
 }
 
-// readProcDatagram reads one datagram from the connector socket rc and
+// Read reads one datagram from the connector socket rc and
 // reports whether the kernel sent it. A process with CAP_NET_ADMIN over
 // the host's network (root, or a container given that capability and
 // the host's network) may send a datagram to the daemon's port: a forged
@@ -139,7 +88,7 @@ func (s *Server) syncForks() {
 // On success, mu is locked (before the read), for the caller to unlock
 // once it has applied the datagram's events; it is never held while the
 // read waits.
-func readProcDatagram(rc syscall.RawConn, buf []byte, mu *sync.Mutex) (n int, fromKernel bool, err error) {
+func Read(rc syscall.RawConn, buf []byte, mu *sync.Mutex) (n int, fromKernel bool, err error) {
 	var from unix.Sockaddr
 	var rerr error
 	locked := false
@@ -191,11 +140,11 @@ func inHostNamespaces() bool {
 }
 
 // attachProcFilter attaches to the connector socket fd a classic BPF
-// program that lets through only what parseProcEvents keeps: a fork that
+// program that lets through only what [Parse] keeps: a fork that
 // made a process (child pid equal to its thread group id), an exec, and
 // the exit of a process's first thread (pid equal to thread group id).
 // The program reads the datagram as the kernel delivers it: the netlink
-// header, the cn_msg, then the proc_event (forks.go's layout).
+// header, the cn_msg, then the proc_event (events.go's layout).
 func attachProcFilter(fd int) error {
 	prog := procFilter()
 	return unix.SetsockoptSockFprog(fd, unix.SOL_SOCKET, unix.SO_ATTACH_FILTER,
@@ -243,7 +192,9 @@ func procFilter() []unix.SockFilter {
 	}
 }
 
-func errIsNoBufs(err error) bool {
+// Lost reports whether err, from [Read], says that the kernel dropped
+// events for want of room in the socket's buffer: the reader goes on.
+func Lost(err error) bool {
 	pe, ok := err.(*os.PathError)
 	return ok && pe.Err == unix.ENOBUFS
 }

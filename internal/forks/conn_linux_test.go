@@ -1,8 +1,7 @@
-package server
+package forks
 
 import (
 	"bytes"
-	"log/slog"
 	"os"
 	"os/exec"
 	"sync"
@@ -14,7 +13,7 @@ import (
 
 // The connector socket's filter, run by the kernel on a socket of a
 // datagram pair: of a host's process events it lets through exactly
-// those parseProcEvents keeps (forks that make a process, exits of a
+// those Parse keeps (forks that make a process, exits of a
 // process's first thread, execs), and drops threads' births and deaths,
 // the other kinds of events and datagrams too short to hold an event.
 func TestProcFilter(t *testing.T) {
@@ -56,8 +55,8 @@ func TestProcFilter(t *testing.T) {
 		case !c.kept && err == nil:
 			t.Errorf("%s: let through", c.what)
 		}
-		if kept := len(parseProcEvents(c.b)) > 0; kept != c.kept {
-			t.Errorf("%s: the filter keeps it %v, parseProcEvents %v", c.what, c.kept, kept)
+		if kept := len(Parse(c.b)) > 0; kept != c.kept {
+			t.Errorf("%s: the filter keeps it %v, Parse %v", c.what, c.kept, kept)
 		}
 	}
 }
@@ -70,8 +69,7 @@ func TestForgedProcEventsIgnored(t *testing.T) {
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the process events connector and a netlink send to another port")
 	}
-	s := &Server{log: slog.New(slog.DiscardHandler)}
-	f := s.subscribeForks(true)
+	f := Subscribe(nil)
 	if f == nil {
 		t.Skip("the process events connector is unavailable here (a pid or user namespace of its own, or no CONFIG_PROC_EVENTS)")
 	}
@@ -104,7 +102,7 @@ func TestForgedProcEventsIgnored(t *testing.T) {
 	sawForged, sawKernel := false, false
 	var mu sync.Mutex
 	for !sawForged || !sawKernel {
-		n, fromKernel, err := readProcDatagram(rc, buf, &mu)
+		n, fromKernel, err := Read(rc, buf, &mu)
 		if err == nil {
 			mu.Unlock()
 		}
@@ -118,7 +116,7 @@ func TestForgedProcEventsIgnored(t *testing.T) {
 			}
 			continue
 		}
-		if fromKernel && len(parseProcEvents(buf[:n])) > 0 {
+		if fromKernel && len(Parse(buf[:n])) > 0 {
 			sawKernel = true
 		}
 	}
