@@ -7,6 +7,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/internal/nice"
 	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
@@ -400,7 +401,7 @@ func (s *Server) expensive(uid uint32, f func()) error {
 		defer hook(uid, false)
 	}
 	start := time.Now()
-	runNiced(f)
+	nice.Run(f)
 	end := time.Now()
 	acct.charge(end, end.Sub(start))
 	return nil

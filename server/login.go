@@ -90,7 +90,7 @@ func usesSession(op wire.Op) bool {
 // its own or only another login's, once, at its first request that uses
 // one (usesSession).
 func (s *Server) settleSession(p *proc) {
-	if s.cfg.NoLogins || !loginSupported || p.private || p.settled.Load() {
+	if s.cfg.NoLogins || !process.LoginSupported || p.private || p.settled.Load() {
 		return
 	}
 	if !p.settled.CompareAndSwap(false, true) || (p.caller.OwnSession() && !p.caller.InLogin()) {
@@ -264,7 +264,7 @@ func loginAnchor(pid int, start string, login loginID, uid uint32) procID {
 		if !ok || l != login {
 			break
 		}
-		if euid, ok := effectiveUID(a.pid); !ok || euid != uid {
+		if euid, ok := process.EffectiveUID(a.pid); !ok || euid != uid {
 			break
 		}
 		// Read again: what was read is a.pid's only if it is still the
@@ -275,4 +275,10 @@ func loginAnchor(pid int, start string, login loginID, uid uint32) procID {
 		anchor = a
 	}
 	return anchor
+}
+
+// loginOf returns the login of process pid ([process.Login]).
+func loginOf(pid int) (loginID, bool) {
+	id, audit, ok := process.Login(pid)
+	return loginID{audit: audit, id: id}, ok
 }

@@ -70,7 +70,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	// Reading the state makes every key anew, which a collection would
 	// only mark: Go's collector waits until the keys are made.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	fd, err := handoverSocket()
+	fd, err := sock.Socket()
 	if err != nil {
 		return nil, err
 	}
@@ -408,7 +408,7 @@ func (t *takeover) receiveFDs() ([]int, error) {
 		got := 0
 		var batch []int
 		for got < len(head) {
-			n, oobn, _, _, err := unix.Recvmsg(t.fd, head[got:], oob, handoverRecvFlags)
+			n, oobn, _, _, err := unix.Recvmsg(t.fd, head[got:], oob, sock.RecvFlags)
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}

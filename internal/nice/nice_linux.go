@@ -1,4 +1,4 @@
-package server
+package nice
 
 import (
 	"runtime"
@@ -14,7 +14,7 @@ import (
 // to everyone's.
 const expensiveNice = 19
 
-// runNiced runs f on a thread of its own at expensiveNice and waits for
+// Run runs f on a thread of its own at expensiveNice and waits for
 // it. The goroutine locks its thread and exits without unlocking it, so
 // that Go ends the thread with it and no goroutine ever runs on a thread
 // left at that priority; a new thread costs little beside an operation
@@ -22,7 +22,7 @@ const expensiveNice = 19
 // parks it for good instead of ending it, and its nice level is the one
 // ps and top show for the daemon. Where the priority cannot be lowered,
 // f runs all the same.
-func runNiced(f func()) {
+func Run(f func()) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
