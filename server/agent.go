@@ -13,6 +13,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/container"
 	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
@@ -33,7 +34,7 @@ import (
 // hand in a container (judge), and an id is bound to the container's
 // own processes, its pid namespace (or mount namespace, for a container
 // that shares the host's pids), read from the process the runtime's
-// state names (containerOf). A namespace serves no process outside them.
+// state names ([container.Of]). A namespace serves no process outside them.
 type Agent struct {
 	cfg AgentConfig
 	log *slog.Logger
@@ -153,7 +154,7 @@ type namespace struct {
 	// listener's state; init a handle of its init, for as long as the
 	// namespace lives: once it has exited, the id may be a new
 	// container's.
-	who  containerIdentity
+	who  container.Identity
 	init process.Handle
 	// share is what its keys hold of the agent's bounds, given back
 	// whole when the namespace ends (keys.Share.Detach).
@@ -305,7 +306,7 @@ const (
 // else could make namespaces without end, or join another's by naming
 // it. Its capabilities are read as soon as it is accepted (in the accept
 // loop, before anything else), those of a runtime that has exited but
-// is not yet reaped too (runtimeCapabilities).
+// is not yet reaped too ([process.Handle.RuntimeCapabilities]).
 //
 // A runtime reaped before that (runc sends its container and exits, and
 // under load its parent has often reaped it before the agent accepts)
@@ -325,7 +326,7 @@ func judge(uc *net.UnixConn) (keys.Cred, verdict) {
 	if !h.IsPeer() && process.PeerReaped(uc) {
 		reaped, cred.CapsKnown = true, true // none that can be read
 	} else {
-		cred.Caps, cred.CapsKnown, reaped = runtimeCapabilities(&h, cred.UID)
+		cred.Caps, cred.CapsKnown, reaped = h.RuntimeCapabilities(cred.UID)
 	}
 	h.Close()
 	switch {
@@ -383,7 +384,7 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 	// state names, a later one must name a process in the same, and
 	// only the processes in them are served (Server.member), whatever
 	// listener their calls come through.
-	init, who, hostMade, err := containerOf(&st)
+	init, who, hostMade, err := container.Of(st.Pid, st.State.Pid)
 	if err != nil {
 		a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pid", st.Pid, "reason", err.Error())
 		return
@@ -416,7 +417,7 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 // the namespace of that id is another container's, or if the agent
 // holds as many as it may, or if an unread runtime hands in a container
 // that does not prove itself (why says which). It takes init, the handle
-// of the container's init (containerOf).
+// of the container's init ([container.Of]).
 //
 // A runtime unread (judge: reaped before its capabilities could be read)
 // is taken on what it handed over, which outlives it: a new container
@@ -432,7 +433,7 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 // is no container of the agent's (another engine's container, a
 // service's): one namespace, of the bounded many (MaxContainers), that
 // serves none of its processes.
-func (a *Agent) join(id string, who containerIdentity, init process.Handle, unread, hostMade bool) (*namespace, string) {
+func (a *Agent) join(id string, who container.Identity, init process.Handle, unread, hostMade bool) (*namespace, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closing {
@@ -492,7 +493,7 @@ func (a *Agent) join(id string, who containerIdentity, init process.Handle, unre
 // of at most its share (root's too), and its Server keeps at most its
 // share of processes and listeners (per uid too), within the agent's
 // pool. a.mu is held.
-func (a *Agent) newNamespace(who containerIdentity, init process.Handle) *namespace {
+func (a *Agent) newNamespace(who container.Identity, init process.Handle) *namespace {
 	ctr, uid := ContainerShare(a.bounds)
 	share := keys.NewShare(a.keys, keys.ShareLimits{Keys: ctr.Keys, Bytes: ctr.Bytes,
 		BigKeyFiles: ctr.BigKeyFiles, BigKeyFilesPerUID: uid.BigKeyFiles})
@@ -507,7 +508,7 @@ func (a *Agent) newNamespace(who containerIdentity, init process.Handle) *namesp
 	cfg.Limits.MaxProcs = min(cfg.Limits.MaxProcs, ctr.Procs)
 	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
 	srv := New(svc, cfg)
-	srv.member = who.holds
+	srv.member = who.Holds
 	srv.procPool = a.procs
 	srv.heavy = a.heavy
 	return &namespace{svc: svc, srv: srv, who: who, init: init, share: share}

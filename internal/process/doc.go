@@ -9,9 +9,7 @@
 //
 // The surface is the same on every system, each answering as far as it
 // can (handle_linux.go, handle_bsd.go, handle_other.go; stat_*, wait_*,
-// userns_*, owner_*), except what only Linux has: the namespace
-// identities the seccomp agent tells containers by ([NSID], [NSOf],
-// [OwnedByOurs], [PIDNSBelow]) and the capabilities of a process that
-// has exited but is not yet reaped ([Handle.CapabilitiesUnless],
-// [Handle.Reaped]).
+// userns_*, owner_*, login_*), except what only Linux has: the
+// namespace identities that containers are told apart by ([NSID],
+// [NSOf], [OwnedByOurs], [PIDNSBelow], for package container).
 package process

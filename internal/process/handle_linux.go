@@ -142,14 +142,14 @@ func (h *Handle) Leaving() bool { return h.Exited() }
 // is unknown, and uid 0 alone is privileged (see README, "Security
 // model").
 func (h *Handle) Capabilities(euid uint32) (uint64, bool) {
-	return h.CapabilitiesUnless(euid, h.Exited)
+	return h.capabilitiesUnless(euid, h.Exited)
 }
 
-// CapabilitiesUnless is capabilities, with gone saying, after the read,
+// capabilitiesUnless is capabilities, with gone saying, after the read,
 // whether what was read may not have been the process's: for a client,
 // once it has exited (Capabilities); for a runtime handing the seccomp
-// agent a container, only once it has been reaped (runtimeCapabilities).
-func (h *Handle) CapabilitiesUnless(euid uint32, gone func() bool) (uint64, bool) {
+// agent a container, only once it has been reaped (RuntimeCapabilities).
+func (h *Handle) capabilitiesUnless(euid uint32, gone func() bool) (uint64, bool) {
 	if !procfs.Ours() {
 		return 0, false
 	}
@@ -232,11 +232,11 @@ func (h *Handle) Pinned() bool { return h.pinned }
 // is privileged) or login, and its intercepted calls cannot be served.
 func OwnView() bool { return procfs.Ours() }
 
-// Reaped reports whether the process h is a handle of has been reaped
+// reaped reports whether the process h is a handle of has been reaped
 // (its pid may be another's since): signal 0 through a pidfd reaches an
 // exited process until then. Without a pidfd its start time tells, which
 // /proc shows until then too.
-func (h *Handle) Reaped() bool {
+func (h *Handle) reaped() bool {
 	if h.pinned {
 		return errors.Is(unix.PidfdSendSignal(h.fd, 0, nil, 0), unix.ESRCH)
 	}
@@ -263,4 +263,17 @@ func PeerReaped(uc *net.UnixConn) bool {
 		reaped = errors.Is(err, unix.ESRCH)
 	})
 	return reaped
+}
+
+// RuntimeCapabilities reads the capabilities of the runtime h is a
+// handle of, connected with effective uid euid, as [Handle.Capabilities] does, but
+// counts those of a runtime that has exited and is not yet reaped (a
+// zombie: the kernel keeps its credentials, and its pid is its own,
+// until its parent waits for it). A runtime may send its container and
+// exit before the agent has accepted it (runc does, and under load it
+// is often gone first). reaped reports one that was reaped before its
+// capabilities could be read: they are then known to be empty.
+func (h *Handle) RuntimeCapabilities(euid uint32) (caps uint64, known, reaped bool) {
+	caps, known = h.capabilitiesUnless(euid, h.reaped)
+	return caps, known, caps == 0 && h.reaped()
 }

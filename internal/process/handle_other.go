@@ -56,3 +56,10 @@ func OwnView() bool { return true }
 
 // PeerReaped: no pidfds here (see [Open]).
 func PeerReaped(*net.UnixConn) bool { return false }
+
+// RuntimeCapabilities: no capabilities to read here (see
+// [Handle.Capabilities]), and a reaped runtime cannot be told.
+func (h *Handle) RuntimeCapabilities(euid uint32) (caps uint64, known, reaped bool) {
+	caps, known = h.Capabilities(euid)
+	return caps, known, false
+}

@@ -1,4 +1,4 @@
-package server
+package container
 
 import (
 	"errors"
@@ -7,29 +7,16 @@ import (
 	"github.com/ukeys/ukeys/internal/process"
 )
 
-// runtimeCapabilities reads the capabilities of the runtime h is a
-// handle of, connected with effective uid euid, as capabilities does, but
-// counts those of a runtime that has exited and is not yet reaped (a
-// zombie: the kernel keeps its credentials, and its pid is its own,
-// until its parent waits for it). A runtime may send its container and
-// exit before the agent has accepted it (runc does, and under load it
-// is often gone first). reaped reports one that was reaped before its
-// capabilities could be read: they are then known to be empty.
-func runtimeCapabilities(h *process.Handle, euid uint32) (caps uint64, known, reaped bool) {
-	caps, known = h.CapabilitiesUnless(euid, h.Reaped)
-	return caps, known, caps == 0 && h.Reaped()
-}
-
-// containerIdentity is what ties a container's id to its processes: the
-// pid namespace of its processes and, where that is the daemon's own (a
+// Identity is what ties a container's id to its processes: the pid
+// namespace of its processes and, where that is the daemon's own (a
 // container that shares the host's pids), its mount namespace. Neither
 // can be entered by a process outside the container without
 // CAP_SYS_ADMIN over it (setns): a root process without capabilities
 // cannot, whereas it may move itself into any cgroup (cgroup.procs is
 // root's, and it is root), so the cgroup is no proof.
-type containerIdentity struct {
+type Identity struct {
 	pidNS process.NSID
-	mntNS process.NSID // the zero nsID unless pidNS is the daemon's
+	mntNS process.NSID // the zero NSID unless pidNS is the daemon's
 }
 
 // errNoNamespace refuses a "container" in the daemon's own pid and mount
@@ -40,34 +27,35 @@ var errNoNamespace = errors.New("the container has neither a pid nor a mount nam
 // of, read while h says the process lives (so that the namespaces read
 // are that process's and not those of a later one with its pid), and
 // whether the namespace that identifies it is owned by the daemon's own
-// user namespace ([process.OwnedByOurs]: only a privileged process could make it).
-func identityOf(h *process.Handle) (containerIdentity, bool, error) {
+// user namespace ([process.OwnedByOurs]: only a privileged process could
+// make it).
+func identityOf(h *process.Handle) (Identity, bool, error) {
 	pidNS, ok1 := process.NSOf(h.PID(), "pid")
 	mntNS, ok2 := process.NSOf(h.PID(), "mnt")
 	pidOurs, mntOurs := process.OwnedByOurs(h.PID(), "pid"), process.OwnedByOurs(h.PID(), "mnt")
 	if !ok1 || !ok2 || h.Exited() {
-		return containerIdentity{}, false, errors.New("the container's process is gone, or its namespaces cannot be read")
+		return Identity{}, false, errors.New("the container's process is gone, or its namespaces cannot be read")
 	}
 	ownPid, ok1 := process.NSOf(syscall.Getpid(), "pid")
 	ownMnt, ok2 := process.NSOf(syscall.Getpid(), "mnt")
 	if !ok1 || !ok2 {
-		return containerIdentity{}, false, errors.New("the daemon's own namespaces cannot be read")
+		return Identity{}, false, errors.New("the daemon's own namespaces cannot be read")
 	}
 	if pidNS != ownPid {
-		return containerIdentity{pidNS: pidNS}, pidOurs, nil
+		return Identity{pidNS: pidNS}, pidOurs, nil
 	}
 	if mntNS == ownMnt {
-		return containerIdentity{}, false, errNoNamespace
+		return Identity{}, false, errNoNamespace
 	}
-	return containerIdentity{pidNS: pidNS, mntNS: mntNS}, mntOurs, nil
+	return Identity{pidNS: pidNS, mntNS: mntNS}, mntOurs, nil
 }
 
-// holds reports whether process pid is one of the container's: in its
+// Holds reports whether process pid is one of the container's: in its
 // pid namespace or one below it (a process of the container may make a
 // pid namespace of its own) or, for a container in the daemon's pid
 // namespace, in its mount namespace. The caller makes sure that pid is
 // still the process it means once this returns.
-func (c containerIdentity) holds(pid int) bool {
+func (c Identity) Holds(pid int) bool {
 	if c.mntNS != (process.NSID{}) {
 		m, ok := process.NSOf(pid, "mnt")
 		return ok && m == c.mntNS
@@ -81,16 +69,16 @@ func (c containerIdentity) holds(pid int) bool {
 	return p == c.pidNS || process.PIDNSBelow(pid, c.pidNS)
 }
 
-// containerOf returns the identity of the container a runtime's state
-// describes, read from the process it names (st.Pid, the process under
-// the filter), and a handle of the container's init (st.State.Pid, or
-// st.Pid if the state names none), which must be in the same container:
+// Of returns the identity of the container a runtime's state
+// describes, read from the process it names (pid, the process under
+// the filter), and a handle of the container's init (initPid, or
+// pid if the state names none), which must be in the same container:
 // while the init lives the container does. A process that is gone, or
 // whose namespaces are the daemon's own, describes no container. hostMade
 // reports a container whose namespace (pid, or mount where it shares the
 // daemon's pids) is owned by the daemon's user namespace: only a process
 // privileged there could have made it (identityOf).
-func containerOf(st *ContainerProcessState) (init process.Handle, who containerIdentity, hostMade bool, err error) {
+func Of(pid, initPid int) (init process.Handle, who Identity, hostMade bool, err error) {
 	open := func(pid int) (process.Handle, error) {
 		start := ""
 		if pid > 0 {
@@ -105,23 +93,23 @@ func containerOf(st *ContainerProcessState) (init process.Handle, who containerI
 		}
 		return h, nil
 	}
-	h, err := open(st.Pid)
+	h, err := open(pid)
 	if err != nil {
-		return h, containerIdentity{}, false, err
+		return h, Identity{}, false, err
 	}
 	who, hostMade, err = identityOf(&h)
-	if err != nil || st.State.Pid <= 0 || st.State.Pid == st.Pid {
+	if err != nil || initPid <= 0 || initPid == pid {
 		if err != nil {
 			h.Close()
 		}
 		return h, who, hostMade, err
 	}
 	h.Close()
-	init, err = open(st.State.Pid)
+	init, err = open(initPid)
 	if err != nil {
 		return init, who, hostMade, err
 	}
-	if !who.holds(init.PID()) || init.Exited() {
+	if !who.Holds(init.PID()) || init.Exited() {
 		init.Close()
 		return init, who, hostMade, errors.New("the container's init is not in the container of the process the state names")
 	}
