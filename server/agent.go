@@ -13,6 +13,8 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/container"
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -32,7 +34,7 @@ import (
 // hand in a container (judge), and an id is bound to the container's
 // own processes, its pid namespace (or mount namespace, for a container
 // that shares the host's pids), read from the process the runtime's
-// state names (containerOf). A namespace serves no process outside them.
+// state names ([container.Of]). A namespace serves no process outside them.
 type Agent struct {
 	cfg AgentConfig
 	log *slog.Logger
@@ -152,8 +154,8 @@ type namespace struct {
 	// listener's state; init a handle of its init, for as long as the
 	// namespace lives: once it has exited, the id may be a new
 	// container's.
-	who  containerIdentity
-	init procHandle
+	who  container.Identity
+	init process.Handle
 	// share is what its keys hold of the agent's bounds, given back
 	// whole when the namespace ends (keys.Share.Detach).
 	share *keys.Share
@@ -304,7 +306,7 @@ const (
 // else could make namespaces without end, or join another's by naming
 // it. Its capabilities are read as soon as it is accepted (in the accept
 // loop, before anything else), those of a runtime that has exited but
-// is not yet reaped too (runtimeCapabilities).
+// is not yet reaped too ([process.Handle.RuntimeCapabilities]).
 //
 // A runtime reaped before that (runc sends its container and exits, and
 // under load its parent has often reaped it before the agent accepts)
@@ -319,14 +321,14 @@ func judge(uc *net.UnixConn) (keys.Cred, verdict) {
 	if err != nil || cred.PID <= 0 {
 		return cred, refused
 	}
-	h := openProc(uc, cred.PID)
+	h := process.Open(uc, cred.PID)
 	var reaped bool
-	if !h.isPeer() && peerReaped(uc) {
+	if !h.IsPeer() && process.PeerReaped(uc) {
 		reaped, cred.CapsKnown = true, true // none that can be read
 	} else {
-		cred.Caps, cred.CapsKnown, reaped = runtimeCapabilities(&h, cred.UID)
+		cred.Caps, cred.CapsKnown, reaped = h.RuntimeCapabilities(cred.UID)
 	}
-	h.close()
+	h.Close()
 	switch {
 	case asPrivileged(cred):
 		return cred, equal
@@ -382,7 +384,7 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 	// state names, a later one must name a process in the same, and
 	// only the processes in them are served (Server.member), whatever
 	// listener their calls come through.
-	init, who, hostMade, err := containerOf(&st)
+	init, who, hostMade, err := container.Of(st.Pid, st.State.Pid)
 	if err != nil {
 		a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pid", st.Pid, "reason", err.Error())
 		return
@@ -415,7 +417,7 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 // the namespace of that id is another container's, or if the agent
 // holds as many as it may, or if an unread runtime hands in a container
 // that does not prove itself (why says which). It takes init, the handle
-// of the container's init (containerOf).
+// of the container's init ([container.Of]).
 //
 // A runtime unread (judge: reaped before its capabilities could be read)
 // is taken on what it handed over, which outlives it: a new container
@@ -431,11 +433,11 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 // is no container of the agent's (another engine's container, a
 // service's): one namespace, of the bounded many (MaxContainers), that
 // serves none of its processes.
-func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, hostMade bool) (*namespace, string) {
+func (a *Agent) join(id string, who container.Identity, init process.Handle, unread, hostMade bool) (*namespace, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	if a.closing {
-		init.close()
+		init.Close()
 		return nil, ""
 	}
 	ns := a.nss[id]
@@ -444,7 +446,7 @@ func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, 
 		switch {
 		case !hostMade:
 			why = "a runtime gone before it could be read, handing a container whose namespace it could have made without privilege"
-		case ns != nil && !ns.init.exited():
+		case ns != nil && !ns.init.Exited():
 			why = "a runtime gone before it could be read, handing a listener under a live container's id"
 		default:
 			for _, other := range a.nss {
@@ -455,13 +457,13 @@ func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, 
 			}
 		}
 		if why != "" {
-			init.close()
+			init.Close()
 			return nil, why
 		}
 	}
 	if ns != nil && ns.who != who {
-		if !ns.init.exited() {
-			init.close()
+		if !ns.init.Exited() {
+			init.Close()
 			return nil, "the id is a live container's, and the process the state names is not in it"
 		}
 		// The container of that id is gone (its init has exited) and
@@ -473,13 +475,13 @@ func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, 
 	}
 	if ns == nil {
 		if len(a.nss) >= a.maxContainers() {
-			init.close()
+			init.Close()
 			return nil, "the agent holds as many containers as it may"
 		}
 		ns = a.newNamespace(who, init)
 		a.nss[id] = ns
 	} else {
-		init.close()
+		init.Close()
 	}
 	ns.listeners++
 	return ns, ""
@@ -491,7 +493,7 @@ func (a *Agent) join(id string, who containerIdentity, init procHandle, unread, 
 // of at most its share (root's too), and its Server keeps at most its
 // share of processes and listeners (per uid too), within the agent's
 // pool. a.mu is held.
-func (a *Agent) newNamespace(who containerIdentity, init procHandle) *namespace {
+func (a *Agent) newNamespace(who container.Identity, init process.Handle) *namespace {
 	ctr, uid := ContainerShare(a.bounds)
 	share := keys.NewShare(a.keys, keys.ShareLimits{Keys: ctr.Keys, Bytes: ctr.Bytes,
 		BigKeyFiles: ctr.BigKeyFiles, BigKeyFilesPerUID: uid.BigKeyFiles})
@@ -506,7 +508,7 @@ func (a *Agent) newNamespace(who containerIdentity, init procHandle) *namespace 
 	cfg.Limits.MaxProcs = min(cfg.Limits.MaxProcs, ctr.Procs)
 	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
 	srv := New(svc, cfg)
-	srv.member = who.holds
+	srv.member = who.Holds
 	srv.procPool = a.procs
 	srv.heavy = a.heavy
 	return &namespace{svc: svc, srv: srv, who: who, init: init, share: share}
@@ -534,7 +536,7 @@ func (a *Agent) leave(id string, ns *namespace) {
 		ns.srv.Shutdown(context.Background())
 		ns.svc.Close()
 		ns.share.Detach()
-		ns.init.close()
+		ns.init.Close()
 		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its keys are gone", "container", id)
 	}
 }

@@ -4,6 +4,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/container"
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -20,7 +22,7 @@ func TestAgentSharesTheHostsExpensiveBound(t *testing.T) {
 	defer host.Shutdown(t.Context())
 	a := NewAgent(AgentConfig{Host: host, Server: Config{Limits: Limits{MaxExpensive: 1, MaxExpensivePerUID: 1}}})
 	defer a.Shutdown(t.Context())
-	ns := a.newNamespace(containerIdentity{}, procHandle{fd: -1})
+	ns := a.newNamespace(container.Identity{}, process.Handle{})
 	defer ns.svc.Close()
 	defer ns.srv.Shutdown(t.Context())
 

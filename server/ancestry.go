@@ -1,6 +1,10 @@
 package server
 
-import "github.com/ukeys/ukeys/keys"
+import (
+	"github.com/ukeys/ukeys/keys"
+
+	"github.com/ukeys/ukeys/internal/process"
+)
 
 // A process's session keyring is its parent's, as the kernel copies a
 // task's credentials at fork and keeps them across exec and setuid. The
@@ -39,15 +43,15 @@ func ancestry(pid int) (start string, ancestors []procID) {
 // ancestryUntil is ancestry, stopping after the first ancestor for which
 // last (if not nil) reports true.
 func ancestryUntil(pid int, last func(procID) bool) (start string, ancestors []procID) {
-	if !procTreeSupported || pid <= 1 {
+	if !process.TreeSupported || pid <= 1 {
 		return "", nil
 	}
-	ppid, start, ok := procStat(pid)
+	ppid, start, ok := process.Stat(pid)
 	if !ok {
 		return "", nil
 	}
 	for ppid > 1 && len(ancestors) < maxAncestry {
-		pppid, pstart, ok := procStat(ppid)
+		pppid, pstart, ok := process.Stat(ppid)
 		if !ok {
 			break
 		}
@@ -95,16 +99,16 @@ func (s *Server) inheritance(pid int) (start string, ancestors []procID) {
 // from a shell the daemon keeps (`id=$(ukeyctl add ...)` in a script).
 // Without a pidfd from the socket (SO_PEERPIDFD, Linux 6.5) the ancestry
 // is read as for any other process.
-func (s *Server) ghostStart(g *proc, h *procHandle) (start string, ancestors []procID) {
-	if h.isPeer() && !h.exited() {
+func (s *Server) ghostStart(g *proc, h *process.Handle) (start string, ancestors []procID) {
+	if h.IsPeer() && !h.Exited() {
 		s.mu.Lock()
-		same := s.procs[g.handle.pid] == g && g.ghost && !g.handle.exited()
+		same := s.procs[g.handle.PID()] == g && g.ghost && !g.handle.Exited()
 		s.mu.Unlock()
 		if same {
 			return g.start, nil
 		}
 	}
-	return s.inheritance(h.pid)
+	return s.inheritance(h.PID())
 }
 
 // inheritedLocked returns the process the daemon knows that is the
@@ -148,7 +152,7 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 	s.mu.Lock()
 	p := s.procs[pid]
 	s.mu.Unlock()
-	if p != nil && p.start == start && !p.handle.exited() {
+	if p != nil && p.start == start && !p.handle.Exited() {
 		if p.caller.Cred().UID != cred.UID {
 			return nil, keys.EPERM
 		}
@@ -157,16 +161,16 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 	// Forks are followed from before the process is kept, as accept's.
 	s.holdForks()
 	defer s.unholdForks()
-	h, ok := openPid(pid, start)
+	h, ok := process.OpenPID(pid, start)
 	if !ok {
 		return nil, keys.EPERM
 	}
 	cred.PID, cred.Caps, cred.CapsKnown = pid, 0, true
 	charge := chargeUID(cred, &h)
 	s.mu.Lock()
-	if q := s.procs[pid]; q != nil && q.start == start && !q.handle.exited() {
+	if q := s.procs[pid]; q != nil && q.start == start && !q.handle.Exited() {
 		s.mu.Unlock()
-		h.close() // met meanwhile
+		h.Close() // met meanwhile
 		if q.caller.Cred().UID != cred.UID {
 			return nil, keys.EPERM
 		}
@@ -174,12 +178,12 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 	}
 	if s.closing {
 		s.mu.Unlock()
-		h.close()
+		h.Close()
 		return nil, keys.EPERM
 	}
 	if e := s.admitProc(charge); e != 0 {
 		s.mu.Unlock()
-		h.close()
+		h.Close()
 		return nil, e
 	}
 	var ended *proc

@@ -4,6 +4,7 @@ import (
 	"os"
 	"testing"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -42,7 +43,7 @@ func TestInheritedLocked(t *testing.T) {
 // This process's ancestry, read as the daemon reads a caller's, is its
 // parent first, each with a start time.
 func TestAncestry(t *testing.T) {
-	if !procTreeSupported {
+	if !process.TreeSupported {
 		t.Skip("the daemon cannot read a process's ancestry on this system")
 	}
 	start, anc := ancestry(os.Getpid())

@@ -16,7 +16,7 @@ import (
 // account that used more waits before its next one, and its wait is the
 // only one. The kernel charges the same work to the calling task, its
 // cgroup and its nice level; the daemon runs it at the lowest priority
-// too (runNiced).
+// too ([nice.Run]).
 
 // cpuShare: an account's expensive operations may take one nanosecond in
 // cpuShare of the time that passes.

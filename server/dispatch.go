@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/keys"
@@ -371,11 +372,11 @@ func (c *conn) sessionToParent() error {
 	if d, err := c.caller.Describe(keys.SessionKeyring); err != nil || d.UID != int64(c.cred.UID) {
 		return keys.EPERM
 	}
-	ppid, _, ok := procStat(c.cred.PID)
+	ppid, _, ok := process.Stat(c.cred.PID)
 	if !ok || ppid <= 1 {
 		return keys.EPERM
 	}
-	_, pstart, ok := procStat(ppid)
+	_, pstart, ok := process.Stat(ppid)
 	if !ok {
 		return keys.EPERM
 	}

@@ -1,11 +1,12 @@
 package server
 
 import (
-	"encoding/binary"
 	"os"
 	"sync"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/forks"
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keys"
 )
@@ -19,102 +20,6 @@ import (
 // %user:k) & exit" in a session finds the key after the shell has gone.
 // Without the connector (not root, another system) the daemon learns a
 // process's ancestry only when it first meets it (ancestry.go).
-
-// Connector message layout (linux/connector.h, linux/cn_proc.h), in the
-// host's byte order, which netlink keeps.
-const (
-	cnIdxProc         = 1 // CN_IDX_PROC
-	cnValProc         = 1 // CN_VAL_PROC
-	procCnMcastListen = 1 // PROC_CN_MCAST_LISTEN
-	procEventFork     = 0x00000001
-	procEventExec     = 0x00000002
-	procEventExit     = 0x80000000
-	nlmsgHdrLen       = 16
-	cnMsgLen          = 20
-	procEventHdrLen   = 16
-)
-
-// procEvent is one event the daemon uses: a fork that made a new process
-// (a child that is its own thread group), or the exit of a process's
-// first thread.
-type procEvent struct {
-	exit bool
-	// exec: pid exec'd. An exec from a thread other than the first kills
-	// that first thread, whose exit the connector reports (with the
-	// process's pid) just before: the process has not exited.
-	exec bool
-	// A fork: the process that forked and the child. An exit: pid.
-	parentTgid, childPid int
-	pid                  int
-}
-
-// parseProcEvents returns the forks and exits in one datagram from the
-// connector: netlink messages, each a cn_msg carrying a proc_event.
-// Threads (a child that is not its own group leader, a thread other than
-// the first exiting) and every other event are skipped; anything
-// malformed ends the datagram.
-func parseProcEvents(b []byte) []procEvent {
-	var out []procEvent
-	for len(b) >= nlmsgHdrLen {
-		n := int(binary.NativeEndian.Uint32(b))
-		if n < nlmsgHdrLen || n > len(b) {
-			return out
-		}
-		msg := b[nlmsgHdrLen:n]
-		b = b[min(len(b), (n+3)&^3):] // messages are 4-byte aligned
-		if len(msg) < cnMsgLen {
-			continue
-		}
-		if binary.NativeEndian.Uint32(msg) != cnIdxProc || binary.NativeEndian.Uint32(msg[4:]) != cnValProc {
-			continue
-		}
-		dlen := int(binary.NativeEndian.Uint16(msg[16:]))
-		ev := msg[cnMsgLen:]
-		if dlen > len(ev) {
-			continue
-		}
-		ev = ev[:dlen]
-		if len(ev) < procEventHdrLen+16 {
-			continue
-		}
-		f := ev[procEventHdrLen:]
-		a := int(int32(binary.NativeEndian.Uint32(f)))
-		b4 := int(int32(binary.NativeEndian.Uint32(f[4:])))
-		switch binary.NativeEndian.Uint32(ev) {
-		case procEventFork:
-			childPid := int(int32(binary.NativeEndian.Uint32(f[8:])))
-			childTgid := int(int32(binary.NativeEndian.Uint32(f[12:])))
-			if childPid != childTgid || childPid <= 1 || b4 <= 0 {
-				continue // a thread, or nonsense
-			}
-			out = append(out, procEvent{parentTgid: b4, childPid: childPid})
-		case procEventExit:
-			if a != b4 || a <= 1 {
-				continue // a thread other than the first
-			}
-			out = append(out, procEvent{exit: true, pid: a})
-		case procEventExec:
-			if b4 > 1 {
-				out = append(out, procEvent{exec: true, pid: b4})
-			}
-		}
-	}
-	return out
-}
-
-// listenMessage is the message that subscribes a connector socket to
-// process events.
-func listenMessage() []byte {
-	b := make([]byte, nlmsgHdrLen+cnMsgLen+4)
-	binary.NativeEndian.PutUint32(b, uint32(len(b)))
-	binary.NativeEndian.PutUint16(b[4:], 3) // NLMSG_DONE
-	c := b[nlmsgHdrLen:]
-	binary.NativeEndian.PutUint32(c, cnIdxProc)
-	binary.NativeEndian.PutUint32(c[4:], cnValProc)
-	binary.NativeEndian.PutUint16(c[16:], 4)
-	binary.NativeEndian.PutUint32(c[cnMsgLen:], procCnMcastListen)
-	return b
-}
 
 // A tomb keeps an exited process's caller (and with it its session)
 // until the connector has told the daemon of that exit: its forks were
@@ -136,10 +41,10 @@ const tombMaxAge = 30 * time.Second
 // a tomb while forks are followed; p.end then leaves its keyrings to
 // the tomb. s.mu is held.
 func (s *Server) entombLocked(p *proc) {
-	if _, seen := s.exitSeen[p.handle.pid]; seen {
+	if _, seen := s.exitSeen[p.handle.PID()]; seen {
 		// The connector told of the exit first: every fork queued for
 		// the process has been read.
-		delete(s.exitSeen, p.handle.pid)
+		delete(s.exitSeen, p.handle.PID())
 		return
 	}
 	if s.forks == nil || s.closing || p.private || p.caller.Session() == nil {
@@ -148,11 +53,11 @@ func (s *Server) entombLocked(p *proc) {
 	if s.tombs == nil {
 		s.tombs = make(map[int]tomb)
 	}
-	if old, ok := s.tombs[p.handle.pid]; ok {
+	if old, ok := s.tombs[p.handle.PID()]; ok {
 		old.p.caller.Release()
 	}
 	p.entombed.Store(true)
-	s.tombs[p.handle.pid] = tomb{p: p, at: time.Now()}
+	s.tombs[p.handle.PID()] = tomb{p: p, at: time.Now()}
 }
 
 // forkReader is held by whoever takes datagrams off the connector
@@ -165,46 +70,46 @@ type forkReader struct {
 }
 
 // handle applies one connector event.
-func (s *Server) handle(ev procEvent) {
+func (s *Server) handle(ev forks.Event) {
 	var done []*proc
 	s.mu.Lock()
 	now := time.Now()
 	var execd *keys.Caller
 	switch {
-	case ev.exec:
+	case ev.Exec:
 		// The exit reported before it was its first thread's, killed by
 		// the exec (de_thread): the process lives on.
-		delete(s.exitSeen, ev.pid)
+		delete(s.exitSeen, ev.PID)
 		// A new program: the kernel drops the process's thread and
 		// process keyrings at exec (it keeps the session). Without
 		// this, a process the daemon keeps by pid and start time met its
 		// keyrings again when the new program connected.
-		if p := s.procs[ev.pid]; p != nil {
+		if p := s.procs[ev.PID]; p != nil {
 			execd = p.caller
 			// Its intercepted threads go at its next call.
 			p.calls.execd.Store(true)
 		}
-	case ev.exit:
-		if t, ok := s.tombs[ev.pid]; ok {
-			delete(s.tombs, ev.pid)
+	case ev.Exit:
+		if t, ok := s.tombs[ev.PID]; ok {
+			delete(s.tombs, ev.PID)
 			done = append(done, t.p)
-		} else if s.procs[ev.pid] != nil {
+		} else if s.procs[ev.PID] != nil {
 			// Read before the daemon noticed the exit itself: no tomb
 			// is needed then (entombLocked).
 			if s.exitSeen == nil {
 				s.exitSeen = make(map[int]time.Time)
 			}
-			s.exitSeen[ev.pid] = now
+			s.exitSeen[ev.PID] = now
 		}
 	default:
 		// A fork makes childPid another process's: any tomb of that pid
 		// has had every fork queued for it, and an exit seen of that pid
 		// was another process's.
-		if t, ok := s.tombs[ev.childPid]; ok {
-			delete(s.tombs, ev.childPid)
+		if t, ok := s.tombs[ev.ChildPid]; ok {
+			delete(s.tombs, ev.ChildPid)
 			done = append(done, t.p)
 		}
-		delete(s.exitSeen, ev.childPid)
+		delete(s.exitSeen, ev.ChildPid)
 	}
 	for pid, t := range s.tombs {
 		if now.Sub(t.at) > tombMaxAge {
@@ -224,7 +129,7 @@ func (s *Server) handle(ev procEvent) {
 	if execd != nil {
 		execd.Exec()
 	}
-	if !ev.exit && !ev.exec {
+	if !ev.Exit && !ev.Exec {
 		s.forked(ev)
 	}
 	for _, p := range done {
@@ -236,11 +141,11 @@ func (s *Server) handle(ev procEvent) {
 // entombed) what the child inherits (its session), as a ghost the daemon
 // follows until the child exits or connects. A parent without a session
 // passes nothing, and the child is not kept.
-func (s *Server) forked(f procEvent) {
+func (s *Server) forked(f forks.Event) {
 	s.mu.Lock()
-	parent := s.procs[f.parentTgid]
+	parent := s.procs[f.ParentTgid]
 	if parent == nil {
-		if t, ok := s.tombs[f.parentTgid]; ok {
+		if t, ok := s.tombs[f.ParentTgid]; ok {
 			parent = t.p
 		}
 	}
@@ -252,17 +157,17 @@ func (s *Server) forked(f procEvent) {
 	if pcaller == nil || pcaller.Session() == nil {
 		return
 	}
-	_, start, ok := procStat(f.childPid)
+	_, start, ok := process.Stat(f.ChildPid)
 	if !ok {
 		return // gone already
 	}
 	cred := pcaller.Cred()
-	cred.PID = f.childPid
+	cred.PID = f.ChildPid
 	// Charged to the uid the child has now, not its parent's: a child
 	// that has setuid since (a root process starting another user's
 	// program) and forks on would otherwise count its processes against
 	// the root's bound, until root's own were refused.
-	if st, ok := procfs.ReadStatus(f.childPid); ok {
+	if st, ok := procfs.ReadStatus(f.ChildPid); ok {
 		cred.UID, cred.GID = st.UIDs[1], st.GIDs[1]
 	}
 	caller := s.svc.NewCaller(cred)
@@ -270,21 +175,21 @@ func (s *Server) forked(f procEvent) {
 		caller.Release()
 		return
 	}
-	h, ok := openPid(f.childPid, start)
+	h, ok := process.OpenPID(f.ChildPid, start)
 	if !ok {
 		caller.Release()
 		return
 	}
 	charge := chargeUID(cred, &h)
 	s.mu.Lock()
-	if s.closing || s.procs[f.childPid] != nil || s.admitProc(charge) != 0 {
+	if s.closing || s.procs[f.ChildPid] != nil || s.admitProc(charge) != 0 {
 		s.mu.Unlock()
-		h.close()
+		h.Close()
 		caller.Release()
 		return
 	}
 	p := &proc{caller: caller, handle: h, start: start, tracked: true, ghost: true, charge: charge}
-	s.procs[f.childPid] = p
+	s.procs[f.ChildPid] = p
 	s.linger(p)
 	s.mu.Unlock()
 }
@@ -398,4 +303,71 @@ func (s *Server) forksIdleCheck() {
 	s.forks.Close() // ends its reader
 	s.forks = nil
 	clear(s.exitSeen)
+}
+
+// subscribeForks subscribes to the process events connector
+// ([forks.Subscribe]) and returns the socket, or nil where the daemon
+// cannot follow forks; why, once, at debug level unless quiet.
+func (s *Server) subscribeForks(quiet bool) *os.File {
+	if quiet {
+		return forks.Subscribe(nil)
+	}
+	return forks.Subscribe(s.log.Debug)
+}
+
+// readForks hands each event on f to handle until f is closed (by
+// Shutdown, a hand-over, or the daemon going idle). watchers counts it.
+func (s *Server) readForks(f *os.File) {
+	defer s.watchers.Done()
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	buf := make([]byte, 64<<10)
+	for {
+		// s.forkRead is held from each read until its events are
+		// applied, and not while waiting for one (syncForks).
+		n, fromKernel, err := forks.Read(rc, buf, &s.forkRead.mu)
+		if err != nil {
+			if forks.Lost(err) {
+				// Events were lost: those children learn their
+				// ancestry when they connect, as without the
+				// connector.
+				continue
+			}
+			return // closed
+		}
+		if fromKernel {
+			for _, ev := range forks.Parse(buf[:n]) {
+				s.handle(ev)
+			}
+		}
+		s.forkRead.mu.Unlock()
+	}
+}
+
+// syncForks applies every event the connector has queued, if the daemon
+// follows forks. An intercepted call runs it before it is served: the
+// kernel queues a process's exec event before the new program runs, so
+// that a call the new program makes finds the exec applied (the thread
+// and process keyrings dropped), which the goroutine that reads the
+// events (readForks) may not yet have done.
+func (s *Server) syncForks() {
+	s.mu.Lock()
+	f := s.forks
+	s.mu.Unlock()
+	if f == nil {
+		return
+	}
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return
+	}
+	fr := &s.forkRead
+	fr.mu.Lock()
+	defer fr.mu.Unlock()
+	if fr.buf == nil {
+		fr.buf = make([]byte, 64<<10)
+	}
+	forks.Drain(rc, fr.buf, s.handle)
 }

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -15,7 +16,7 @@ import (
 // ghost's both say the process lives; otherwise its ancestry is read as
 // any new process's is. The test process plays the one that connects.
 func TestGhostStartFromThePeer(t *testing.T) {
-	if !procTreeSupported {
+	if !process.TreeSupported {
 		t.Skip("no process tree here")
 	}
 	path := filepath.Join(t.TempDir(), "s.sock")
@@ -39,8 +40,8 @@ func TestGhostStartFromThePeer(t *testing.T) {
 	defer svc.Close()
 	s := New(svc, Config{})
 	pid := os.Getpid()
-	start := startTime(pid)
-	gh, ok := openPid(pid, start)
+	start := process.StartTime(pid)
+	gh, ok := process.OpenPID(pid, start)
 	if !ok {
 		t.Fatal("cannot open the test process by its pid")
 	}
@@ -50,9 +51,9 @@ func TestGhostStartFromThePeer(t *testing.T) {
 	s.procs[pid] = ghost
 	s.mu.Unlock()
 
-	h := openProc(uc, pid)
-	defer h.close()
-	if !h.isPeer() {
+	h := process.Open(uc, pid)
+	defer h.Close()
+	if !h.IsPeer() {
 		t.Skip("no SO_PEERPIDFD on this kernel (Linux 6.5): the ancestry is always read")
 	}
 	got, ancestors := s.ghostStart(ghost, &h)
@@ -77,8 +78,8 @@ func TestGhostStartFromThePeer(t *testing.T) {
 	s.mu.Lock()
 	s.procs[pid] = ghost
 	s.mu.Unlock()
-	byPid, _ := openPid(pid, start)
-	defer byPid.close()
+	byPid, _ := process.OpenPID(pid, start)
+	defer byPid.Close()
 	if _, ancestors = s.ghostStart(ghost, &byPid); len(ancestors) == 0 {
 		t.Fatal("a handle opened by pid was taken for the peer's own")
 	}

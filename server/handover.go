@@ -202,7 +202,7 @@ func (s *Server) handOver(c *conn, sc *sock.Conn, req *wire.Request, version uin
 		answer(fail(keys.EPERM))
 		return
 	}
-	if same, err := c.proc.handle.inOwnUserNS(); !same {
+	if same, err := c.proc.handle.InOwnUserNS(); !same {
 		s.log.Warn("ukeyd: refusing a hand-over to a process in another user namespace, or one whose namespace cannot be told",
 			"uid", c.cred.UID, "pid", c.cred.PID, "err", err)
 		answer(fail(keys.EPERM))
@@ -447,7 +447,7 @@ func (s *Server) endHandover(ho *handover, ok bool) {
 			s.forksIdle.Stop()
 		}
 		for _, p := range s.procs {
-			p.handle.close() // ends its awaitExit
+			p.handle.Close() // ends its awaitExit
 			released = append(released, p)
 		}
 	}
@@ -585,7 +585,7 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 	}
 	rec.Listeners = len(fds)
 	procRec := func(p *proc) procRecord {
-		pr := procRecord{PID: p.handle.pid, Start: p.start, Ghost: p.ghost, Inherited: p.inherited.Load(),
+		pr := procRecord{PID: p.handle.PID(), Start: p.start, Ghost: p.ghost, Inherited: p.inherited.Load(),
 			Settled: p.settled.Load(), Caller: p.caller.State()}
 		p.calls.mu.Lock()
 		for task, tc := range p.calls.threads {
@@ -623,7 +623,7 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		if err != nil {
 			return rec, nil, err
 		}
-		cr := connRecord{FD: len(fds) - rec.Listeners, PID: c.proc.handle.pid, Version: pc.version, Unread: pc.unread}
+		cr := connRecord{FD: len(fds) - rec.Listeners, PID: c.proc.handle.PID(), Version: pc.version, Unread: pc.unread}
 		c.mu.Lock()
 		if c.watch != nil {
 			st := c.watch.State()

@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -186,10 +187,10 @@ func fuzzState(f *testing.F) (keysStream, records []byte, unread []byte) {
 	unread = append(append([]byte(nil), fr.Bytes()...), 0, 0, 0, 9, 'x')
 	rec := handoverRecords{
 		Version: HandoverVersion,
-		Procs: []procRecord{{PID: pid, Start: startTime(pid), Settled: true, Caller: st,
+		Procs: []procRecord{{PID: pid, Start: process.StartTime(pid), Settled: true, Caller: st,
 			Threads: map[int]keys.CallerState{pid + 1: st}}},
 		Sessions: []sessionRecord{{Token: "token", Serial: ses, UID: 1000}},
-		Logins:   []loginRecord{{UID: 1000, ID: 7, Serial: ses, AnchorPID: pid, AnchorStart: startTime(pid)}},
+		Logins:   []loginRecord{{UID: 1000, ID: 7, Serial: ses, AnchorPID: pid, AnchorStart: process.StartTime(pid)}},
 		Conns: []connRecord{
 			{FD: 0, PID: pid, Version: 3, UnreadLen: first},
 			{FD: 1, Private: &procRecord{Caller: st}, Version: 2, UnreadLen: 5},

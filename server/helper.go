@@ -3,6 +3,7 @@ package server
 import (
 	"sync"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -207,7 +208,7 @@ func (c *conn) dispatchHelper(h *helperConn, a wire.Args) *wire.Response {
 // attachHelper makes the connection act for the request-key helper whose
 // grant is g, if its peer is that helper or one of its descendants.
 func (c *conn) attachHelper(g *helperGrant) (keys.Serial, error) {
-	if !procTreeSupported {
+	if !process.TreeSupported {
 		c.s.log.Warn("ukeyd: request-key helper tokens are not supported on this system (it cannot tell the helper's process tree); refused",
 			"uid", c.cred.UID, "pid", c.cred.PID, "key", int32(g.up.Key))
 		return 0, keys.EACCES
@@ -239,16 +240,16 @@ const maxTreeDepth = 128
 
 // inProcessTree reports whether the process with pid pid, which h
 // identifies against pid reuse, is the process root or a descendant of
-// it, by walking its parents (procStat: /proc on Linux, sysctl on macOS).
+// it, by walking its parents ([process.Stat]: /proc on Linux, sysctl on macOS).
 // The caller must make sure that root's pid has not been reused meanwhile
 // (a helper the daemon has not reaped). A pid of 0 (a process in a pid
 // namespace the daemon cannot see) or a host without /proc is refused.
-func inProcessTree(pid int, h *procHandle, root int) bool {
+func inProcessTree(pid int, h *process.Handle, root int) bool {
 	if pid <= 0 || root <= 0 || h == nil {
 		return false
 	}
 	cur := pid
-	ppid, start, ok := procStat(cur)
+	ppid, start, ok := process.Stat(cur)
 	if !ok {
 		return false
 	}
@@ -257,7 +258,7 @@ func inProcessTree(pid int, h *procHandle, root int) bool {
 			return false
 		}
 		parent := ppid
-		pppid, pstart, ok := procStat(parent)
+		pppid, pstart, ok := process.Stat(parent)
 		if !ok {
 			return false
 		}
@@ -265,7 +266,7 @@ func inProcessTree(pid int, h *procHandle, root int) bool {
 		// parent exited before its stat was read (and its pid gone to
 		// another process), cur would have been reparented before that
 		// pid was free, so what was read is parent's.
-		if again, againStart, ok := procStat(cur); !ok || again != parent || againStart != start {
+		if again, againStart, ok := process.Stat(cur); !ok || again != parent || againStart != start {
 			return false
 		}
 		cur, ppid, start = parent, pppid, pstart
@@ -273,5 +274,5 @@ func inProcessTree(pid int, h *procHandle, root int) bool {
 	// The walk began at the pid the kernel reported for the connection:
 	// if that process is still there, its pid was not reused meanwhile,
 	// and the walk was its ancestry.
-	return !h.exited()
+	return !h.Exited()
 }

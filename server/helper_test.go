@@ -11,6 +11,7 @@ import (
 	"syscall"
 	"testing"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -81,7 +82,7 @@ wait`
 			t.Errorf("%s (pid %d): in the helper's tree %v, want %v", c.name, c.pid, got, c.want)
 		}
 	}
-	if inProcessTree(0, &procHandle{fd: -1}, helper) {
+	if inProcessTree(0, &process.Handle{}, helper) {
 		t.Error("pid 0 (a pid namespace the daemon cannot see) accepted")
 	}
 	// A connection's process that has exited: its pid still reads as the
@@ -92,7 +93,7 @@ wait`
 	if err := syscall.Kill(child, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	testutil.Eventually(t, "the child to exit", h.exited)
+	testutil.Eventually(t, "the child to exit", h.Exited)
 	if inProcessTree(child, h, helper) {
 		t.Error("a process that has exited accepted by its pid")
 	}
@@ -276,4 +277,12 @@ func TestHelperGrantEnds(t *testing.T) {
 	if !u.Authorized() {
 		t.Fatal("the authorisation ended with the grant")
 	}
+}
+
+// pidHandle identifies pid as process.Open does for a connection.
+func pidHandle(t *testing.T, pid int) *process.Handle {
+	t.Helper()
+	h := process.Open(nil, pid)
+	t.Cleanup(h.Close)
+	return &h
 }

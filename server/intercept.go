@@ -9,6 +9,7 @@ import (
 	"syscall"
 
 	"github.com/ukeys/ukeys/intercept"
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -110,7 +111,7 @@ func (ic *intercepting) thread(s *Server, p *proc, task uint64, tid int) *conn {
 	if len(ic.threads) >= maxThreads {
 		// Forget the threads that have exited (and so their @t).
 		for t, tc := range ic.threads {
-			if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", p.handle.pid, tc.tid)); err != nil {
+			if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", p.handle.PID(), tc.tid)); err != nil {
 				tc.c.caller.Release()
 				delete(ic.threads, t)
 			}
@@ -427,8 +428,8 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 	// before its handle is closed.
 	s.mu.Lock()
 	p := s.procs[pid]
-	known := p != nil && !p.ghost && p.tracked && p.handle.fd >= 0 &&
-		(task != 0 && p.calls.task == task || !p.handle.exited())
+	known := p != nil && !p.ghost && p.tracked && p.handle.Pinned() &&
+		(task != 0 && p.calls.task == task || !p.handle.Exited())
 	if known {
 		p.calls.task = task
 	}
@@ -451,15 +452,15 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 		return p, nil
 	}
 	s.mu.Unlock()
-	h, ok := openPid(pid, start)
+	h, ok := process.OpenPID(pid, start)
 	if !ok {
 		return nil, keys.EPERM
 	}
-	if s.member != nil && (!s.member(pid) || h.exited()) {
+	if s.member != nil && (!s.member(pid) || h.Exited()) {
 		// A container's key namespace serves the container's processes
 		// and no other, whatever listener their calls come through: a
 		// listener handed in under another container's id gets nothing.
-		h.close()
+		h.Close()
 		s.logRefusal("ukeyd: seccomp agent: a process outside the container called through its listener; refused", "pid", pid)
 		return nil, keys.EPERM
 	}
@@ -468,13 +469,13 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 	s.mu.Lock()
 	if s.closing {
 		s.mu.Unlock()
-		h.close()
+		h.Close()
 		return nil, keys.EPERM
 	}
 	if q := s.procs[pid]; q != nil {
 		if !q.ghost && q.start == start && q.caller.Cred().UID == euid {
 			s.mu.Unlock() // met meanwhile
-			h.close()
+			h.Close()
 			return q, nil
 		}
 		if q.ghost && q.start == start {
@@ -487,7 +488,7 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 	}
 	if e := s.admitProc(charge); e != 0 {
 		s.mu.Unlock()
-		h.close()
+		h.Close()
 		if ended != nil {
 			ended.end()
 		}

@@ -4,8 +4,7 @@ import (
 	"os/exec"
 	"testing"
 
-	"golang.org/x/sys/unix"
-
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -19,10 +18,10 @@ func TestInterceptedProcKnownByTask(t *testing.T) {
 		t.Fatal(err)
 	}
 	pid := child.Process.Pid
-	fd, err := unix.PidfdOpen(pid, 0)
-	if err != nil {
+	h := process.Open(nil, pid)
+	if !h.Pinned() {
 		child.Wait()
-		t.Skipf("no pidfd: %v", err)
+		t.Skip("no pidfd")
 	}
 	if err := child.Wait(); err != nil {
 		t.Fatal(err)
@@ -31,7 +30,7 @@ func TestInterceptedProcKnownByTask(t *testing.T) {
 	defer svc.Close()
 	s := New(svc, Config{})
 	cred := keys.Cred{UID: 1000, GID: 1000, PID: pid}
-	p := &proc{caller: svc.NewCaller(cred), tracked: true, handle: procHandle{pid: pid, fd: fd}, charge: cred.UID}
+	p := &proc{caller: svc.NewCaller(cred), tracked: true, handle: h, charge: cred.UID}
 	p.calls.task = 7
 	s.mu.Lock()
 	if e := s.admitProc(cred.UID); e != 0 {

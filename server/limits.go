@@ -7,6 +7,8 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/internal/nice"
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 )
@@ -146,20 +148,20 @@ const ownerUnknown = ^uint32(0)
 
 // chargeUID returns the uid that what cred's process makes the daemon
 // hold is charged to: the owner of its user namespace, walked up to the
-// daemon's own (nsOwner), which is cred.UID for a process in the
+// daemon's own ([process.NSOwner]), which is cred.UID for a process in the
 // daemon's namespace. h is the process's handle, pinned before the
 // namespace is read: a pid that names another process by the time it is
 // read (its own gone) is charged to ownerUnknown, never to whoever has
 // the pid now. A caller whose pid the daemon cannot see (another pid
 // namespace) is charged as its uid. This is the one place that decides
 // whom a caller's use is charged to.
-func chargeUID(cred keys.Cred, h *procHandle) uint32 {
+func chargeUID(cred keys.Cred, h *process.Handle) uint32 {
 	if cred.PID <= 0 {
 		return cred.UID
 	}
-	owner, ok, gone := nsOwner(cred.PID, cred.UID)
+	owner, ok, gone := process.NSOwner(cred.PID, cred.UID)
 	switch {
-	case gone || h.exited():
+	case gone || h.Exited():
 		return ownerUnknown
 	case !ok:
 		// Alive, and its namespace not readable (a daemon of one user
@@ -399,7 +401,7 @@ func (s *Server) expensive(uid uint32, f func()) error {
 		defer hook(uid, false)
 	}
 	start := time.Now()
-	runNiced(f)
+	nice.Run(f)
 	end := time.Now()
 	acct.charge(end, end.Sub(start))
 	return nil

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -15,7 +16,7 @@ type Local struct {
 // NewLocal returns a handler for svc acting for cred.
 func NewLocal(svc *keys.Service, cred keys.Cred) *Local {
 	s := New(svc, Config{})
-	p := &proc{caller: svc.NewCaller(cred), handle: procHandle{fd: -1}, conns: 1, charge: cred.UID}
+	p := &proc{caller: svc.NewCaller(cred), handle: process.Handle{}, conns: 1, charge: cred.UID}
 	p.settled.Store(true) // a caller in process has no login (login.go)
 	return &Local{c: &conn{s: s, cred: cred, proc: p, caller: p.caller}}
 }

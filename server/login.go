@@ -1,6 +1,8 @@
 package server
 
 import (
+	"github.com/ukeys/ukeys/internal/process"
+	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -88,7 +90,7 @@ func usesSession(op wire.Op) bool {
 // its own or only another login's, once, at its first request that uses
 // one (usesSession).
 func (s *Server) settleSession(p *proc) {
-	if s.cfg.NoLogins || !loginSupported || p.private || p.settled.Load() {
+	if s.cfg.NoLogins || !process.LoginSupported || p.private || p.settled.Load() {
 		return
 	}
 	if !p.settled.CompareAndSwap(false, true) || (p.caller.OwnSession() && !p.caller.InLogin()) {
@@ -148,7 +150,7 @@ func (s *Server) loginOfLocked(k *keys.Key) (loginKey, bool) {
 // quota is full, /proc cannot be read), p keeps the kernel's behaviour of
 // a process without a session.
 func (s *Server) joinLogin(p *proc) {
-	pid := p.handle.pid
+	pid := p.handle.PID()
 	cred := p.caller.Cred()
 	id, ok := loginOf(pid)
 	if !ok || p.start == "" {
@@ -243,9 +245,9 @@ func loginName(id loginID, anchorOf func() procID) procID {
 		return procID{}
 	}
 	sid := int(id.id)
-	if st, ok := readStat(sid); ok && st.sid == sid {
-		if again, ok := readStat(sid); ok && again.start == st.start && again.sid == sid {
-			return procID{pid: sid, start: st.start}
+	if st, ok := procfs.ReadStat(sid); ok && st.SID == sid {
+		if again, ok := procfs.ReadStat(sid); ok && again.Start == st.Start && again.SID == sid {
+			return procID{pid: sid, start: st.Start}
 		}
 	}
 	return anchorOf()
@@ -262,15 +264,21 @@ func loginAnchor(pid int, start string, login loginID, uid uint32) procID {
 		if !ok || l != login {
 			break
 		}
-		if euid, ok := effectiveUID(a.pid); !ok || euid != uid {
+		if euid, ok := process.EffectiveUID(a.pid); !ok || euid != uid {
 			break
 		}
 		// Read again: what was read is a.pid's only if it is still the
 		// process the ancestry named.
-		if _, again, ok := procStat(a.pid); !ok || again != a.start {
+		if _, again, ok := process.Stat(a.pid); !ok || again != a.start {
 			break
 		}
 		anchor = a
 	}
 	return anchor
+}
+
+// loginOf returns the login of process pid ([process.Login]).
+func loginOf(pid int) (loginID, bool) {
+	id, audit, ok := process.Login(pid)
+	return loginID{audit: audit, id: id}, ok
 }

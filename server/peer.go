@@ -3,24 +3,25 @@ package server
 import (
 	"net"
 
+	"github.com/ukeys/ukeys/internal/peer"
 	"github.com/ukeys/ukeys/keys"
 )
 
-// peerCred learns who is at the other end of a Unix socket from the
-// kernel, never from anything the client says: its uid, gid and groups
-// as they were when it connected, and its pid where the kernel tells it
-// (0 otherwise: a process of its own per connection, see accept). How
-// depends on the system: peerCredFD in peer_linux.go (SO_PEERCRED,
-// SO_PEERGROUPS), peer_bsd.go (LOCAL_PEERCRED, LOCAL_PEERPID).
+// peerCred is who is at the other end of a Unix socket, as the kernel
+// recorded it when the client connected ([peer.Of]), as the caller's
+// credentials; its pid is 0 where the kernel does not tell it, and the
+// connection is then a process of its own (see accept).
 func peerCred(c *net.UnixConn) (keys.Cred, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return keys.Cred{}, err
-	}
-	var cred keys.Cred
-	var serr error
-	if err := raw.Control(func(fd uintptr) { cred, serr = peerCredFD(int(fd)) }); err != nil {
-		return keys.Cred{}, err
-	}
-	return cred, serr
+	pc, err := peer.Of(c)
+	return peerKeysCred(pc), err
+}
+
+// peerCredFD is peerCred for a socket descriptor ([peer.OfFD]).
+func peerCredFD(fd int) (keys.Cred, error) {
+	pc, err := peer.OfFD(fd)
+	return peerKeysCred(pc), err
+}
+
+func peerKeysCred(pc peer.Cred) keys.Cred {
+	return keys.Cred{UID: pc.UID, GID: pc.GID, Groups: pc.Groups, PID: pc.PID}
 }

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -32,7 +33,7 @@ func TestPIDReuseReleasesTheOldProcess(t *testing.T) {
 			if e := s.admitProc(cred.UID); e != 0 {
 				t.Fatal(e)
 			}
-			p = &proc{caller: svc.NewCaller(cred), tracked: true, handle: procHandle{pid: cred.PID, fd: -1}, charge: cred.UID}
+			p = &proc{caller: svc.NewCaller(cred), tracked: true, handle: process.Unpinned(cred.PID), charge: cred.UID}
 			s.procs[cred.PID] = p
 		}
 		p.conns++

@@ -3,6 +3,7 @@ package server
 import (
 	"os"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keys"
 )
@@ -21,7 +22,7 @@ func asPrivileged(cred keys.Cred) bool {
 	if cred.UID != uint32(os.Geteuid()) {
 		return false
 	}
-	own, ok := ownCapabilities()
+	own, ok := process.OwnCapabilities()
 	if !ok || own == 0 {
 		return true
 	}

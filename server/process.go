@@ -5,6 +5,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -20,15 +21,14 @@ import (
 // processes that did.
 //
 // How the daemon tells that a process has exited depends on the system
-// (procHandle, openProc, exited, exitPolled, leaving, close): pidfds and
-// /proc on Linux (process_linux.go), kqueue's EVFILT_PROC on macOS and
-// FreeBSD (process_bsd.go), kill(pid, 0) elsewhere (process_other.go).
+// ([process.Handle]): pidfds and /proc on Linux, kqueue's EVFILT_PROC
+// on macOS and FreeBSD, kill(pid, 0) elsewhere.
 
 // proc is a client process and its caller.
 type proc struct {
 	caller *keys.Caller
-	handle procHandle
-	// start is the process's start time (procStat), which tells it from
+	handle process.Handle
+	// start is the process's start time ([process.Stat]), which tells it from
 	// a later process with its pid when a descendant's ancestry names it;
 	// "" where the daemon cannot read it.
 	start string
@@ -67,8 +67,8 @@ func (s *Server) dropProcLocked(p *proc) {
 		return
 	}
 	p.tracked = false
-	if !p.private && s.procs[p.handle.pid] == p {
-		delete(s.procs, p.handle.pid)
+	if !p.private && s.procs[p.handle.PID()] == p {
+		delete(s.procs, p.handle.PID())
 	}
 	s.dropProc(p.charge)
 	s.idleForksLocked()
@@ -80,11 +80,11 @@ func (s *Server) linger(p *proc) {
 	if s.closing {
 		return
 	}
-	if p.handle.file != nil {
+	if p.handle.File() != nil {
 		if !p.awaiting {
 			p.awaiting = true
 			s.watchers.Add(1)
-			go s.awaitExit(p, p.handle.file)
+			go s.awaitExit(p, p.handle.File())
 		}
 		return
 	}
@@ -106,12 +106,12 @@ func (s *Server) awaitExit(p *proc, f *os.File) {
 	if err != nil {
 		return
 	}
-	if raw.Read(func(fd uintptr) bool { return p.handle.exitPolled(int(fd)) }) != nil {
+	if raw.Read(func(fd uintptr) bool { return p.handle.ExitPolled(int(fd)) }) != nil {
 		return // closed: the proc was ended
 	}
 	s.mu.Lock()
 	p.awaiting = false
-	pid := p.handle.pid
+	pid := p.handle.PID()
 	ended := s.procs[pid] == p && p.conns == 0
 	if ended {
 		s.dropProcLocked(p)
@@ -142,10 +142,10 @@ func (s *Server) reapProcs() {
 		var gone []*proc
 		lingering := 0
 		for _, p := range s.procs {
-			if p.conns > 0 || p.handle.file != nil {
+			if p.conns > 0 || p.handle.File() != nil {
 				continue
 			}
-			if p.handle.exited() {
+			if p.handle.Exited() {
 				s.dropProcLocked(p)
 				gone = append(gone, p)
 			} else {
@@ -173,7 +173,7 @@ func (s *Server) reapProcs() {
 // its keyrings go when the tomb does.
 func (p *proc) end() {
 	p.calls.release()
-	p.handle.close()
+	p.handle.Close()
 	if !p.entombed.Load() {
 		p.caller.Release()
 	}
@@ -197,4 +197,14 @@ func (s *Server) pruneTokens() {
 		}
 	}
 	s.pruneLogins(held)
+}
+
+// checkProc says, once, when the daemon cannot read processes in its own
+// view ([process.OwnView]: /proc is another pid namespace's): a process it
+// meets then has no ancestry, capabilities (uid 0 alone is privileged)
+// or login, and its intercepted calls cannot be served.
+func (s *Server) checkProc() {
+	if !process.OwnView() {
+		s.log.Warn("ukeyd: /proc is another pid namespace's (give the daemon its own: unshare --mount-proc, or the container's /proc); processes are not read there: no inherited sessions, logins or capabilities, and no intercepted calls")
+	}
 }

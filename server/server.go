@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/intercept"
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -290,8 +291,8 @@ func (s *Server) accept(uc *net.UnixConn) {
 	// ancestry (ancestry.go), which is read before the lock is taken.
 	s.mu.Lock()
 	p := s.procs[cred.PID]
-	known := p != nil && !p.ghost && p.caller.Cred().UID == cred.UID && !p.handle.exited()
-	ghostAlive := p != nil && p.ghost && p.start != "" && !p.handle.exited()
+	known := p != nil && !p.ghost && p.caller.Cred().UID == cred.UID && !p.handle.Exited()
+	ghostAlive := p != nil && p.ghost && p.start != "" && !p.handle.Exited()
 	newProc := p == nil
 	charge := cred.UID
 	if known {
@@ -300,15 +301,15 @@ func (s *Server) accept(uc *net.UnixConn) {
 	s.mu.Unlock()
 	// A process met for the first time is pinned (its pidfd) and charged
 	// to the owner of its user namespace (chargeUID).
-	var handle procHandle // closed below if unused
+	var handle process.Handle // closed below if unused
 	opened := false
 	defer func() {
 		if opened {
-			handle.close()
+			handle.Close()
 		}
 	}()
 	if !known && cred.PID > 0 {
-		handle, opened = openProc(uc, cred.PID), true
+		handle, opened = process.Open(uc, cred.PID), true
 		charge = chargeUID(cred, &handle)
 	}
 	// Refused now, if it would be below, before its ancestry is read.
@@ -346,7 +347,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 	}
 	var ended, ghost *proc
 	p = s.procs[cred.PID]
-	if p != nil && p.ghost && !p.handle.exited() {
+	if p != nil && p.ghost && !p.handle.Exited() {
 		// Its first connection: the process the daemon kept since it
 		// saw it forked (or gave it a session) becomes a client with
 		// credentials of its own, and keeps what it inherited, whatever
@@ -355,7 +356,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 		s.dropProcLocked(p)
 		ended = p
 		p = nil
-	} else if p != nil && (p.caller.Cred().UID != cred.UID || p.handle.exited()) {
+	} else if p != nil && (p.caller.Cred().UID != cred.UID || p.handle.Exited()) {
 		// The pid belonged to a process that is gone: its keyrings go now
 		// (or with its last connection), and this is a new process.
 		s.dropProcLocked(p)
@@ -379,12 +380,12 @@ func (s *Server) accept(uc *net.UnixConn) {
 			if opened {
 				p.handle, opened = handle, false
 			} else {
-				p.handle = openProc(uc, cred.PID)
+				p.handle = process.Open(uc, cred.PID)
 			}
 			// The kernel checks capabilities, not uid 0: learnt when
 			// the daemon meets the process, and again at each of its
 			// later connections (below).
-			cred.Caps, cred.CapsKnown = p.handle.capabilities(cred.UID)
+			cred.Caps, cred.CapsKnown = p.handle.Capabilities(cred.UID)
 			p.caller = s.svc.NewCaller(cred)
 			p.start = start
 			if ghost != nil {
@@ -402,7 +403,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 			// root stripped of them would have them all here.
 			cred.Caps, cred.CapsKnown = 0, true
 			p.caller = s.svc.NewCaller(cred)
-			p.handle = procHandle{fd: -1}
+			p.handle = process.Handle{}
 			p.private = true
 		}
 	} else if cred.PID > 0 {
@@ -411,7 +412,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 		// groups or capabilities may have changed since it was met
 		// (setgroups, capset, an exec through setpriv): it has the
 		// new connection's from now on, on every connection.
-		cred.Caps, cred.CapsKnown = p.handle.capabilities(cred.UID)
+		cred.Caps, cred.CapsKnown = p.handle.Capabilities(cred.UID)
 		if old := p.caller.Cred(); !sameCred(&old, &cred) {
 			p.caller.SetCred(cred)
 		}
@@ -443,7 +444,7 @@ func (s *Server) release(c *conn) {
 			ended = c.proc
 		case s.procs[c.cred.PID] != c.proc:
 			ended = c.proc // displaced by a new process with its pid
-		case s.closing || c.proc.handle.leaving():
+		case s.closing || c.proc.handle.Leaving():
 			s.dropProcLocked(c.proc)
 			s.entombLocked(c.proc)
 			ended = c.proc

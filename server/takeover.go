@@ -15,6 +15,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/ukeys/ukeys/intercept"
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
@@ -69,7 +70,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	// Reading the state makes every key anew, which a collection would
 	// only mark: Go's collector waits until the keys are made.
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
-	fd, err := handoverSocket()
+	fd, err := sock.Socket()
 	if err != nil {
 		return nil, err
 	}
@@ -407,7 +408,7 @@ func (t *takeover) receiveFDs() ([]int, error) {
 		got := 0
 		var batch []int
 		for got < len(head) {
-			n, oobn, _, _, err := unix.Recvmsg(t.fd, head[got:], oob, handoverRecvFlags)
+			n, oobn, _, _, err := unix.Recvmsg(t.fd, head[got:], oob, sock.RecvFlags)
 			if errors.Is(err, unix.EINTR) {
 				continue
 			}
@@ -499,7 +500,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			uc.Close()
 		}
 		for pid, p := range s.procs {
-			p.handle.close()
+			p.handle.Close()
 			p.calls.releaseLocked()
 			p.caller.Release()
 			delete(s.procs, pid)
@@ -558,18 +559,18 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		if pr.PID <= 0 || s.procs[pr.PID] != nil {
 			return nil, fmt.Errorf("server: process record %d for pid %d", i, pr.PID)
 		}
-		var h procHandle
+		var h process.Handle
 		if uc := byPID[pr.PID]; uc != nil {
-			h = openProc(uc, pr.PID)
+			h = process.Open(uc, pr.PID)
 		} else {
 			var ok bool
-			if h, ok = openPid(pr.PID, pr.Start); !ok {
+			if h, ok = process.OpenPID(pr.PID, pr.Start); !ok {
 				continue // it exited meanwhile: its keyrings go
 			}
 		}
 		p, err := makeProc(pr)
 		if err != nil {
-			h.close()
+			h.Close()
 			return nil, err
 		}
 		p.handle = h
@@ -613,7 +614,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			if err != nil {
 				return nil, err
 			}
-			p.handle, p.private, p.tracked, p.charge = procHandle{fd: -1}, true, true, cred.UID
+			p.handle, p.private, p.tracked, p.charge = process.Handle{}, true, true, cred.UID
 			u := s.usageOf(p.charge)
 			u.procs++
 			s.nprocs++

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/internal/endpoint"
+	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -95,7 +96,7 @@ func (h *Helper) Upcall(ctx context.Context, u *keys.Upcall) error {
 	err := cmd.Start()
 	if err == nil {
 		grant.started(cmd.Process.Pid)
-		awaitHelperExit(cmd.Process.Pid)
+		process.AwaitExit(cmd.Process.Pid)
 		grant.end()
 		err = cmd.Wait()
 	}

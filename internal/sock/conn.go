@@ -106,7 +106,7 @@ func (c *Conn) keep(oob []byte) {
 			continue
 		}
 		for _, fd := range fds {
-			unix.CloseOnExec(fd) // where recvFlags could not
+			unix.CloseOnExec(fd) // where RecvFlags could not
 			if len(c.fds) < c.fdMax {
 				c.fds = append(c.fds, fd)
 			} else {
@@ -120,7 +120,7 @@ func (c *Conn) keep(oob []byte) {
 // bytes.
 func (c *Conn) recvmsg(fd int, p []byte) (int, error) {
 	for {
-		n, oobn, _, _, err := unix.Recvmsg(fd, p, c.oob, recvFlags)
+		n, oobn, _, _, err := unix.Recvmsg(fd, p, c.oob, RecvFlags)
 		if errors.Is(err, unix.EINTR) {
 			continue
 		}

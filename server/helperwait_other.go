@@ -1,8 +1,0 @@
-//go:build !linux && !darwin && !freebsd
-
-package server
-
-// awaitHelperExit cannot wait for a child without reaping it here, so it
-// returns at once: the helper's grant ends as it starts. Helper tokens are
-// refused on these systems anyway (procTreeSupported).
-func awaitHelperExit(int) {}
