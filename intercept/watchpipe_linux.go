@@ -228,7 +228,7 @@ const (
 // filterLen returns how many bytes the filter whose header is hdr spans,
 // or the kernel's EINVAL for a header it refuses.
 func filterLen(hdr []byte) (int, syscall.Errno) {
-	nr, reserved := le32(hdr), le32(hdr[4:])
+	nr, reserved := binary.LittleEndian.Uint32(hdr), binary.LittleEndian.Uint32(hdr[4:])
 	if nr == 0 || nr > maxFilters || reserved != 0 {
 		return 0, unix.EINVAL
 	}
@@ -252,7 +252,7 @@ func parseFilter(b []byte) (*watchFilter, syscall.Errno) {
 	}
 	f := &watchFilter{}
 	for i := filterHeader; i < n; i += filterRuleSize {
-		r := filterRule{typ: le32(b[i:]), info: le32(b[i+4:]), mask: le32(b[i+8:]), subtypes: le32(b[i+12:])}
+		r := filterRule{typ: binary.LittleEndian.Uint32(b[i:]), info: binary.LittleEndian.Uint32(b[i+4:]), mask: binary.LittleEndian.Uint32(b[i+8:]), subtypes: binary.LittleEndian.Uint32(b[i+12:])}
 		if r.info&^r.mask != 0 || r.mask&keyctl.WatchInfoLength != 0 {
 			return nil, unix.EINVAL
 		}
@@ -263,10 +263,6 @@ func parseFilter(b []byte) (*watchFilter, syscall.Errno) {
 		f.types |= 1 << r.typ
 	}
 	return f, 0
-}
-
-func le32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }
 
 // setFilter replaces the pipe's filter (nil removes it); raw is its

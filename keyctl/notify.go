@@ -1,5 +1,10 @@
 package keyctl
 
+import (
+	"encoding/binary"
+	"errors"
+)
+
 // NotifyKind is a key notification subtype, numbered as the kernel's
 // NOTIFY_KEY_* values.
 type NotifyKind uint8
@@ -76,6 +81,10 @@ const (
 	LossRecordSize = 8
 )
 
+// le is the records' byte order: the machine's, and every ABI ukeys
+// intercepts (x86-64, arm64) is little-endian.
+var le = binary.LittleEndian
+
 // AppendRecord appends n to b as the kernel's watch queue carries it: a
 // key_notification, or for NotifyRemoved a watch_notification_removal
 // naming the key.
@@ -87,28 +96,24 @@ func (n Notification) AppendRecord(b []byte) []byte {
 	} else {
 		word = uint32(n.Aux)
 	}
-	b = appendU32(b, typ|sub<<24)
-	b = appendU32(b, RecordSize|uint32(n.WatchID)<<8)
-	b = appendU32(b, uint32(n.Key))
+	b = le.AppendUint32(b, typ|sub<<24)
+	b = le.AppendUint32(b, RecordSize|uint32(n.WatchID)<<8)
+	b = le.AppendUint32(b, uint32(n.Key))
 	if n.Kind == NotifyRemoved {
-		return appendU32(b, 0) // the 64-bit id's high half: serials are 31-bit
+		return le.AppendUint32(b, 0) // the 64-bit id's high half: serials are 31-bit
 	}
-	return appendU32(b, word)
+	return le.AppendUint32(b, word)
 }
 
 // AppendLossRecord appends the record that tells a reader that records
 // were lost for want of room.
 func AppendLossRecord(b []byte) []byte {
-	b = appendU32(b, WatchTypeMeta|WatchMetaLoss<<24)
-	return appendU32(b, LossRecordSize)
+	b = le.AppendUint32(b, WatchTypeMeta|WatchMetaLoss<<24)
+	return le.AppendUint32(b, LossRecordSize)
 }
 
 // ErrRecord reports a record that is not a watch queue's.
-var ErrRecord = errorString("keyctl: malformed watch queue record")
-
-type errorString string
-
-func (e errorString) Error() string { return string(e) }
+var ErrRecord = errors.New("keyctl: malformed watch queue record")
 
 // ParseRecord decodes the record at the start of b, as keyutils' consumer
 // reads them: its length is the header's, at least a header's and no more
@@ -120,7 +125,7 @@ func ParseRecord(b []byte) (n Notification, loss, known bool, size int, err erro
 	if len(b) < LossRecordSize {
 		return n, false, false, 0, ErrRecord
 	}
-	w0, info := getU32(b), getU32(b[4:])
+	w0, info := le.Uint32(b), le.Uint32(b[4:])
 	size = int(info & WatchInfoLength)
 	if size < LossRecordSize || size > len(b) {
 		return n, false, false, 0, ErrRecord
@@ -133,23 +138,13 @@ func ParseRecord(b []byte) (n Notification, loss, known bool, size int, err erro
 	case typ == WatchTypeMeta && sub == WatchMetaRemoval:
 		n = Notification{Kind: NotifyRemoved, WatchID: id}
 		if size >= RecordSize {
-			n.Key = Serial(int32(getU32(b[8:])))
+			n.Key = Serial(int32(le.Uint32(b[8:])))
 		}
 		return n, false, true, size, nil
 	case typ == WatchTypeKeyNotify && size == RecordSize && sub <= uint8(NotifySetAttr):
-		n = Notification{Kind: NotifyKind(sub), Key: Serial(int32(getU32(b[8:]))),
-			Aux: int32(getU32(b[12:])), WatchID: id}
+		n = Notification{Kind: NotifyKind(sub), Key: Serial(int32(le.Uint32(b[8:]))),
+			Aux: int32(le.Uint32(b[12:])), WatchID: id}
 		return n, false, true, size, nil
 	}
 	return n, false, false, size, nil
-}
-
-// Records are in the machine's byte order; every ABI ukeys intercepts
-// (x86-64, arm64) is little-endian.
-func appendU32(b []byte, v uint32) []byte {
-	return append(b, byte(v), byte(v>>8), byte(v>>16), byte(v>>24))
-}
-
-func getU32(b []byte) uint32 {
-	return uint32(b[0]) | uint32(b[1])<<8 | uint32(b[2])<<16 | uint32(b[3])<<24
 }

@@ -320,6 +320,9 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 // dispatchPiped dispatches an intercepted call, whose watch
 // (KEYCTL_WATCH_KEY) names its queue by the caller's descriptor.
 func (c *conn) dispatchPiped(ic intercept.Caller, r *wire.Request) *wire.Response {
+	if ic.Pipe == nil {
+		return c.dispatch(r) // every call but a watch naming a pipe
+	}
 	c.pipe = ic.Pipe
 	defer func() { c.pipe = nil }()
 	return c.dispatch(r)

@@ -2,7 +2,6 @@ package containers
 
 import (
 	"encoding/json"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -79,7 +78,6 @@ func TestCrunContainers(t *testing.T) {
 		}
 		return b
 	}
-	id := func(name string) string { return fmt.Sprintf("ukeys-test-%d-%s", os.Getpid(), name) }
 
 	// A container without the profile first: can crun run one here at all?
 	plain := bundle("plain", false, "search", "none")

@@ -19,18 +19,7 @@ import (
 // system calls to ukeyd's agent: each adds and finds its own keys, sees
 // none of another's, and the kernel's keyrings gain nothing.
 func TestRuncContainers(t *testing.T) {
-	ukeystest.NeedRoot(t, "runc runs containers as root")
-	runc, err := exec.LookPath("runc")
-	if err != nil {
-		t.Skip("needs runc (Debian package runc)")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("needs the go command to build the container's program")
-	}
-	dir, agent := agentDaemon(t)
-	configure, run := runcBundle(t, runc, gobin, dir)
-	id := func(name string) string { return fmt.Sprintf("ukeys-test-%d-%s", os.Getpid(), name) }
+	agent, configure, run, wait := runcAgent(t)
 
 	// Container a adds a key and, three seconds later, finds it still;
 	// meanwhile container b looks for it.
@@ -42,7 +31,7 @@ func TestRuncContainers(t *testing.T) {
 	go func() { defer wg.Done(); a = run(id("a")) }()
 	// runc reads the bundle's config when it starts the container: give
 	// a's runc its moment before b's config is written.
-	waitForContainer(t, runc, filepath.Join(dir, "runc"), id("a"))
+	wait(id("a"))
 	configure(profile, "search", "shared-name")
 	b := run(id("b"))
 	wg.Wait()
@@ -56,6 +45,31 @@ func TestRuncContainers(t *testing.T) {
 		t.Errorf("the kernel holds the containers' key:\n%s", pk)
 	}
 }
+
+// runcAgent starts a daemon serving as the seccomp agent and a runc
+// bundle whose root holds keyprog (runcBundle), or skips the test where
+// runc, the go command or root is missing. It returns the agent's
+// socket, the bundle's configure and run, and a wait until a container
+// runs.
+func runcAgent(t *testing.T) (agent string, configure func(seccomp map[string]any, args ...string), run func(id string) string, wait func(id string)) {
+	t.Helper()
+	ukeystest.NeedRoot(t, "runc runs containers as root")
+	runc, err := exec.LookPath("runc")
+	if err != nil {
+		t.Skip("needs runc (Debian package runc)")
+	}
+	gobin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("needs the go command to build the container's program")
+	}
+	dir, agent := agentDaemon(t)
+	configure, run = runcBundle(t, runc, gobin, dir)
+	wait = func(id string) { waitForContainer(t, runc, filepath.Join(dir, "runc"), id) }
+	return agent, configure, run, wait
+}
+
+// id is a test's container name, unique to this run.
+func id(name string) string { return fmt.Sprintf("ukeys-test-%d-%s", os.Getpid(), name) }
 
 // runcBundle makes a bundle in dir whose root holds keyprog, and
 // returns how to configure it (its seccomp profile and keyprog's
@@ -114,18 +128,7 @@ func runcBundle(t *testing.T, runc, gobin, dir string) (configure func(seccomp m
 // watched keyring comes as the kernel's record. One whose profile
 // notifies the key calls alone is told there are none.
 func TestRuncContainerWatch(t *testing.T) {
-	ukeystest.NeedRoot(t, "runc runs containers as root")
-	runc, err := exec.LookPath("runc")
-	if err != nil {
-		t.Skip("needs runc (Debian package runc)")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("needs the go command to build the container's program")
-	}
-	dir, agent := agentDaemon(t)
-	configure, run := runcBundle(t, runc, gobin, dir)
-	id := func(name string) string { return fmt.Sprintf("ukeys-test-%d-%s", os.Getpid(), name) }
+	agent, configure, run, _ := runcAgent(t)
 
 	profile := notifyKeyCalls(agent)
 	arg := func(op string, value, two uint64) []map[string]any {
