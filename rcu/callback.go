@@ -49,12 +49,12 @@ func (q *callbacks) close() {
 // Call arranges for fn to run after a grace period: once every read section
 // that began before Call has ended and every online task has passed a
 // quiescent state. Callbacks run on the domain's worker goroutine, in the
-// order they were queued, in batches (see WithCallbackBatch) with a yield
+// order they were queued, in batches (see [WithCallbackBatch]) with a yield
 // of the processor between batches.
 //
-// The backlog of callbacks not yet run is bounded (WithCallbackBacklog).
+// The backlog of callbacks not yet run is bounded ([WithCallbackBacklog]).
 // When it is full, Call waits for the worker to make room, or with
-// WithInlineGracePeriod waits for a grace period itself and runs fn before
+// [WithInlineGracePeriod] waits for a grace period itself and runs fn before
 // returning; the caller feels backpressure instead of the process growing
 // without limit. A callback, or an online task of the domain, may call
 // Call; if the backlog is full then, the bound is exceeded rather than
@@ -142,9 +142,9 @@ func (d *Domain) onlineTask(gid int64) *Task {
 	return nil
 }
 
-// Barrier waits until every callback queued by Call before Barrier was
-// called has run (the kernel's rcu_barrier). Callbacks queued later are not
-// waited for. It must not be called from a callback or inside a read
+// Barrier waits until every callback queued by [Domain.Call] before Barrier
+// was called has run (the kernel's rcu_barrier). Callbacks queued later are
+// not waited for. It must not be called from a callback or inside a read
 // section of the domain.
 func (d *Domain) Barrier(ctx context.Context) error {
 	d.checkBlockingAllowed("Barrier")

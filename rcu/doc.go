@@ -4,7 +4,7 @@
 //
 // # Model
 //
-// A Domain is one independent RCU instance. Two kinds of readers hold its
+// A [Domain] is one independent RCU instance. Two kinds of readers hold its
 // grace periods back:
 //
 //   - Read sections, for any goroutine: s := d.Read() … s.End(). A section
@@ -24,10 +24,11 @@
 //     (cond_resched) never reports a quiescent state and holds every
 //     synchronize_rcu_tasks caller for the whole loop.
 //
-// Writers wait for a grace period with Synchronize, defer work past one
-// with Call (and wait for all deferred work with Barrier), or poll with
-// Start and Done when they must not block. Value is a typed pointer that
-// retires old versions through Call.
+// Writers wait for a grace period with [Domain.Synchronize], defer work past
+// one with [Domain.Call] (and wait for all deferred work with
+// [Domain.Barrier]), or poll with [Domain.Start] and [Domain.Done] when they
+// must not block. [Value] is a typed pointer that retires old versions
+// through Call.
 //
 // # Grace periods
 //
@@ -39,7 +40,7 @@
 // of its holdout list). On an idle domain the caller runs the grace period
 // itself and wakes no other goroutine.
 //
-// When a grace period is older than the stall timeout (WithStallTimeout)
+// When a grace period is older than the stall timeout ([WithStallTimeout])
 // the domain reports what holds it: the tasks that have not reported, with
 // their goroutine stacks, and the read sections still open. Reports repeat
 // at doubling intervals until the grace period ends.
@@ -47,10 +48,10 @@
 // # Misuse
 //
 // Mistakes that would deadlock or corrupt panic with a message that says
-// what happened: ending a section twice, a task reporting after Unregister
-// or while offline, Barrier from a callback. Synchronize, Wait or Barrier
-// inside a read section of the same domain, or from an online task of it,
-// panic in builds with -race or -tags ukeys_invariants, where the domain
-// tracks which goroutine holds what (in other builds the check would cost
-// a microsecond per section).
+// what happened: ending a section twice, a task reporting after
+// [Task.Unregister] or while offline, Barrier from a callback. Synchronize,
+// [Domain.Wait] or Barrier inside a read section of the same domain, or from
+// an online task of it, panic in builds with -race or -tags
+// ukeys_invariants, where the domain tracks which goroutine holds what (in
+// other builds the check would cost a microsecond per section).
 package rcu

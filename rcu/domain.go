@@ -16,7 +16,7 @@ var ErrClosed = errors.New("rcu: domain closed")
 
 // Domain is one independent RCU instance: its grace periods wait only for
 // its own read sections and tasks. The zero value is not usable; create
-// domains with New and stop them with Close.
+// domains with [New] and stop them with [Domain.Close].
 type Domain struct {
 	// Read-side hot words, each on its own cache line.
 	epoch   atomic.Uint32 // low bit: the index new sections count against
@@ -52,8 +52,9 @@ type Domain struct {
 	wg      sync.WaitGroup
 }
 
-// New creates a domain and starts its goroutines: a grace-period driver
-// that serves Start and hand-offs, a callback worker, and a stall watcher.
+// New creates a domain and starts its goroutines: a grace-period driver that
+// serves [Domain.Start] and hand-offs, a callback worker, and a stall
+// watcher.
 func New(opts ...Option) *Domain {
 	cfg := defaultConfig()
 	for _, o := range opts {
@@ -85,9 +86,10 @@ func New(opts ...Option) *Domain {
 func (d *Domain) Name() string { return d.cfg.name }
 
 // Close runs every callback queued before it (after the grace period they
-// wait for), then stops all goroutines the domain started. Synchronize and
-// Barrier calls still waiting when Close finishes return ErrClosed. Call
-// and Start panic on a closed domain. Close is idempotent.
+// wait for), then stops all goroutines the domain started.
+// [Domain.Synchronize] and [Domain.Barrier] calls still waiting when Close
+// finishes return [ErrClosed]. [Domain.Call] and [Domain.Start] panic on a
+// closed domain. Close is idempotent.
 func (d *Domain) Close() error {
 	if !d.closed.CompareAndSwap(false, true) {
 		return nil

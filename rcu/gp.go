@@ -69,7 +69,7 @@ func (d *Domain) gpInProgress() bool { return d.gp.seqA.Load()&1 != 0 }
 // section that began before the call has ended, and every task that was
 // online when it was called has passed a quiescent state, gone offline or
 // unregistered. Concurrent callers share grace periods. It returns early
-// with ctx's error if ctx is done first, and ErrClosed if the domain
+// with ctx's error if ctx is done first, and [ErrClosed] if the domain
 // closes.
 //
 // Synchronize must not be called inside a read section of the same domain
@@ -92,7 +92,8 @@ func (d *Domain) synchronize(ctx context.Context) error {
 
 // Start returns a cookie for a grace period that begins after the call and
 // makes sure that grace period runs, without blocking (the kernel's
-// start_poll_synchronize_rcu). Poll it with Done or wait with Wait.
+// start_poll_synchronize_rcu). Poll it with [Domain.Done] or wait with
+// [Domain.Wait].
 func (d *Domain) Start() Cookie {
 	if d.closed.Load() {
 		panic("rcu: Start on a closed domain")
@@ -111,8 +112,9 @@ func (d *Domain) Start() Cookie {
 }
 
 // Snapshot returns a cookie for a grace period that begins after the call
-// without starting one (the kernel's get_state_synchronize_rcu): Done turns
-// true once some other caller has driven such a grace period.
+// without starting one (the kernel's get_state_synchronize_rcu):
+// [Domain.Done] turns true once some other caller has driven such a grace
+// period.
 func (d *Domain) Snapshot() Cookie { return Cookie(snap(d.gp.seqA.Load())) }
 
 // Done reports whether the grace period named by c has completed. It never

@@ -11,15 +11,15 @@ const (
 	// domain reports a stall. Like the kernel's RCU CPU stall timeout it is
 	// tens of seconds: long enough that a loaded machine does not cry wolf.
 	DefaultStallTimeout = 21 * time.Second
-	// DefaultCallbackBacklog bounds the callbacks queued by Call and not yet
-	// invoked. Call applies backpressure beyond it.
+	// DefaultCallbackBacklog bounds the callbacks queued by [Domain.Call] and
+	// not yet invoked. Call applies backpressure beyond it.
 	DefaultCallbackBacklog = 1 << 16
 	// DefaultCallbackBatch is how many callbacks the worker invokes before
 	// it yields the processor.
 	DefaultCallbackBatch = 1024
 )
 
-// Option configures a Domain.
+// Option configures a [Domain].
 type Option func(*config)
 
 type config struct {
@@ -63,9 +63,9 @@ func WithStallHandler(h func(StallReport)) Option {
 // WithLogger sets the logger used by the default stall handler.
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
-// WithCallbackBacklog bounds the number of callbacks queued by Call and not
-// yet invoked. When the backlog is full, Call waits for room (or, with
-// WithInlineGracePeriod, waits for a grace period itself and runs the
+// WithCallbackBacklog bounds the number of callbacks queued by [Domain.Call]
+// and not yet invoked. When the backlog is full, Call waits for room (or,
+// with [WithInlineGracePeriod], waits for a grace period itself and runs the
 // callback inline). Values below 1 are treated as 1.
 func WithCallbackBacklog(n int) Option { return func(c *config) { c.backlog = max(n, 1) } }
 
@@ -73,9 +73,9 @@ func WithCallbackBacklog(n int) Option { return func(c *config) { c.backlog = ma
 // yields of the processor. Values below 1 are treated as 1.
 func WithCallbackBatch(n int) Option { return func(c *config) { c.batch = max(n, 1) } }
 
-// WithInlineGracePeriod makes Call, when the backlog is full, wait for a
-// grace period on the calling goroutine and then run the callback there,
-// as liburcu's call_rcu falls back to synchronize_rcu when it cannot
+// WithInlineGracePeriod makes [Domain.Call], when the backlog is full, wait
+// for a grace period on the calling goroutine and then run the callback
+// there, as liburcu's call_rcu falls back to synchronize_rcu when it cannot
 // allocate. Without it Call waits for the worker to make room.
 func WithInlineGracePeriod() Option { return func(c *config) { c.inlineGP = true } }
 

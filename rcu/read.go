@@ -35,9 +35,9 @@ func procPin() int
 //go:linkname procUnpin runtime.procUnpin
 func procUnpin()
 
-// Section is an open read section. Obtain one with Domain.Read and end it
-// with End exactly once. A Section is a small value: keep it in a local
-// variable (defer s.End() is the usual shape).
+// Section is an open read section. Obtain one with [Domain.Read] and end it
+// with [Section.End] exactly once. A Section is a small value: keep it in a
+// local variable (defer s.End() is the usual shape).
 type Section struct {
 	ctr *atomic.Int64
 	d   *Domain
@@ -50,8 +50,8 @@ type Section struct {
 // that starts after Read returns does not complete until the section ends.
 //
 // Objects reached through rcu-protected pointers inside the section stay
-// valid until End: their reclamation (Call callbacks, code after
-// Synchronize) waits for it.
+// valid until [Section.End]: their reclamation ([Domain.Call] callbacks,
+// code after [Domain.Synchronize]) waits for it.
 func (d *Domain) Read() Section {
 	p := procPin()
 	procUnpin()
@@ -65,7 +65,7 @@ func (d *Domain) Read() Section {
 	return s
 }
 
-// End ends the section. Ending a section twice, or ending a zero Section,
+// End ends the section. Ending a section twice, or ending a zero [Section],
 // panics.
 func (s *Section) End() {
 	c := s.ctr

@@ -27,8 +27,8 @@ const (
 // liburcu's QSBR flavour and the kernel's Tasks RCU. A task has no read
 // sections: everything it does between two quiescent states is protected,
 // and a grace period waits until every task that was online when it began
-// has passed a quiescent state (Quiescent or Checkpoint), gone offline, or
-// unregistered.
+// has passed a quiescent state ([Task.Quiescent] or [Task.Checkpoint]), gone
+// offline, or unregistered.
 //
 // A Task belongs to the goroutine that registered it; its methods must be
 // called from that goroutine.
@@ -66,7 +66,7 @@ func (t *Task) Checkpoint() {
 }
 
 // Quiescent reports a quiescent state if a grace period is waiting for one,
-// without yielding. It is as cheap as Checkpoint when none is.
+// without yielding. It is as cheap as [Task.Checkpoint] when none is.
 func (t *Task) Quiescent() {
 	if t.state.Load() != 0 {
 		t.slow(false)
@@ -113,9 +113,9 @@ func (t *Task) slow(yield bool) {
 }
 
 // Offline puts the task in an extended quiescent state: grace periods stop
-// waiting for it until Online. Call it before the task blocks for an
-// unbounded time (waiting for work, sleeping, I/O) and do not touch
-// rcu-protected data while offline.
+// waiting for it until [Task.Online]. Call it before the task
+// blocks for an unbounded time (waiting for work, sleeping, I/O) and do not
+// touch rcu-protected data while offline.
 func (t *Task) Offline() {
 	for {
 		s := t.state.Load()
@@ -134,8 +134,8 @@ func (t *Task) Offline() {
 	}
 }
 
-// Online ends an extended quiescent state begun by Offline. Pointers read
-// before Offline must be read again.
+// Online ends an extended quiescent state begun by [Task.Offline]. Pointers
+// read before Offline must be read again.
 func (t *Task) Online() {
 	for {
 		s := t.state.Load()

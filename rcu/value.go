@@ -2,20 +2,21 @@ package rcu
 
 import "sync/atomic"
 
-// Value is an rcu-protected pointer to a T: readers Load it inside a read
-// section (or on an online task) and use what they got until the section
-// ends; writers publish a new version with Store, Swap or CompareAndSwap,
-// and the old version is retired through Call, so its retire function runs
-// only after every reader that might hold it has let go.
+// Value is an rcu-protected pointer to a T: readers [Value.Load] it inside a
+// read section (or on an online task) and use what they got until the
+// section ends; writers publish a new version with [Value.Store],
+// [Value.Update] or [Value.CompareAndSwap], and the old version is retired
+// through [Domain.Call], so its retire function runs only after every
+// reader that might hold it has let go.
 //
-// The zero Value is not usable; create one with NewValue.
+// The zero Value is not usable; create one with [NewValue].
 type Value[T any] struct {
 	p      atomic.Pointer[T]
 	d      *Domain
 	retire func(*T)
 }
 
-// NewValue returns a Value in domain d holding initial (which may be nil).
+// NewValue returns a [Value] in domain d holding initial (which may be nil).
 // retire, if not nil, is called on each version replaced by a writer, after
 // a grace period; use it to wipe or recycle the old version.
 func NewValue[T any](d *Domain, initial *T, retire func(*T)) *Value[T] {
