@@ -4,13 +4,13 @@ import "time"
 
 // ScheduleAfter queues w to run after delay (the kernel's
 // queue_delayed_work). A delay of zero or less queues it at once, as
-// Schedule does. If w is already pending, queued or delayed, it does
-// nothing and returns false; use Reschedule to change the delay of a
+// [Queue.Schedule] does. If w is already pending, queued or delayed, it does
+// nothing and returns false; use [Queue.Reschedule] to change the delay of a
 // pending item.
 //
 // A delayed item becomes runnable when its timer fires; from then on it
-// waits for a worker like any other. Close does not wait for timers: it
-// makes every delayed item runnable at once so that nothing scheduled is
+// waits for a worker like any other. [Queue.Close] does not wait for timers:
+// it makes every delayed item runnable at once so that nothing scheduled is
 // lost.
 func (q *Queue) ScheduleAfter(w *Work, delay time.Duration) bool {
 	if w.pending.Load() && w.q.Load() == q {
@@ -28,8 +28,9 @@ func (q *Queue) ScheduleAfter(w *Work, delay time.Duration) bool {
 // makes w runnable now (an item that is already runnable keeps its place
 // in line). It returns whether w was pending.
 //
-// Reschedule does nothing when Schedule would refuse: after Close has
-// begun, or while a Cancel of w is waiting for its run to end.
+// Reschedule does nothing when [Queue.Schedule] would refuse: after
+// [Queue.Close] has begun, or while a [Queue.Cancel] of w is waiting for its
+// run to end.
 func (q *Queue) Reschedule(w *Work, delay time.Duration) bool {
 	_, was := q.enqueue(w, delay, true)
 	return was

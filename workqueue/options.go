@@ -11,7 +11,7 @@ import (
 // before anyone reads a dump of all goroutines.
 const DefaultWatchdog = 10 * time.Second
 
-// Option configures a Queue.
+// Option configures a [Queue].
 type Option func(*config)
 
 type config struct {
@@ -31,7 +31,7 @@ func defaultConfig() config {
 func WithName(name string) Option { return func(c *config) { c.name = name } }
 
 // WithWorkers sets the number of worker goroutines; the default is
-// runtime.GOMAXPROCS(0). Values below 1 are treated as 1.
+// [runtime.GOMAXPROCS](0). Values below 1 are treated as 1.
 func WithWorkers(n int) Option { return func(c *config) { c.workers = max(n, 1) } }
 
 // WithWatchdog sets how long an item may run before the watchdog reports
@@ -43,12 +43,13 @@ func WithWatchdog(threshold time.Duration) Option {
 
 // WithWatchdogHandler replaces the default handler (a structured slog
 // warning) for watchdog reports. The handler runs on the watchdog's own
-// goroutine, never on a worker; it should not block for long, Close waits
-// for a handler that is running, and so the handler must not call Close.
+// goroutine, never on a worker; it should not block for long, [Queue.Close]
+// waits for a handler that is running, and so the handler must not call
+// Close.
 func WithWatchdogHandler(h func(WatchdogReport)) Option {
 	return func(c *config) { c.wdHandler = h }
 }
 
 // WithLogger sets the logger used by the default watchdog handler; the
-// default is slog.Default().
+// default is [slog.Default]().
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }

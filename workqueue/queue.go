@@ -14,7 +14,7 @@ import (
 )
 
 // Queue runs work items on a fixed pool of worker goroutines, each a task
-// of an rcu domain. Create it with New and stop it with Close.
+// of an rcu domain. Create it with [New] and stop it with [Queue.Close].
 type Queue struct {
 	// rejected counts Schedule calls on items already pending. It is the
 	// only counter the fast path touches, so it sits on a line of its own.
@@ -203,11 +203,11 @@ func (q *Queue) onWorkerLocked() bool {
 }
 
 // Close stops the queue (the kernel's destroy_workqueue): from now on
-// Schedule, ScheduleAfter and Reschedule do nothing and return false. It
-// then drains the queue: delayed items become runnable at once, every
-// runnable item runs, and items running during the drain may schedule
-// themselves or other items again (chained work), which runs too. When
-// nothing is left it stops the workers and the watchdog and returns.
+// [Queue.Schedule], [Queue.ScheduleAfter] and [Queue.Reschedule] do nothing
+// and return false. It then drains the queue: delayed items become runnable
+// at once, every runnable item runs, and items running during the drain may
+// schedule themselves or other items again (chained work), which runs too.
+// When nothing is left it stops the workers and the watchdog and returns.
 //
 // Close is idempotent; a second call waits for the first to finish. It
 // panics if called from an item of the queue, which it would wait for.

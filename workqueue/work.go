@@ -9,8 +9,8 @@ import (
 	"github.com/ukeys/ukeys/rcu"
 )
 
-// Work is a work item: a named function that a Queue runs on one of its
-// workers. Create it with NewWork and reuse it: scheduling the same Work
+// Work is a work item: a named function that a [Queue] runs on one of its
+// workers. Create it with [NewWork] and reuse it: scheduling the same Work
 // again is how a job asks to run again, and its pending bit is what makes
 // repeated requests collapse into one run.
 //
@@ -109,9 +109,9 @@ func (w *Work) busy() bool {
 // false: the pending instance will do the job. If w is running, the new
 // instance runs after the current run ends, never concurrently with it.
 //
-// Schedule returns false, doing nothing, after Close has begun, except
-// when called from an item running on this queue during Close's drain.
-// It panics if w is pending or running on another queue.
+// Schedule returns false, doing nothing, after [Queue.Close] has begun,
+// except when called from an item running on this queue during Close's
+// drain. It panics if w is pending or running on another queue.
 func (q *Queue) Schedule(w *Work) bool {
 	if w.pending.Load() && w.q.Load() == q {
 		q.rejected.Add(1)
