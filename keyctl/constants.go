@@ -18,7 +18,7 @@ const (
 	Cap2Notifications = 0x04
 )
 
-// MoveExcl makes KEYCTL_MOVE fail with EEXIST if the destination keyring
+// MoveExcl makes KEYCTL_MOVE fail with [EEXIST] if the destination keyring
 // holds a key of the same type and description (KEYCTL_MOVE_EXCL).
 const MoveExcl = 1
 
@@ -31,7 +31,7 @@ const MaxKDFOutput = 1024
 const NegativeTimeout = 60 * time.Second
 
 // Limits the kernel puts on what a program passes in. Longer strings fail
-// with EINVAL, larger payloads with EINVAL or E2BIG as each call says.
+// with [EINVAL], larger payloads with EINVAL or E2BIG as each call says.
 const (
 	MaxTypeName      = 31        // a key type's name
 	MaxDescription   = 4095      // a key's description (KEY_MAX_DESC_SIZE)

@@ -8,8 +8,8 @@ import (
 
 // Errno is an error number with the Linux kernel's value and the C
 // library's text, so that errors mean the same on every host and travel
-// over the wire as numbers. On Linux, errors.Is also matches the
-// equivalent syscall.Errno.
+// over the wire as numbers. On Linux, [errors.Is] also matches the
+// equivalent [syscall.Errno].
 type Errno uint16
 
 // The errno values that the key retention service returns.

@@ -86,7 +86,7 @@ const (
 var le = binary.LittleEndian
 
 // AppendRecord appends n to b as the kernel's watch queue carries it: a
-// key_notification, or for NotifyRemoved a watch_notification_removal
+// key_notification, or for [NotifyRemoved] a watch_notification_removal
 // naming the key.
 func (n Notification) AppendRecord(b []byte) []byte {
 	typ, sub := uint32(WatchTypeKeyNotify), uint32(n.Kind)
@@ -117,10 +117,10 @@ var ErrRecord = errors.New("keyctl: malformed watch queue record")
 
 // ParseRecord decodes the record at the start of b, as keyutils' consumer
 // reads them: its length is the header's, at least a header's and no more
-// than b holds. It returns the notification (a removal as NotifyRemoved),
+// than b holds. It returns the notification (a removal as [NotifyRemoved]),
 // loss if the record says records were lost, and the record's length.
 // Records of other types, or key records of another length than
-// RecordSize, come back with known false, to be skipped.
+// [RecordSize], come back with known false, to be skipped.
 func ParseRecord(b []byte) (n Notification, loss, known bool, size int, err error) {
 	if len(b) < LossRecordSize {
 		return n, false, false, 0, ErrRecord

@@ -8,7 +8,7 @@ import "strings"
 // setperm mean the same here.
 type Perm uint32
 
-// Rights within one byte of a Perm.
+// Rights within one byte of a [Perm].
 const (
 	View    Perm = 0x01 // see the key's attributes
 	Read    Perm = 0x02 // read the payload, list a keyring
@@ -19,7 +19,7 @@ const (
 	All     Perm = 0x3f
 )
 
-// Shifts of the four classes within a Perm.
+// Shifts of the four classes within a [Perm].
 const (
 	PossessorShift = 24
 	UserShift      = 16
@@ -41,7 +41,7 @@ const (
 const (
 	// PermDefault: possessor everything, user view (user, keyring, big_key).
 	PermDefault Perm = 0x3f010000
-	// PermLogon: as PermDefault without possessor read.
+	// PermLogon: as [PermDefault] without possessor read.
 	PermLogon Perm = 0x3d010000
 	// PermSessionAnon is the anonymous session keyring's (_ses).
 	PermSessionAnon Perm = 0x3f030000
@@ -79,7 +79,7 @@ func (p Perm) String() string {
 }
 
 // NoGID marks a key without a group (the kernel's INVALID_GID), shown as
-// OverflowID in descriptions.
+// [OverflowID] in descriptions.
 const NoGID = ^uint32(0)
 
 // OverflowID is what the kernel shows for an id that has no mapping.

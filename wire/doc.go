@@ -4,7 +4,7 @@
 // # Framing
 //
 // Every message is a frame: a 4-byte big-endian length, then that many
-// bytes of body. A frame longer than MaxFrame is refused before anything
+// bytes of body. A frame longer than [MaxFrame] is refused before anything
 // is allocated for it.
 //
 // # Handshake
@@ -16,10 +16,10 @@
 // not serve the caller at all answers with a refusal instead: a Hello of
 // version 0 followed by a 2-byte errno (EDQUOT: the caller's uid holds
 // its share of the server already; EMFILE: the server as a whole is
-// full), which DecodeHello returns as a *Refused error. Nothing longer
-// than MaxHello is read before the handshake.
+// full), which [DecodeHello] returns as a *[Refused] error. Nothing longer
+// than [MaxHello] is read before the handshake.
 //
-// Reader reads frames into a buffer that it wipes once each frame has
+// [Reader] reads frames into a buffer that it wipes once each frame has
 // been handled, so that no payload outlives its request in a connection's
 // buffers.
 //
@@ -51,24 +51,24 @@
 // A response with errno 0 succeeded; otherwise errno is the kernel's error
 // number (ENOKEY, EACCES…) and the results are empty.
 //
-// Operation numbers are keyctl(2)'s where the kernel has one (OpRevoke is
+// Operation numbers are keyctl(2)'s where the kernel has one ([OpRevoke] is
 // KEYCTL_REVOKE = 3 …); add_key, request_key and the daemon's own
 // operations use numbers from 1000 up.
 //
 // # The table of operations
 //
-// One table says what every operation takes and answers: a Spec per
-// operation (SpecOf, Specs), listing its arguments in the order of the
+// One table says what every operation takes and answers: a [Spec] per
+// operation ([SpecOf], [Specs]), listing its arguments in the order of the
 // system call that carries it, each with its kind (integer, string,
 // optional string, buffer), its bound and its position among the call's
 // arguments, and what a success answers. On the wire the integers and the
 // buffers each keep the table's order. A client builds a request with
-// Request.Set, which holds the arguments to the table; a server reads one
-// through Spec.Check, which cuts strings at their first NUL byte as the
+// [Request.Set], which holds the arguments to the table; a server reads one
+// through [Spec.Check], which cuts strings at their first NUL byte as the
 // kernel's copies from user space do, holds them to their bounds (EINVAL)
-// and hands back Args to read by position; the fuzz targets draw their
+// and hands back [Args] to read by position; the fuzz targets draw their
 // requests from it. Because every argument records where add_key(2),
-// keyctl(2) or request_key(2) passes it (SyscallSpec), the same table
+// keyctl(2) or request_key(2) passes it ([SyscallSpec]), the same table
 // decodes those system calls when a supervisor intercepts them. Adding an
 // operation is adding its entry, and a case where the server serves it.
 //

@@ -11,7 +11,7 @@ import (
 // for the other arguments.
 const MaxFrame = 1<<20 + 64<<10
 
-// ErrFrameTooLarge reports a frame longer than MaxFrame.
+// ErrFrameTooLarge reports a frame longer than [MaxFrame].
 var ErrFrameTooLarge = errors.New("wire: frame too large")
 
 // ReadFrame reads one frame's body. buf is reused if it is large enough;
@@ -52,12 +52,12 @@ func AppendFrame(dst, body []byte) ([]byte, error) {
 }
 
 // BeginFrame appends room for a frame's length prefix to dst; append the
-// body after it and seal the frame with EndFrame. Building a frame in
-// place saves the copy AppendFrame makes, and the frame goes out in one
+// body after it and seal the frame with [EndFrame]. Building a frame in
+// place saves the copy [AppendFrame] makes, and the frame goes out in one
 // write.
 func BeginFrame(dst []byte) []byte { return append(dst, 0, 0, 0, 0) }
 
-// EndFrame fills in the length prefix of the frame that BeginFrame began
+// EndFrame fills in the length prefix of the frame that [BeginFrame] began
 // at offset start of f.
 func EndFrame(f []byte, start int) ([]byte, error) {
 	n := len(f) - start - 4

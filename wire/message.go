@@ -46,14 +46,14 @@ func EncodeRefusal(errno uint16) []byte {
 	return binary.BigEndian.AppendUint16(b, errno)
 }
 
-// Refused is the error DecodeHello returns for a refusal.
+// Refused is the error [DecodeHello] returns for a refusal.
 type Refused struct{ Errno uint16 }
 
 func (r *Refused) Error() string {
 	return fmt.Sprintf("wire: connection refused with errno %d", r.Errno)
 }
 
-// DecodeHello returns the version of a Hello body, or a *Refused error
+// DecodeHello returns the version of a Hello body, or a *[Refused] error
 // for a refusal.
 func DecodeHello(b []byte) (uint16, error) {
 	if len(b) < 6 || [4]byte(b[:4]) != helloMagic {
@@ -99,7 +99,7 @@ type Response struct {
 // body): what a buffer must hold for r to be appended without growing.
 func (r *Request) FrameLen() int { return 4 + bodyLen(r.Ints, r.Bufs) }
 
-// FrameLen is the bytes r takes as a frame, as Request.FrameLen.
+// FrameLen is the bytes r takes as a frame, as [Request.FrameLen].
 func (r *Response) FrameLen() int { return 4 + bodyLen(r.Ints, r.Bufs) }
 
 // bodyLen is the bytes appendBody writes for ints and bufs: the header
@@ -200,7 +200,7 @@ func DecodeRequest(b []byte) (*Request, error) {
 }
 
 // Decode parses a request body into r, reusing the capacity of r's Ints
-// and Bufs, so that a server decoding into one Request per connection
+// and Bufs, so that a server decoding into one [Request] per connection
 // allocates nothing per request. Its Bufs alias b. On error r is
 // cleared.
 func (r *Request) Decode(b []byte) error {

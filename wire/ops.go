@@ -6,7 +6,7 @@ import "github.com/ukeys/ukeys/keyctl"
 type Op uint16
 
 // Operations. What each takes and answers is its entry in the table
-// below (SpecOf).
+// below ([SpecOf]).
 const (
 	OpGetKeyringID     Op = 0
 	OpJoinSession      Op = 1

@@ -16,7 +16,7 @@ import (
 // calls as the stream allows (a header and its body, or several
 // pipelined frames, usually arrive in one). A larger frame grows the
 // buffer to hold it, up to the limit; once it has been handed out, the
-// buffer shrinks back (see Release).
+// buffer shrinks back (see [Reader.Release]).
 type Reader struct {
 	r     io.Reader
 	buf   []byte
@@ -32,11 +32,11 @@ type Reader struct {
 	mem Memory // where buf comes from; nil: Go's heap
 }
 
-// Memory is where a Reader keeps its buffer: Go's heap unless SetMemory
-// says otherwise (a daemon's memory that is locked and never dumped,
-// since the frames it reads carry payloads). Alloc returns n zeroed
-// bytes (n > 0, len and cap n); Free wipes b, which Alloc returned, and
-// takes it back: nothing may use b after.
+// Memory is where a [Reader] keeps its buffer: Go's heap unless
+// [Reader.SetMemory] says otherwise (a daemon's memory that is locked and
+// never dumped, since the frames it reads carry payloads). Alloc returns n
+// zeroed bytes (n > 0, len and cap n); Free wipes b, which Alloc returned,
+// and takes it back: nothing may use b after.
 //
 // Copy is the copy the Reader makes within its buffers (moving unread
 // bytes to the front, growing or shrinking), as the built-in copy with
@@ -51,9 +51,9 @@ type Memory interface {
 	Copy(dst, src []byte) int
 }
 
-// SetMemory makes the Reader take its buffers from m (nil: Go's heap).
-// Call it before the first read; the Reader frees what it holds with m
-// when it shrinks its buffer and in Release, which its owner must call
+// SetMemory makes the [Reader] take its buffers from m (nil: Go's heap).
+// Call it before the first read; the Reader frees what it holds with m when
+// it shrinks its buffer and in [Reader.Release], which its owner must call
 // once done with it.
 func (r *Reader) SetMemory(m Memory) { r.mem = m }
 
@@ -82,17 +82,17 @@ func (r *Reader) free(b []byte) {
 	r.mem.Free(b[:cap(b)])
 }
 
-// NewReader returns a Reader of r whose buffer holds size bytes between
-// large frames, accepting bodies up to MaxFrame.
+// NewReader returns a [Reader] of r whose buffer holds size bytes between
+// large frames, accepting bodies up to [MaxFrame].
 func NewReader(r io.Reader, size int) *Reader {
 	size = max(size, 64)
 	return &Reader{r: r, base: size, limit: MaxFrame}
 }
 
-// SetLimit sets the largest body that Next and NextLen accept (at most
-// MaxFrame). A server limits a connection's first frame to the size of a
-// Hello, so that nobody can make it buffer a megabyte before saying who
-// it is.
+// SetLimit sets the largest body that [Reader.Next] and [Reader.NextLen]
+// accept (at most [MaxFrame]). A server limits a connection's first frame to
+// the size of a Hello, so that nobody can make it buffer a megabyte before
+// saying who it is.
 func (r *Reader) SetLimit(n int) { r.limit = min(max(n, 0), MaxFrame) }
 
 // Buffered returns how many bytes have been read from the stream and not
@@ -100,7 +100,7 @@ func (r *Reader) SetLimit(n int) { r.limit = min(max(n, 0), MaxFrame) }
 func (r *Reader) Buffered() int { return r.wr - r.rd }
 
 // WholeFrameBuffered reports whether a whole frame (within the limit) is
-// buffered, so that Next will not read from the stream.
+// buffered, so that [Reader.Next] will not read from the stream.
 func (r *Reader) WholeFrameBuffered() bool {
 	if r.Buffered() < 4 {
 		return false
@@ -109,10 +109,10 @@ func (r *Reader) WholeFrameBuffered() bool {
 	return n <= r.limit && r.Buffered() >= 4+n
 }
 
-// NextLen waits until the next frame's length prefix has arrived and
-// returns the body's length without consuming anything, so that the
-// caller can decide whether to read it (Next) or skip it (Skip). It wipes
-// the frame handed out before, as Next does.
+// NextLen waits until the next frame's length prefix has arrived and returns
+// the body's length without consuming anything, so that the caller can
+// decide whether to read it ([Reader.Next]) or skip it ([Reader.Skip]). It
+// wipes the frame handed out before, as Next does.
 func (r *Reader) NextLen() (int, error) {
 	r.wipeOut()
 	if err := r.fill(4); err != nil {
@@ -125,9 +125,9 @@ func (r *Reader) NextLen() (int, error) {
 	return int(n), nil
 }
 
-// Next reads the next frame and returns its body, which is valid until
-// the next call of Next, NextLen, Skip or Release: the Reader wipes it
-// then.
+// Next reads the next frame and returns its body, which is valid until the
+// next call of Next, [Reader.NextLen], [Reader.Skip] or [Reader.Release]:
+// the [Reader] wipes it then.
 func (r *Reader) Next() ([]byte, error) {
 	n, err := r.NextLen()
 	if err != nil {
@@ -143,8 +143,8 @@ func (r *Reader) Next() ([]byte, error) {
 	return body, nil
 }
 
-// Skip consumes the next frame without buffering more than the first
-// head bytes of its body (at most 16), which it returns, valid as Next's
+// Skip consumes the next frame without buffering more than the first head
+// bytes of its body (at most 16), which it returns, valid as [Reader.Next]'s
 // body is. A server uses it to answer a request that it will not hold in
 // memory: the head carries the tag.
 func (r *Reader) Skip(head int) ([]byte, error) {
@@ -179,20 +179,20 @@ func (r *Reader) Skip(head int) ([]byte, error) {
 	return r.head[:head:head], nil
 }
 
-// Fill reads once from the stream into the buffer, without handing
-// anything out; the next Next or NextLen starts from what it read. A
-// caller that knows the stream is readable right now (a raw read's
-// callback) takes what arrived this way instead of waiting on the stream
-// a second time. It wipes the frame handed out before, as Next does.
+// Fill reads once from the stream into the buffer, without handing anything
+// out; the next [Reader.Next] or [Reader.NextLen] starts from what it read.
+// A caller that knows the stream is readable right now (a raw read's
+// callback) takes what arrived this way instead of waiting on the stream a
+// second time. It wipes the frame handed out before, as Next does.
 func (r *Reader) Fill() error {
 	r.wipeOut()
 	return r.readMore()
 }
 
-// Unread returns a copy of the bytes read from the stream and not yet
-// handed out (a frame begun, or frames pipelined behind the last), nil
-// if there are none: what a daemon handing a connection over gives the
-// next one (Preload). The copy is made in the Reader's Memory; the
+// Unread returns a copy of the bytes read from the stream and not yet handed
+// out (a frame begun, or frames pipelined behind the last), nil if there are
+// none: what a daemon handing a connection over gives the next one
+// ([Reader.Preload]). The copy is made in the [Reader]'s [Memory]; the
 // caller frees it there once done with it (in Go's heap: wipes it).
 func (r *Reader) Unread() []byte {
 	if r.Buffered() == 0 {
@@ -204,7 +204,7 @@ func (r *Reader) Unread() []byte {
 }
 
 // Preload puts b in the buffer as if it had been read from the stream,
-// ahead of anything read later. It is for a fresh Reader: a connection
+// ahead of anything read later. It is for a fresh [Reader]: a connection
 // taken over, whose previous daemon had read b.
 func (r *Reader) Preload(b []byte) {
 	if len(b) == 0 {
@@ -216,10 +216,10 @@ func (r *Reader) Preload(b []byte) {
 	r.wr += r.copy(r.buf[r.wr:], b)
 }
 
-// Release wipes every byte the Reader holds, handed out or not, and
+// Release wipes every byte the [Reader] holds, handed out or not, and
 // frees its buffer. The Reader remains usable, with a new buffer (bytes
 // not yet handed out are lost: call it between frames, or when done with
-// the stream, as the owner of a Reader with a Memory must).
+// the stream, as the owner of a Reader with a [Memory] must).
 func (r *Reader) Release() {
 	if r.buf != nil {
 		r.free(r.buf)
@@ -228,13 +228,14 @@ func (r *Reader) Release() {
 	r.buf, r.rd, r.wr, r.out, r.skipped = nil, 0, 0, 0, false
 }
 
-// Done wipes the frame handed out last and shrinks a buffer grown for
-// it, without waiting for the next frame to arrive (Next, NextLen and
-// Skip do it themselves): a server calls it once a request is answered,
-// so that an idle connection holds neither a payload nor a megabyte.
+// Done wipes the frame handed out last and shrinks a buffer grown for it,
+// without waiting for the next frame to arrive ([Reader.Next],
+// [Reader.NextLen] and [Reader.Skip] do it themselves): a server calls it
+// once a request is answered, so that an idle connection holds neither a
+// payload nor a megabyte.
 func (r *Reader) Done() { r.wipeOut() }
 
-// Held returns how many bytes of memory the Reader's buffer holds.
+// Held returns how many bytes of memory the [Reader]'s buffer holds.
 func (r *Reader) Held() int { return cap(r.buf) }
 
 // wipeOut wipes the bytes handed out by the last Next or Skip, and

@@ -90,8 +90,8 @@ type Result struct {
 }
 
 // Spec is an operation's entry in the table: what it takes and answers,
-// and which system call carries it. Encoding (Request.Set), decoding
-// (Spec.Check, Args) and the fuzz targets all read it, so that an
+// and which system call carries it. Encoding ([Request.Set]), decoding
+// ([Spec.Check], [Args]) and the fuzz targets all read it, so that an
 // operation is added by adding its entry.
 type Spec struct {
 	Op   Op
@@ -238,7 +238,7 @@ func (s *Spec) Check(r *Request) (Args, error) {
 }
 
 // CheckResponse reports whether a successful answer carries what the
-// entry says it does (ErrMalformed if not). A failed one carries nothing.
+// entry says it does ([ErrMalformed] if not). A failed one carries nothing.
 func (s *Spec) CheckResponse(r *Response) error {
 	if r.Errno != 0 {
 		return nil
@@ -249,7 +249,7 @@ func (s *Spec) CheckResponse(r *Response) error {
 	return nil
 }
 
-// Args are a request's arguments, checked by Spec.Check, read by their
+// Args are a request's arguments, checked by [Spec.Check], read by their
 // position in the entry's Args. Reading an argument as a kind it is not
 // is a bug in the caller, and panics.
 type Args struct {
@@ -298,7 +298,7 @@ func (a Args) OptStr(i int) *string {
 	return &s
 }
 
-// Value is one argument given to Request.Set.
+// Value is one argument given to [Request.Set].
 type Value struct {
 	kind Kind // KindInt, KindStr (a string or a buffer) or KindOptStr (absent)
 	i    int64
