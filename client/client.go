@@ -1,10 +1,10 @@
 // Package client is the Go API to ukeys, shaped like libkeyutils: one
-// method per keyctl operation, errors comparable with errors.Is against
-// the keyctl package's errno values (which package keys shares). A Client
+// method per keyctl operation, errors comparable with [errors.Is] against
+// the keyctl package's errno values (which package keys shares). A [Client]
 // talks to the ukeyd daemon over its Unix socket, or is served in process
-// (New with a server.Local) with exactly the daemon's behaviour. A Client
+// ([New] with a server.Local) with exactly the daemon's behaviour. A Client
 // may be shared by goroutines: by default their calls take turns, one
-// round trip at a time; a Client dialled WithPipelining sends concurrent
+// round trip at a time; a Client dialled [WithPipelining] sends concurrent
 // calls without waiting for each other's answers, which multiplies the
 // throughput of one connection shared by many goroutines. It links none
 // of the key retention model: its vocabulary is package keyctl's.
@@ -66,7 +66,7 @@ var handshakeTimeout = 10 * time.Second
 const inSize = 16 << 10
 
 // Dial connects to the daemon at the Unix socket path and, if the
-// environment carries a session (SessionEnv) or a request-key helper
+// environment carries a session ([SessionEnv]) or a request-key helper
 // token, presents it.
 func Dial(path string, opts ...Option) (*Client, error) {
 	var cfg dialConfig
@@ -229,9 +229,9 @@ func cut(s string) (string, string, bool) {
 	return "", "", false
 }
 
-// SessionLost returns why the session that SessionEnv named could not be
+// SessionLost returns why the session that [SessionEnv] named could not be
 // joined when the client was dialled (nil if it was, or if there was
-// none; WithDeferredHandshake, nil until the first call has returned).
+// none; [WithDeferredHandshake], nil until the first call has returned).
 // The process then has a revoked session keyring: operations on @s fail
 // with EKEYREVOKED until it joins another session.
 func (c *Client) SessionLost() error { return c.sessionErr }
@@ -318,11 +318,11 @@ func (c *Client) finishHandshake(p *pendingHandshake, request bool) error {
 	return nil
 }
 
-// HandshakeError reports a connection the daemon did not take up: it
-// refused the process (Err is then an *Error with Op "connect": EDQUOT
-// when the uid holds its share of the daemon, EMFILE when the daemon is
-// full), or its hello did not come. Dial returns it; WithDeferredHandshake,
-// the first call does.
+// HandshakeError reports a connection the daemon did not take up: it refused
+// the process (Err is then an *[Error] with Op "connect": EDQUOT when the
+// uid holds its share of the daemon, EMFILE when the daemon is full), or its
+// hello did not come. [Dial] returns it; [WithDeferredHandshake], the first
+// call does.
 type HandshakeError struct {
 	Err error
 }
@@ -453,7 +453,7 @@ type Error struct {
 
 func (e *Error) Error() string { return e.Op + ": " + e.Errno.Error() }
 
-// Unwrap lets errors.Is match the errno.
+// Unwrap lets [errors.Is] match the errno.
 func (e *Error) Unwrap() error { return e.Errno }
 
 func serial(r *wire.Response, err error) (keyctl.Serial, error) {

@@ -16,7 +16,7 @@ func (c *Client) DHCompute(private, prime, base keyctl.Serial) ([]byte, error) {
 	return bytesOf(c.call(wire.OpDHCompute, wire.Int(private), wire.Int(prime), wire.Int(base), wire.Int(int64(math.MaxInt64)), wire.OptStr(nil), wire.Bytes(nil)))
 }
 
-// DHComputeKDF derives outlen bytes (at most keyctl.MaxKDFOutput) from the
+// DHComputeKDF derives outlen bytes (at most [keyctl.MaxKDFOutput]) from the
 // Diffie-Hellman shared secret and otherInfo with the kernel's counter KDF
 // over the named hash, "sha256" for example (keyctl_dh_compute_kdf).
 func (c *Client) DHComputeKDF(private, prime, base keyctl.Serial, hash string, otherInfo []byte, outlen uint64) ([]byte, error) {

@@ -12,8 +12,8 @@ import (
 // This file keeps the package free of the net package (and of the server
 // package, which needs it): with cgo available, linking net links the C
 // runtime, and a short-lived program such as ukeyctl then pays for the
-// dynamic loader and for C threads on every start (measured: about a third
-// of `ukeyctl print`'s wall time on the project's machine).
+// dynamic loader and for C threads on every start, a large share of its
+// wall time.
 
 // HelperEnv carries a request-key helper's token from the daemon to the
 // helper it starts (see server.Helper).
@@ -23,9 +23,9 @@ const HelperEnv = endpoint.HelperEnv
 // $UKEYS_SOCKET if set; /run/ukeys/ukeyd.sock for root (/var/run on macOS
 // and the BSDs); else
 // $XDG_RUNTIME_DIR/ukeys/ukeyd.sock, or a per-user directory under the
-// temporary directory. Dial refuses a socket there, as anywhere, unless
+// temporary directory. [Dial] refuses a socket there, as anywhere, unless
 // the caller or root owns its directory and the daemon answering on it
-// runs as one of them (ErrUntrusted).
+// runs as one of them ([ErrUntrusted]).
 func DefaultSocket() string { return endpoint.Socket() }
 
 // Handler serves requests in process; server.Local is one.

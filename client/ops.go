@@ -100,7 +100,7 @@ func (c *Client) Unlink(id, ring keyctl.Serial) error {
 	return nothing(c.call(wire.OpUnlink, wire.Int(id), wire.Int(ring)))
 }
 
-// Move moves a key between keyrings (flags: keyctl.MoveExcl).
+// Move moves a key between keyrings (flags: [keyctl.MoveExcl]).
 func (c *Client) Move(id, from, to keyctl.Serial, flags uint32) error {
 	return nothing(c.call(wire.OpMove, wire.Int(id), wire.Int(from), wire.Int(to), wire.Int(flags)))
 }
@@ -173,7 +173,7 @@ func (c *Client) SessionToParent() error { return nothing(c.call(wire.OpSessionT
 func (c *Client) Capabilities() ([]byte, error) { return bytesOf(c.call(wire.OpCapabilities)) }
 
 // WatchKey adds (watchID 0..255) or removes (-1) a watch on a key; events
-// arrive through NextNotification.
+// arrive through [Client.NextNotification].
 func (c *Client) WatchKey(id keyctl.Serial, watchID int) error {
 	return nothing(c.call(wire.OpWatchKey, wire.Int(id), wire.Int(watchID)))
 }
@@ -224,7 +224,7 @@ func (c *Client) Status() (string, error) {
 }
 
 // SessionToken returns the current session keyring's serial and a token
-// that lets another process possess it, formatted for SessionEnv.
+// that lets another process possess it, formatted for [SessionEnv].
 func (c *Client) SessionToken() (string, error) {
 	r, err := c.call(wire.OpSessionToken)
 	if err != nil {

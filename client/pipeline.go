@@ -10,7 +10,7 @@ import (
 	"github.com/ukeys/ukeys/wire"
 )
 
-// Option configures Dial.
+// Option configures [Dial].
 type Option func(*dialConfig)
 
 type dialConfig struct {
@@ -26,32 +26,31 @@ type dialConfig struct {
 // program calling in a tight loop then costs neither end a sleep and a
 // wake-up per call. A single call, or one whose answer takes longer,
 // costs nothing more; a daemon that does not poll (one that speaks
-// version 2) is not polled for either. Not with WithPipelining, and not
+// version 2) is not polled for either. Not with [WithPipelining], and not
 // on a single processor.
 func WithSpin(d time.Duration) Option { return func(c *dialConfig) { c.spin = d } }
 
 // DefaultSpin is the poll ukeyctl asks for, the daemon's own default.
 const DefaultSpin = sock.DefaultSpin
 
-// WithBlockingIO keeps the socket blocking: a call waits for its answer
-// in the read system call, on its own thread, instead of parking on the
-// runtime's poller and being woken by it. That saves the poller's
-// hand-offs on every round trip, which is most of what a short-lived
-// program (ukeyctl, a process per command) spends talking to the
-// daemon, at the cost of a thread held for as long as an answer takes.
-// It is for a program that calls from one goroutine at a time, and
-// excludes WithPipelining. Close does not interrupt a call in progress.
+// WithBlockingIO keeps the socket blocking: a call waits for its answer in
+// the read system call, on its own thread, instead of parking on the
+// runtime's poller and being woken by it. That saves the poller's hand-offs
+// on every round trip, which is most of what a short-lived program (ukeyctl,
+// a process per command) spends talking to the daemon, at the cost of a
+// thread held for as long as an answer takes. It is for a program that calls
+// from one goroutine at a time, and excludes [WithPipelining].
+// [Client.Close] does not interrupt a call in progress.
 func WithBlockingIO() Option { return func(c *dialConfig) { c.blocking = true } }
 
-// WithDeferredHandshake saves a short-lived program a round trip: Dial
-// connects and checks the daemon's credentials but writes nothing, and
-// the hello (with the session token, if any) goes out with the first
-// call's request, in one write. A refusal, or a daemon that does not
-// answer the hello, is then reported by the first call (a
-// *HandshakeError) instead of by Dial, and SessionLost says whether the
-// session was joined only once the first call has returned. A
-// request-key helper's token is never deferred. It has no effect
-// WithPipelining.
+// WithDeferredHandshake saves a short-lived program a round trip: [Dial]
+// connects and checks the daemon's credentials but writes nothing, and the
+// hello (with the session token, if any) goes out with the first call's
+// request, in one write. A refusal, or a daemon that does not answer the
+// hello, is then reported by the first call (a *[HandshakeError]) instead of
+// by Dial, and [Client.SessionLost] says whether the session was joined only
+// once the first call has returned. A request-key helper's token is never
+// deferred. It has no effect with [WithPipelining].
 func WithDeferredHandshake() Option { return func(c *dialConfig) { c.deferred = true } }
 
 // WithPipelining makes the client send requests from concurrent goroutines
@@ -64,8 +63,9 @@ func WithDeferredHandshake() Option { return func(c *dialConfig) { c.deferred = 
 // shorter).
 //
 // The daemon serves a connection's requests in order, so a request that
-// waits (RequestKey while a helper constructs the key, WatchNext) holds up
-// the ones sent after it: give those a client of their own.
+// waits ([Client.RequestKey] while a helper constructs the key,
+// [Client.NextNotification]) holds up the ones sent after it: give those a
+// client of their own.
 func WithPipelining() Option { return func(c *dialConfig) { c.pipelined = true } }
 
 // pipeline is a connection shared by concurrent callers: they append their

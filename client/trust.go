@@ -13,11 +13,11 @@ import (
 // answering on it runs as someone else. Whatever listens there would
 // receive every payload and session token sent to it and could answer
 // reads with values of its choosing, so the client refuses before it
-// writes a byte. Errors that wrap it are *UntrustedError values naming the
+// writes a byte. Errors that wrap it are *[UntrustedError] values naming the
 // path and the reason.
 var ErrUntrusted = errors.New("ukeys: untrusted socket")
 
-// UntrustedError is the refusal of a socket; it wraps ErrUntrusted.
+// UntrustedError is the refusal of a socket; it wraps [ErrUntrusted].
 type UntrustedError struct {
 	Path   string // the socket
 	Reason string // why, in words for the user
