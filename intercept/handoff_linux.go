@@ -17,14 +17,14 @@ func SendListener(conn, fd int) error {
 }
 
 // HandOff is the whole of a supervised program's side: it installs the
-// filter on the calling thread (Install; on every thread of the process
-// with all, InstallAll), sends the listener to the supervisor at the
+// filter on the calling thread ([Install]; on every thread of the process
+// with all, [InstallAll]), sends the listener to the supervisor at the
 // other end of the Unix stream socket conn, closes this process's copy,
 // and waits for the one byte with which the supervisor says it serves.
 // Once it returns, the caller's key calls are the supervisor's.
 //
 // Without all, that holds because HandOff locks the calling goroutine
-// to the filtered thread (runtime.LockOSThread) for good: the runtime
+// to the filtered thread ([runtime.LockOSThread]) for good: the runtime
 // would otherwise resume it after any sleep or blocking call on whichever
 // thread is free, one the filter is not on, and its key calls would go
 // to the kernel's keyrings from then on.
@@ -57,7 +57,7 @@ func HandOff(conn int, all bool) error {
 // errNoListener reports a message that carried no descriptor.
 var errNoListener = errors.New("intercept: no listener came with the message")
 
-// ReceiveListener receives a listener that SendListener sent on conn; the
+// ReceiveListener receives a listener that [SendListener] sent on conn; the
 // caller owns it.
 func ReceiveListener(conn int) (int, error) {
 	oob := make([]byte, unix.CmsgSpace(4))

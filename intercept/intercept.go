@@ -62,7 +62,7 @@ type Handler interface {
 	Serve(c Caller, r *wire.Request) *wire.Response
 }
 
-// HandlerFunc adapts a function to a Handler.
+// HandlerFunc adapts a function to a [Handler].
 type HandlerFunc func(c Caller, r *wire.Request) *wire.Response
 
 // Serve calls f.
@@ -84,7 +84,7 @@ type Budget interface {
 	Give()
 }
 
-// A PipeBudget is a Budget that also bounds the notification pipes the
+// A PipeBudget is a [Budget] that also bounds the notification pipes the
 // listener makes for its callers (a descriptor of the daemon's each,
 // kept until every reader has closed the pipe): a pipe is drawn with
 // TakePipe, from the uid's whole bound as a process it keeps would be,

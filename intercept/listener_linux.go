@@ -18,15 +18,15 @@ import (
 	"github.com/ukeys/ukeys/wire"
 )
 
-// Install sets no_new_privs and installs Filter on the calling thread,
+// Install sets no_new_privs and installs [Filter] on the calling thread,
 // returning the listener that receives its key calls. The thread, and
 // every thread and process it starts afterwards (a program it execs,
 // above all), is filtered; other threads of this process are not, so the
-// caller locks its goroutine to its thread (runtime.LockOSThread) and
+// caller locks its goroutine to its thread ([runtime.LockOSThread]) and
 // calls or execs from there.
 func Install() (listener int, err error) { return install(0) }
 
-// InstallAll is Install for every thread of this process at once
+// InstallAll is [Install] for every thread of this process at once
 // (SECCOMP_FILTER_FLAG_TSYNC), for a program that makes key calls from
 // several threads itself rather than exec another.
 func InstallAll() (listener int, err error) {
@@ -133,19 +133,19 @@ func NewListener(fd int, h Handler) (*Listener, error) {
 	return &Listener{fd: fd, wake: wake, h: h}, nil
 }
 
-// Close stops Serve (and waits for it) and closes the listener: calls
-// in flight fail with ENOSYS in their callers, as the kernel answers
+// Close stops [Listener.Serve] (and waits for it) and closes the listener:
+// calls in flight fail with ENOSYS in their callers, as the kernel answers
 // when the listener goes.
 func (l *Listener) Close() error {
 	l.stop(false)
 	return nil
 }
 
-// Detach stops Serve between two calls (and waits for it), as Close
-// does, but leaves the listener open and returns it, the caller's now: a
-// daemon handing over gives it to the next one, which serves the calls
-// that wait meanwhile (their callers stay blocked in them). A call being
-// served when Detach is called is answered first.
+// Detach stops [Listener.Serve] between two calls (and waits for it), as
+// [Listener.Close] does, but leaves the listener open and returns it, the
+// caller's now: a daemon handing over gives it to the next one, which serves
+// the calls that wait meanwhile (their callers stay blocked in them). A call
+// being served when Detach is called is answered first.
 func (l *Listener) Detach() (int, error) { return l.stop(true) }
 
 // stop ends the listener's serving, leaving its descriptor open (and
@@ -179,13 +179,13 @@ func (l *Listener) stop(detach bool) (int, error) {
 }
 
 // SetBudget bounds the descriptors the listener keeps of its callers
-// (see Budget); without one, it keeps up to 256 of each kind. Call it
-// before Serve.
+// (see [Budget]); without one, it keeps up to 256 of each kind. Call it
+// before [Listener.Serve].
 func (l *Listener) SetBudget(b Budget) { l.tasks.budget = b }
 
 // Serve answers calls until every task under the filter has exited (it
-// returns nil then) or Close is called (os.ErrClosed). It runs on a
-// thread of its own, which waits for a call, serves it and answers it
+// returns nil then) or [Listener.Close] is called ([os.ErrClosed]). It runs
+// on a thread of its own, which waits for a call, serves it and answers it
 // without handing it to another thread: with SYNC_WAKE_UP the caller's
 // processor passes to it and back.
 func (l *Listener) Serve() error {

@@ -21,13 +21,13 @@ func NewListener(fd int, h Handler) (*Listener, error) { return nil, ErrUnsuppor
 // SetBudget does nothing.
 func (l *Listener) SetBudget(Budget) {}
 
-// Serve returns ErrUnsupported.
+// Serve returns [ErrUnsupported].
 func (l *Listener) Serve() error { return ErrUnsupported }
 
 // Close does nothing.
 func (l *Listener) Close() error { return nil }
 
-// Detach returns ErrUnsupported.
+// Detach returns [ErrUnsupported].
 func (l *Listener) Detach() (int, error) { return -1, ErrUnsupported }
 
 // IsListener reports false: there are no seccomp listeners here.

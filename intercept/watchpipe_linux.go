@@ -21,7 +21,7 @@ import (
 // program's pipe2(O_NOTIFICATION_PIPE): an ordinary pipe in packet mode,
 // whose read end the program holds and whose write end the daemon keeps,
 // writing each notification as one packet in the kernel's record layout
-// (keyctl.Notification.AppendRecord). It behaves as the kernel's watch
+// ([keyctl.Notification.AppendRecord]). It behaves as the kernel's watch
 // queue does: nothing is posted until its size is set
 // (IOC_WATCH_QUEUE_SET_SIZE), which bounds how many records wait unread;
 // a filter (IOC_WATCH_QUEUE_SET_FILTER) passes only the events it names;
@@ -151,7 +151,7 @@ func (p *WatchPipe) roomAgain() {
 }
 
 // OnGone has fn called once the pipe has ended (its readers have all
-// closed it, or Close was called); at once if it has.
+// closed it, or [WatchPipe.Close] was called); at once if it has.
 func (p *WatchPipe) OnGone(fn func()) {
 	p.mu.Lock()
 	if !p.gone {
@@ -286,7 +286,7 @@ type PipeState struct {
 	Pending []PendingRecord `json:"pending,omitempty"`
 }
 
-// State returns the pipe's PipeState and its write end, which stays the
+// State returns the pipe's [PipeState] and its write end, which stays the
 // pipe's (the daemon handing over sends a copy).
 func (p *WatchPipe) State() (PipeState, int) {
 	p.mu.Lock()
@@ -296,7 +296,7 @@ func (p *WatchPipe) State() (PipeState, int) {
 
 // AdoptWatchPipe makes a notification pipe again from the write end
 // (which it takes) and the state a daemon handed over of one
-// (WatchPipe.State); give, if not nil, is called once it has ended.
+// ([WatchPipe.State]); give, if not nil, is called once it has ended.
 func AdoptWatchPipe(w int, st PipeState, give func()) (*WatchPipe, error) {
 	var stat unix.Stat_t
 	if err := unix.Fstat(w, &stat); err != nil || stat.Mode&unix.S_IFMT != unix.S_IFIFO {
