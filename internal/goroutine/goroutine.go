@@ -2,9 +2,10 @@
 // diagnostics only: stall reports, watchdog reports and self-checks.
 //
 // Go deliberately hides goroutine identity; the only portable way to learn
-// it is the header line that runtime.Stack prints ("goroutine 42 [running]:").
-// ID costs about a microsecond, so callers use it when a goroutine registers
-// or in checks that are compiled in only for tests, never on a fast path.
+// it is the header line that [runtime.Stack] prints
+// ("goroutine 42 [running]:"). ID costs about a microsecond, so callers use
+// it when a goroutine registers or in checks that are compiled in only for
+// tests, never on a fast path.
 package goroutine
 
 import (
@@ -39,7 +40,7 @@ func parseHeader(b []byte) (int64, bool) {
 }
 
 // Stacks returns the current stack trace of each goroutine in ids that is
-// still alive, keyed by id. It stops the world briefly (runtime.Stack with
+// still alive, keyed by id. It stops the world briefly ([runtime.Stack] with
 // all=true), so it belongs in reports that are rare by construction.
 func Stacks(ids ...int64) map[int64]string {
 	out := make(map[int64]string, len(ids))

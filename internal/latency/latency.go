@@ -21,7 +21,7 @@ type Summary struct {
 }
 
 // Of summarises h, whose values are nanoseconds. An empty histogram gives
-// the zero Summary.
+// the zero [Summary].
 func Of(h *hdrhistogram.Histogram) Summary {
 	if h.TotalCount() == 0 {
 		return Summary{}

@@ -114,10 +114,10 @@ func (h *Handle) Exited() bool {
 // and carries on under the same pid, and for that moment its
 // /proc/<pid>/stat says PF_EXITING. A Go program execs from whichever
 // thread its goroutine runs on, and "ukeyctl session" closes its
-// connection just before it execs, so taking the flag for an exit lost
-// the session (one run of TestSideBySide in about fifteen). Reading the
-// flag also waited on the exiting process's memory teardown, which cost
-// every short-lived client about 0.1 ms of the daemon's time.
+// connection just before it execs, so taking the flag for an exit would
+// lose the session (cmd/ukeyctl's TestSideBySide runs into it). Reading
+// the flag would also wait on the exiting process's memory teardown, at a
+// cost to every short-lived client.
 func (h *Handle) Leaving() bool { return h.Exited() }
 
 // Capabilities returns the process's effective capability set, asked of
@@ -226,7 +226,7 @@ func (h *Handle) Close() {
 func (h *Handle) Pinned() bool { return h.pinned }
 
 // OwnView reports whether the daemon reads processes in its own view:
-// /proc must be its pid namespace's (procfs.Ours), or else nothing is read
+// /proc must be its pid namespace's ([procfs.Ours]), or else nothing is read
 // there, and a process it meets has no ancestry, capabilities (uid 0 alone
 // is privileged) or login, and its intercepted calls cannot be served.
 func OwnView() bool { return procfs.Ours() }

@@ -4,5 +4,5 @@ package process
 
 // AwaitExit cannot wait for a child without reaping it here, so it
 // returns at once: the helper's grant ends as it starts. Helper tokens are
-// refused on these systems anyway (TreeSupported).
+// refused on these systems anyway ([TreeSupported]).
 func AwaitExit(int) {}

@@ -25,7 +25,7 @@ var Ours = sync.OnceValue(func() bool {
 var errForeign = syscall.ENOENT
 
 // Open opens a file of /proc read-only and close-on-exec, refusing
-// (ENOENT) where /proc is not Ours.
+// (ENOENT) where /proc is not [Ours].
 func Open(path string) (int, error) {
 	if !Ours() {
 		return -1, errForeign
@@ -34,7 +34,7 @@ func Open(path string) (int, error) {
 }
 
 // OpenMem opens /proc/<pid>/mem for reading and writing, close-on-exec,
-// refusing (ENOENT) where /proc is not Ours. The descriptor holds the
+// refusing (ENOENT) where /proc is not [Ours]. The descriptor holds the
 // memory of the process pid names when it is opened, whatever the pid
 // names later: reads and writes through it reach that memory or none.
 func OpenMem(pid int) (int, error) {

@@ -7,11 +7,11 @@ import (
 )
 
 // ReadFile reads a small file of /proc whole, in three system calls
-// (open, read, close) where os.ReadFile makes ten: it stats the file
+// (open, read, close) where [os.ReadFile] makes ten: it stats the file
 // and tries to register it with the runtime's poller, which refuses
 // /proc's files. The daemon reads several for every process it meets
 // (its stat and its ancestors', its status), on the way to answering
-// the process's first request. Where /proc is not Ours, it reads
+// the process's first request. Where /proc is not [Ours], it reads
 // nothing (ENOENT).
 func ReadFile(path string) ([]byte, error) {
 	fd, err := Open(path)

@@ -25,7 +25,7 @@ var ownUserNS = sync.OnceValues(func() (syscall.Stat_t, error) {
 // and its status and capget(2) show them as if they were the host's.
 // The kernel's capable() counts them only in the initial namespace; a
 // daemon counts them only in its own. False wherever either namespace
-// cannot be read, and where /proc is not Ours: capabilities then count
+// cannot be read, and where /proc is not [Ours]: capabilities then count
 // for nothing.
 //
 // A task cannot move back into an ancestor namespace (setns(2) there

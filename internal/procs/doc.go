@@ -10,8 +10,8 @@
 // third goroutine runs on a thread of its own, and the kernel shares the
 // processors among the threads in its short slices: in ukeybench gc, on
 // two processors, the worst foreground operation while a million keys
-// are reaped came within 2x of the baseline's in every case, against up
-// to 10x with Go's default (docs/figures.md, "collector").
+// are reaped then stays near the baseline's instead of several times it
+// (docs/figures.md, "collector").
 //
 // The extra processor is not taken where Go's default is below the
 // processors the process may run on: that is a CPU quota (a container's

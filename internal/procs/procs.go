@@ -22,7 +22,7 @@ const (
 	fixed             // n
 )
 
-// Auto is the default setting: Spare's count, unless GOMAXPROCS is set
+// Auto is the default setting: [Spare]'s count, unless GOMAXPROCS is set
 // in the environment.
 var Auto = Setting{mode: auto}
 
@@ -42,7 +42,7 @@ func Parse(s string) (Setting, error) {
 	return Setting{mode: fixed, n: n}, nil
 }
 
-// String gives the setting as Parse reads it.
+// String gives the setting as [Parse] reads it.
 func (s Setting) String() string {
 	switch s.mode {
 	case auto:

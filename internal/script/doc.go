@@ -1,6 +1,6 @@
 // Package script runs golden scripts: text files of commands, each
 // followed by what it printed, in the manner of go.etcd.io/raft's
-// data-driven tests. A test gives Run a file and a function that runs one
+// data-driven tests. A test gives [Run] a file and a function that runs one
 // command; Run runs every step, compares what the function returned with
 // what the file says, and with -update rewrites the file instead.
 //
@@ -18,14 +18,14 @@
 //
 // Blank lines are comments. A step's output is written in one order only
 // (stdin, stdout, stderr, status) and is compared as text, so a file that
-// parses is exactly what -update would write for the same results: Parse
+// parses is exactly what -update would write for the same results: [Parse]
 // rejects any other arrangement, naming the line.
 //
 // Directives carry what the format itself does not: which steps a test
 // must treat specially ("#! sort", "#! root"), or why a step may differ
 // somewhere else ("#! kernel-differs: why"). The package gives them no
-// meaning; a test asks a step whether it has one (Step.Has,
-// Step.Directive).
+// meaning; a test asks a step whether it has one ([Step.Has],
+// [Step.Directive]).
 //
 // A test that drives a command line and one that drives an API in process
 // use it alike:
@@ -43,7 +43,7 @@
 //	}
 //
 // Whatever must be masked before comparing (serial numbers, user ids) the
-// function masks in the Result it returns. A step whose recorded output
+// function masks in the [Result] it returns. A step whose recorded output
 // is not to be checked (it holds for root only, say) returns s.Want, and
 // -update keeps it as it is.
 package script

@@ -10,7 +10,7 @@ import (
 var update = flag.Bool("update", false, "rewrite golden scripts with what their commands do now")
 
 // Func runs one step of a script and returns what it did, masked as the
-// script records it. It gets the test Run got, runs on its goroutine, and
+// script records it. It gets the test [Run] got, runs on its goroutine, and
 // may fail it.
 type Func func(t testing.TB, s *Step) Result
 

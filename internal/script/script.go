@@ -105,7 +105,7 @@ func (s *Step) String() string {
 	return b.String()
 }
 
-// String renders the whole script; for a parsed File it is the text
+// String renders the whole script; for a parsed [File] it is the text
 // parsed.
 func (f *File) String() string {
 	var b strings.Builder
@@ -118,7 +118,7 @@ func (f *File) String() string {
 	return b.String()
 }
 
-// Error is a line of a script that Parse cannot accept.
+// Error is a line of a script that [Parse] cannot accept.
 type Error struct {
 	Line int // from 1
 	Msg  string
@@ -128,7 +128,7 @@ func (e *Error) Error() string { return fmt.Sprintf("line %d: %s", e.Line, e.Msg
 
 // Parse parses a script. It accepts only text in the form String writes
 // (see the package documentation) and reports the first line that is
-// not, as an *Error.
+// not, as an *[Error].
 func Parse(text string) (*File, error) {
 	f := &File{}
 	var cur *Step

@@ -108,7 +108,7 @@ func classFor(n int) int {
 
 // Alloc returns n bytes of zeroed memory, in the arena if it has room
 // (len and cap n), or else from Go's heap (counted in Stats.Outside).
-// Free it with Free, which wipes it; n must be at least 1.
+// Free it with [Free], which wipes it; n must be at least 1.
 func Alloc(n int) []byte {
 	a := &the
 	a.init()
@@ -124,7 +124,7 @@ func Alloc(n int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&w[0])), n)
 }
 
-// Free wipes b, which Alloc returned (with the same start and length),
+// Free wipes b, which [Alloc] returned (with the same start and length),
 // and gives its memory back for the next Alloc. Nothing may use b after.
 func Free(b []byte) {
 	if len(b) == 0 {

@@ -38,7 +38,7 @@ func hasIPCLock() bool {
 }
 
 // LockAll locks every page of the process, those it has and those it
-// will map, as each is first touched. It refuses where CanLockAll does.
+// will map, as each is first touched. It refuses where [CanLockAll] does.
 func LockAll() error {
 	if ok, why := CanLockAll(); !ok {
 		return errors.New(why)
@@ -55,5 +55,5 @@ func LockAll() error {
 	return nil
 }
 
-// LockedAll says whether LockAll has locked the process.
+// LockedAll says whether [LockAll] has locked the process.
 func LockedAll() bool { return lockedAll.Load() }

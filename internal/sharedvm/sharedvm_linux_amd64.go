@@ -5,7 +5,7 @@ import (
 	"unsafe"
 )
 
-// Supported reports whether Run works on this platform.
+// Supported reports whether [Run] works on this platform.
 const Supported = true
 
 // Run makes calls, in order, in a child sharing this process's memory,

@@ -4,7 +4,7 @@ package sharedvm
 
 import "syscall"
 
-// Supported reports whether Run works on this platform.
+// Supported reports whether [Run] works on this platform.
 const Supported = false
 
 // Run is not available here.

@@ -14,7 +14,7 @@ import (
 	"github.com/ukeys/ukeys/wire"
 )
 
-// Stream is what a Conn runs on: a Unix stream socket, as a
+// Stream is what a [Conn] runs on: a Unix stream socket, as a
 // *net.UnixConn or an *os.File, non-blocking under the runtime's poller.
 type Stream interface {
 	io.ReadWriteCloser
@@ -54,25 +54,25 @@ type Conn struct {
 	oob   []byte
 }
 
-// AcceptFDs makes the Conn receive descriptors passed with SCM_RIGHTS
+// AcceptFDs makes the [Conn] receive descriptors passed with SCM_RIGHTS
 // along with its frames, holding at most max of them until they are taken
-// (TakeFD); more are closed as they arrive. Without it, the kernel closes
-// any descriptor sent, as a plain read discards it.
+// ([Conn.TakeFD]); more are closed as they arrive. Without it, the kernel
+// closes any descriptor sent, as a plain read discards it.
 func (c *Conn) AcceptFDs(max int) {
 	c.fdMax = max
 	c.oob = make([]byte, unix.CmsgSpace(4*max))
 }
 
-// SetBlocking tells the Conn that its stream is a blocking socket, not
-// on the runtime's poller (a client made WithBlockingIO): FlushAndWait
-// then waits for the answer in the read system call itself, there being
-// no poller to wait on.
+// SetBlocking tells the [Conn] that its stream is a blocking socket, not on
+// the runtime's poller (a client made WithBlockingIO): [Conn.FlushAndWait]
+// then waits for the answer in the read system call itself, there being no
+// poller to wait on.
 func (c *Conn) SetBlocking() { c.blocking = true }
 
-// Blocking reports whether SetBlocking was called.
+// Blocking reports whether [Conn.SetBlocking] was called.
 func (c *Conn) Blocking() bool { return c.blocking }
 
-// Spin is how long the Conn polls (SetSpin), 0 if it never does.
+// Spin is how long the [Conn] polls ([Conn.SetSpin]), 0 if it never does.
 func (c *Conn) Spin() time.Duration { return c.spin }
 
 // TakeFD returns the oldest descriptor received and not yet taken; the
@@ -131,7 +131,7 @@ func (c *Conn) recvmsg(fd int, p []byte) (int, error) {
 	}
 }
 
-// New returns a Conn on s whose reader keeps a buffer of size bytes.
+// New returns a [Conn] on s whose reader keeps a buffer of size bytes.
 func New(s Stream, size int) (*Conn, error) {
 	raw, err := s.SyscallConn()
 	if err != nil {
@@ -143,19 +143,19 @@ func New(s Stream, size int) (*Conn, error) {
 	return c, nil
 }
 
-// InArena puts the Conn's buffers, In's and Out's, in secmem's arena:
+// InArena puts the [Conn]'s buffers, In's and Out's, in secmem's arena:
 // outside Go's heap, locked while the memory lock limit allows, never
 // dumped, wiped when freed. The frames a daemon reads and writes carry
 // payloads, and a daemon that cannot lock all its memory would otherwise
 // have them in memory the kernel may swap out. Call it before the first
-// frame; the owner must then call Release once done with the Conn, and
-// use none of the frames In handed out after.
+// frame; the owner must then call [Conn.Release] once done with the Conn,
+// and use none of the frames In handed out after.
 func (c *Conn) InArena() {
 	c.In.SetMemory(arenaMemory{})
 	c.Out.InArena()
 }
 
-// Release wipes and frees the Conn's buffers (bytes read and not handed
+// Release wipes and frees the [Conn]'s buffers (bytes read and not handed
 // out are lost). The Conn remains usable, with new buffers.
 func (c *Conn) Release() {
 	c.In.Release()
@@ -226,11 +226,11 @@ func (s source) Read(p []byte) (int, error) {
 	}
 }
 
-// Stream returns the socket the Conn runs on.
+// Stream returns the socket the [Conn] runs on.
 func (c *Conn) Stream() Stream { return c.s }
 
 // Flush writes the frames in Out with a plain write and wipes Out. It
-// returns whether Out was dropped for having grown beyond KeepMax.
+// returns whether Out was dropped for having grown beyond [KeepMax].
 func (c *Conn) Flush() (dropped bool, err error) {
 	if c.Out.Len() > 0 {
 		_, err = c.s.Write(c.Out.Bytes())
@@ -274,30 +274,28 @@ func (c *Conn) FlushFD(fd int) error {
 }
 
 // DefaultSpin is how long both ends of ukeys' socket poll by default
-// where the client asks for it (wire.Polls): about three round trips of
+// where the client asks for it ([wire.Polls]): about three round trips of
 // a call on a machine where a context switch is dear, within which a
-// client in a loop sends its next request (a poll of 50 µs there caught
-// too few of them to matter).
+// client in a loop sends its next request; a shorter poll catches too few
+// of them to matter.
 const DefaultSpin = 100 * time.Microsecond
 
-// SetSpin makes FlushAndWait poll the socket for up to d before its
+// SetSpin makes [Conn.FlushAndWait] poll the socket for up to d before its
 // thread sleeps in the wait, when the peer's last answer (or request)
 // came within d. A client calling in a tight loop, and the server
 // answering it, then meet each other's frames without a sleep and a
-// wake-up each way: on a machine where a context switch is dear, a
-// million calls of keyutils' `keyctl --test limits2` took 1.2 to 1.6
-// times the kernel's time with both ends polling for 100 µs, and 2.5 to
-// 3 times without. A peer that answers slower than d, or a connection used once,
-// costs nothing: the poll begins only once a wait has been shorter than
-// d. On a single processor it never begins, as the poll would hold the
-// processor the peer needs; and one Conn of a process polls at a time.
+// wake-up each way, which on a machine where a context switch is dear is
+// most of a call's cost (docs/figures.md, "Payloads"). A peer that
+// answers slower than d, or a connection used once, costs nothing: the
+// poll begins only once a wait has been shorter than d. On a single
+// processor it never begins, as the poll would hold the processor the peer
+// needs; and one [Conn] of a process polls at a time.
 //
-// Both ends must poll: a client polling alone held a processor that the
-// server's thread, still sleeping and woken, needed (77.8 s for the same
-// run against 49.7). And a server must poll only for a client that asks:
-// polling for every connection whose last wait was short cost 16 clients
-// in another process, which did not poll, 65% of their throughput, the
-// poll timing out while their requests queued.
+// Both ends must poll: a client polling alone holds a processor that the
+// server's thread, still asleep and to be woken, needs. And a server must
+// poll only for a client that asks: polling for every connection whose
+// last wait was short takes much of the throughput of clients that do not
+// poll, the poll timing out while their requests queue.
 func (c *Conn) SetSpin(d time.Duration) {
 	if runtime.NumCPU() < 2 || runtime.GOMAXPROCS(0) < 2 {
 		d = 0
@@ -305,9 +303,9 @@ func (c *Conn) SetSpin(d time.Duration) {
 	c.spin, c.lastWait = d, 0
 }
 
-// A SpinGate decides whether and for how long a Conn may poll
-// (SetSpinGate): a server that serves many users grants the poll from a
-// budget of the user's, and cuts it short when other work is waiting.
+// A SpinGate decides whether and for how long a [Conn] may poll
+// ([Conn.SetSpinGate]): a server that serves many users grants the poll from
+// a budget of the user's, and cuts it short when other work is waiting.
 type SpinGate interface {
 	// Begin returns how long the Conn may poll now, at most want; 0:
 	// not at all.
@@ -318,7 +316,8 @@ type SpinGate interface {
 	End(granted, spent time.Duration)
 }
 
-// SetSpinGate makes g decide each of the Conn's polls (see SetSpin).
+// SetSpinGate makes g decide each of the [Conn]'s polls (see
+// [Conn.SetSpin]).
 func (c *Conn) SetSpinGate(g SpinGate) { c.gate = g }
 
 // FlushAndWait writes the frames in Out, wipes them, and waits, without reading,
@@ -335,7 +334,7 @@ func (c *Conn) SetSpinGate(g SpinGate) { c.gate = g }
 // the peer sends nothing before it has read what is written here. If the
 // socket is full, the rest is written the plain way and the wait is left
 // to the next read. Out is wiped either way; dropped says whether it was
-// dropped for having grown beyond KeepMax.
+// dropped for having grown beyond [KeepMax].
 func (c *Conn) FlushAndWait(then func() bool) (stopped, dropped bool, err error) {
 	x := &c.x
 	f := c.Out.Bytes()
@@ -405,12 +404,9 @@ var spinning atomic.Bool
 // await polls fd for up to x.spin, yielding the processor between polls,
 // and reports whether something arrived (or the peer went); false at once
 // if another Conn is polling. Yielding lets the process's other work run
-// meanwhile (limits2 through a daemon that held its processor instead:
-// 38.0-41.5 s against 29.1-33.9 s), at a price for other connections
-// whose wake-ups the runtime's poller is then slower to notice, the
-// polling goroutine being always runnable: polled for every client, a
-// single in-process client's round trip took 53 µs instead of 15. Hence
-// the poll only for clients that ask for it (wire.Polls).
+// meanwhile, at a price for other connections whose wake-ups the runtime's
+// poller is then slower to notice, the polling goroutine being always
+// runnable; hence the poll only for clients that ask for it (wire.Polls).
 func (x *exchange) await(fd int) bool {
 	if !spinning.CompareAndSwap(false, true) {
 		return false
@@ -495,12 +491,11 @@ func (x *exchange) fill(fd uintptr) error {
 	return err
 }
 
-// Deadline keeps a deadline Timeout ahead of a connection's last
-// activity. Moving a socket's deadline re-arms a runtime timer, which on
-// every request would cost more than serving a key read; Renew moves it
-// only once an eighth of the timeout has passed, so that a silent
-// connection meets it between 7/8 and all of the timeout after its last
-// activity.
+// Deadline keeps a deadline Timeout ahead of a connection's last activity.
+// Moving a socket's deadline re-arms a runtime timer, which on every request
+// would cost more than serving a key read; [Deadline.Renew] moves it only
+// once an eighth of the timeout has passed, so that a silent connection
+// meets it between 7/8 and all of the timeout after its last activity.
 type Deadline struct {
 	Timeout time.Duration
 	at      time.Time

@@ -11,7 +11,7 @@ import (
 const KeepMax = 64 << 10
 
 // Recycle wipes b and returns it empty for reuse, or nil if its capacity
-// is above KeepMax.
+// is above [KeepMax].
 func Recycle(b []byte) []byte {
 	clear(b[:cap(b)])
 	if cap(b) > KeepMax {
@@ -31,7 +31,7 @@ type Frames struct {
 
 // InArena makes the buffer secmem's arena's from now on: locked while
 // the memory lock limit allows, never dumped. Its owner must call
-// Release once done with it.
+// [Frames.Release] once done with it.
 func (f *Frames) InArena() {
 	f.Release()
 	f.arena = true
@@ -142,8 +142,8 @@ func (f *Frames) Truncate(n int) {
 	f.b = f.b[:n]
 }
 
-// Reset wipes the buffer for the next frames (Recycle) and reports
-// whether it was dropped for being larger than KeepMax.
+// Reset wipes the buffer for the next frames ([Recycle]) and reports
+// whether it was dropped for being larger than [KeepMax].
 func (f *Frames) Reset() (dropped bool) {
 	dropped = cap(f.b) > KeepMax
 	if dropped && f.arena {

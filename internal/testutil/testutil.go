@@ -50,7 +50,7 @@ func Recv[T any](t testing.TB, what string, ch <-chan T) T {
 	}
 }
 
-// Buffer is a bytes.Buffer that a daemon's log or a child's output may
+// Buffer is a [bytes.Buffer] that a daemon's log or a child's output may
 // be written to from other goroutines while the test reads it.
 type Buffer struct {
 	mu sync.Mutex

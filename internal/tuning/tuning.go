@@ -22,8 +22,8 @@ type GC struct {
 	ChunkSizeSet bool
 	// ItemCPUTime measures each work item's CPU time (GCStats.ItemCPU).
 	// It pins the worker to its thread for each item, which slows Go's
-	// hand-offs of the processors: in a mass expiry under two CPU-bound
-	// goroutines it doubled the worst foreground operation.
+	// hand-offs of the processors enough to lengthen the worst foreground
+	// operation of a mass expiry under CPU-bound goroutines.
 	ItemCPUTime bool
 	// Queue, if set, runs the collector instead of a queue of its own.
 	Queue *workqueue.Queue
