@@ -16,12 +16,12 @@
 //	c := d.Dial(t)
 //	id, err := c.AddKey("user", "k", []byte("v"), keys.SessionKeyring)
 //
-// Options choose the Service's options (WithKeys, WithTunables), the
-// server's configuration (WithConfig), a request-key helper program
-// (WithHelper), and where the socket lives: in a fresh directory private
+// Options choose the Service's options ([WithKeys], [WithTunables]), the
+// server's configuration ([WithConfig]), a request-key helper program
+// ([WithHelper]), and where the socket lives: in a fresh directory private
 // to the test by default, in one with another mode when clients running
-// as other uids must reach it (WithDirMode), or at a given path
-// (WithSocket).
+// as other uids must reach it ([WithDirMode]), or at a given path
+// ([WithSocket]).
 //
 // Keys are owned by uids and checked against them, so a test of who may
 // use a key runs clients as other users (with a daemon WithDirMode lets

@@ -8,7 +8,7 @@ import (
 )
 
 // NeedRoot skips the test unless it runs as root, saying why it needs
-// to: only root can start processes as other uids (see As) or make files
+// to: only root can start processes as other uids (see [As]) or make files
 // that belong to them.
 func NeedRoot(t testing.TB, why string) {
 	t.Helper()
@@ -21,7 +21,7 @@ func NeedRoot(t testing.TB, why string) {
 // process as uid and gid with exactly the supplementary groups given,
 // none if none are: a child of a root test would otherwise keep root's
 // groups, and a test of permissions would pass for the wrong reason.
-// Starting one takes root (NeedRoot).
+// Starting one takes root ([NeedRoot]).
 func As(uid, gid uint32, groups ...uint32) *syscall.SysProcAttr {
 	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: uid, Gid: gid, Groups: groups}}
 }
@@ -31,7 +31,7 @@ func As(uid, gid uint32, groups ...uint32) *syscall.SysProcAttr {
 // behind). It refuses to replace an existing dst, which in a directory
 // other users can write may be theirs.
 //
-// Tests that run their own test binary (os.Executable) as another uid
+// Tests that run their own test binary ([os.Executable]) as another uid
 // need a copy in a directory that uid can reach, since the go command
 // builds it in a directory private to the user running the tests; and a
 // copy, not a link, is what a program that looks for its companions

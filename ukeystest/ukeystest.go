@@ -19,7 +19,7 @@ import (
 // server to shut down.
 const ShutdownTimeout = 20 * time.Second
 
-// Daemon is a keys.Service served on a Unix socket for the length of a
+// Daemon is a [keys.Service] served on a Unix socket for the length of a
 // test.
 type Daemon struct {
 	// Service is the key retention model the daemon serves.
@@ -34,7 +34,7 @@ type Daemon struct {
 	done chan error
 }
 
-// Option configures a Daemon.
+// Option configures a [Daemon].
 type Option func(*options)
 
 type options struct {
@@ -47,32 +47,32 @@ type options struct {
 	socket   string
 }
 
-// WithKeys adds options for the daemon's keys.Service.
+// WithKeys adds options for the daemon's [keys.Service].
 func WithKeys(opts ...keys.Option) Option {
 	return func(o *options) { o.keys = append(o.keys, opts...) }
 }
 
 // WithConfig sets the server's configuration. A nil Logger discards the
-// logs; a request-key helper given with WithHelper replaces cfg.Helper.
+// logs; a request-key helper given with [WithHelper] replaces cfg.Helper.
 func WithConfig(cfg server.Config) Option {
 	return func(o *options) { o.cfg = cfg }
 }
 
 // WithHelper makes path, run with args (and then the kernel's seven
 // arguments), the daemon's request-key helper: the Service is given a
-// *server.Helper (keys.WithUpcall) and the Server the same one
-// (server.Config.Helper).
+// *[server.Helper] ([keys.WithUpcall]) and the Server the same one
+// ([server.Config.Helper]).
 func WithHelper(path string, args ...string) Option {
 	return func(o *options) { o.helper = append([]string{path}, args...) }
 }
 
-// WithHelperIntercepted runs the helper of WithHelper under
-// interception by runner, a ukeyctl (server.Helper.Intercept).
+// WithHelperIntercepted runs the helper of [WithHelper] under
+// interception by runner, a ukeyctl ([server.Helper.Intercept]).
 func WithHelperIntercepted(runner string) Option {
 	return func(o *options) { o.runner = runner }
 }
 
-// WithTunables replaces the Service's tunables (keys.Service.SetTunables).
+// WithTunables replaces the Service's tunables ([keys.Service.SetTunables]).
 func WithTunables(t keys.Tunables) Option {
 	return func(o *options) { o.tunables = &t }
 }
@@ -80,12 +80,12 @@ func WithTunables(t keys.Tunables) Option {
 // WithDirMode puts the socket in a fresh directory of the given mode
 // outside the test's own temporary directory (which only its uid can
 // reach), so that clients running as other uids can reach it when mode
-// lets them. The socket is Dir/run/ukeyd.sock; server.Listen makes "run".
+// lets them. The socket is Dir/run/ukeyd.sock; [server.Listen] makes "run".
 func WithDirMode(mode os.FileMode) Option {
 	return func(o *options) { o.dirMode = mode }
 }
 
-// WithSocket serves on path, whose directory server.Listen makes if
+// WithSocket serves on path, whose directory [server.Listen] makes if
 // missing and the caller removes.
 func WithSocket(path string) Option {
 	return func(o *options) { o.socket = path }

@@ -25,7 +25,7 @@
 //	                               an OCI runtime wrapper that names the agent
 //	                               for engines that drop listenerPath
 //
-// ukeyctl connects to the daemon's socket (client.DefaultSocket, or
+// ukeyctl connects to the daemon's socket ([client.DefaultSocket], or
 // $UKEYS_SOCKET). If nothing answers there it starts ukeyd (found next to
 // the ukeyctl binary or in $PATH) in the background and says so once on
 // stderr; UKEYS_NO_AUTOSTART=1 turns that off.
