@@ -91,8 +91,8 @@ func (f *Frames) Body(body []byte) error {
 // reserve makes room for n more bytes before a frame is appended, in a
 // new array if it must, and wipes the array it leaves: frames carry
 // payloads, and an array that append outgrew would go to Go's collector
-// with the earlier frames in it, which no Reset would reach (an audit
-// found a pipelined answer's payload so left in the daemon's heap).
+// with the earlier frames in it, which no Reset would reach
+// (TestFramesWipeTheBufferTheyOutgrow).
 func (f *Frames) reserve(n int) {
 	if cap(f.b)-len(f.b) >= n {
 		return
