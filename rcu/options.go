@@ -80,7 +80,7 @@ func WithCallbackBatch(n int) Option { return func(c *config) { c.batch = max(n,
 func WithInlineGracePeriod() Option { return func(c *config) { c.inlineGP = true } }
 
 // WithSpin sets how many times a grace-period waiter yields the processor
-// (runtime.Gosched) while polling before it parks until woken. Polling
+// ([runtime.Gosched]) while polling before it parks until woken. Polling
 // briefly avoids paying a goroutine wake-up when holdouts report within
 // microseconds; parking bounds the CPU spent on long grace periods.
 // Zero parks at once.

@@ -8,7 +8,7 @@ import (
 
 // Reader reads frames from a stream into one buffer that it owns, and
 // wipes every byte it has handed out once the caller is done with it. A
-// bufio.Reader would keep the raw bytes of past frames (payloads
+// [bufio.Reader] would keep the raw bytes of past frames (payloads
 // included) in its buffer until they happen to be overwritten; a server
 // that must not keep a destroyed key's payload around cannot use one.
 //

@@ -13,7 +13,7 @@ import (
 	"time"
 )
 
-// TB is what the makers need of a test: testing.TB has it, and so may a
+// TB is what the makers need of a test: [testing.TB] has it, and so may a
 // program that stops on the first error.
 type TB interface {
 	Helper()

@@ -15,7 +15,7 @@ import (
 )
 
 // Stream is what a [Conn] runs on: a Unix stream socket, as a
-// *net.UnixConn or an *os.File, non-blocking under the runtime's poller.
+// *[net.UnixConn] or an *[os.File], non-blocking under the runtime's poller.
 type Stream interface {
 	io.ReadWriteCloser
 	syscall.Conn
