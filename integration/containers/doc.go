@@ -1,5 +1,6 @@
 // Package containers tests ukeyd's seccomp agent under the container
-// runtimes a host runs it with (runc, crun, podman, Docker): containers
+// runtimes a host runs it with (runc, crun, podman, Docker, and
+// containerd's CRI as a Kubernetes node runs it): containers
 // whose profile hands their key system calls to the agent each add and
 // find their own keys, see none of another's, and leave the kernel's
 // keyrings as they were.
