@@ -79,7 +79,7 @@ func (c *Caller) addKey(typ, desc string, payload []byte, ringID Serial) (Serial
 	// was none yet.
 	res := ring.restriction()
 	if res != nil {
-		if err := res.check(ring, proposedKey(t, desc, prep)); err != nil {
+		if err := res.Check(ring, proposedKey(t, desc, prep)); err != nil {
 			prep.release(nil)
 			return 0, err
 		}

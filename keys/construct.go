@@ -440,7 +440,7 @@ func (s *Service) linkPrecheck(ring, k *Key) error {
 		return EKEYREVOKED
 	}
 	if r := ring.restriction(); r != nil {
-		return r.check(ring, k)
+		return r.Check(ring, k)
 	}
 	return nil
 }

@@ -1,17 +1,21 @@
 package keys
 
-// A few calls cost far more CPU than the rest: those that parse an
-// asymmetric key's payload (an X.509 certificate, whose self-signature
-// is checked, or a PKCS#8 key) and those that link a key into a keyring
-// restricted by a signature check. The kernel runs them in the caller's
+// A few calls cost far more CPU than the rest: those that parse the
+// payload of a costly type ([Type.Costly]: package keys/asymmetric's, an
+// X.509 certificate, whose self-signature is checked, or a PKCS#8 key)
+// and those that link a key into a keyring restricted by a check (a
+// signature's). The kernel runs them in the caller's
 // own task, charged to its cgroup and nice level; a daemon that serves
 // every caller must bound them itself, and so must tell them apart
 // before it runs them, cheaply, without creating anything or checking
 // any permission (the call itself does that). These answer that.
 
 // CostlyType reports whether adding a key of type typ parses its payload
-// at a cost far above the rest (asymmetric).
-func (s *Service) CostlyType(typ string) bool { return s.lookupType(typ) == asymmetricType }
+// at a cost far above the rest ([Type.Costly]).
+func (s *Service) CostlyType(typ string) bool {
+	t := s.lookupType(typ)
+	return t != nil && t.Costly
+}
 
 // CostlyKey reports whether the key id names (a serial, as given to
 // instantiate or update) is of a costly type: instantiating it parses
@@ -23,7 +27,11 @@ func (c *Caller) CostlyKey(id Serial) bool {
 	sec := c.s.dom.Read()
 	defer sec.End()
 	k := c.s.lookup(id)
-	return k != nil && k.typ.Load() == asymmetricType
+	if k == nil {
+		return false
+	}
+	t := k.typ.Load()
+	return t != nil && t.Costly
 }
 
 // CostlyRing reports whether linking into the keyring id names (a serial

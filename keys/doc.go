@@ -7,17 +7,18 @@
 // # Model
 //
 // A Service owns every key: the serial index, the registry of key types
-// ("user", "logon", "keyring", "encrypted", "asymmetric" built in; more,
-// such as package keys/bigkey's "big_key", through Register), the per-user quota
-// records and the tunables of /proc/sys/kernel/keys. A Caller is one
-// client process: its credentials (uid, gid, groups, pid) and its thread,
-// process and session keyrings, exactly what the kernel keeps in a task's
-// cred. Operations are Caller methods named and numbered after keyctl(2):
-// AddKey, RequestKey, Read, Update, Revoke, Invalidate, SetTimeout, Link,
-// Unlink, Move, Search, Clear, Describe, SetPerm, Chown, Instantiate,
-// Negate, Reject, JoinSessionKeyring, GetPersistent, RestrictKeyring,
-// WatchKey. Special ids (ThreadKeyring … RequestorKeyring) name the
-// caller's keyrings as KEY_SPEC_* do.
+// ("user", "logon", "keyring", "encrypted" built in; more through
+// Register, such as package keys/bigkey's "big_key" and package
+// keys/asymmetric's "asymmetric"), the per-user quota records and the
+// tunables of /proc/sys/kernel/keys. A Caller is one client process: its
+// credentials (uid, gid, groups, pid) and its thread, process and session
+// keyrings, exactly what the kernel keeps in a task's cred. Operations are
+// Caller methods named and numbered after keyctl(2): AddKey, RequestKey,
+// Read, Update, Revoke, Invalidate, SetTimeout, Link, Unlink, Move,
+// Search, Clear, Describe, SetPerm, Chown, Instantiate, Negate, Reject,
+// JoinSessionKeyring, GetPersistent, RestrictKeyring, WatchKey. Special
+// ids (ThreadKeyring … RequestorKeyring) name the caller's keyrings as
+// KEY_SPEC_* do.
 //
 // Errors are Errno values with the kernel's numbers and the C library's
 // texts (ENOKEY, EKEYEXPIRED, EKEYREVOKED, EKEYREJECTED, EDQUOT, EACCES,

@@ -220,9 +220,9 @@ func (s *Service) destroyInto(k *Key, r *quotaReturns) {
 	var trusted *Key // what a key_or_keyring restriction referenced
 	if e := k.ext.Load(); e != nil {
 		watches, e.watches = e.watches, nil
-		if r := e.restrict.Load(); r != nil && r.key != nil {
-			trusted = r.key
-			e.restrict.Store(&restriction{check: r.check})
+		if r := e.restrict.Load(); r != nil && r.Trusted != nil {
+			trusted = r.Trusted
+			e.restrict.Store(&restriction{Restriction: Restriction{Check: r.Check}})
 		}
 	}
 	k.mu.Unlock()

@@ -15,6 +15,21 @@ func (s *Service) Keys() int { return int(s.count.Load()) }
 // lookup finds a live key by serial. It takes no lock.
 func (s *Service) lookup(id Serial) *Key { return s.index.load(id) }
 
+// LookupKey returns the key id, whoever owns it and whatever its
+// permissions, with a reference the caller drops (Key.Put); ENOKEY if
+// there is none. It is the kernel's key_lookup, for a type's code that
+// names keys by serial (a restriction key_or_keyring:ID); a caller's
+// operations check permissions instead.
+func (s *Service) LookupKey(id Serial) (*Key, error) {
+	sec := s.dom.Read()
+	defer sec.End()
+	k := s.lookup(id)
+	if k == nil || !k.tryGet() {
+		return nil, ENOKEY
+	}
+	return k, nil
+}
+
 // allocSerial installs k under a fresh serial: random in [3, 2^30), the
 // next free one upward on a collision, as the kernel draws them.
 func (s *Service) allocSerial(k *Key) {

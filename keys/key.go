@@ -266,6 +266,30 @@ func (k *Key) isKeyring() bool { return k.typ.Load() == keyringType }
 // IsKeyring reports whether k is a keyring.
 func (k *Key) IsKeyring() bool { return k.isKeyring() }
 
+// Payload returns k's payload, nil for a keyring and for a key that has
+// none, for a type's own code (a restriction's check reads the key it
+// judges). The payload may be replaced and wiped after a grace period:
+// the caller must be in a read section of the Service's Domain, and must
+// not use the payload after it ends, unless the type's state keeps
+// itself usable (as a [Type.Pkey] hook's does).
+func (k *Key) Payload() *Payload { return k.loadPayload() }
+
+// Revoked reports whether k has been revoked, which a type's
+// restriction checks of the keyring it guards (the kernel's
+// key_or_keyring refuses links into a revoked one).
+func (k *Key) Revoked() bool { return k.has(flagRevoked) }
+
+// Builtin reports whether k was added as a built-in trusted key
+// (AddBuiltinTrustedKey), which is what the restriction builtin_trusted
+// trusts.
+func (k *Key) Builtin() bool { return k.has(flagBuiltin) }
+
+// Validate is the kernel's key_validate at the Service's clock, for a
+// type's code that relies on a key it found (a signer): ENOKEY if k was
+// invalidated, EKEYREVOKED if it was revoked or is dead, EKEYEXPIRED if
+// it has expired, nil otherwise.
+func (s *Service) Validate(k *Key) error { return k.validate(s.now()) }
+
 func (k *Key) has(f uint32) bool { return k.flags.Load()&f != 0 }
 
 func (k *Key) setFlag(f uint32) (was bool) {

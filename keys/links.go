@@ -220,7 +220,7 @@ func (s *Service) linkLocked(ring, k *Key, checkRestriction, excl bool) (replace
 		return err
 	}
 	if r := ring.restriction(); checkRestriction && r != nil {
-		if err := r.check(ring, k); err != nil {
+		if err := r.Check(ring, k); err != nil {
 			return nil, undo(err)
 		}
 	}

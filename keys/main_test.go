@@ -3,6 +3,7 @@ package keys
 import (
 	"context"
 	"errors"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
@@ -104,6 +105,12 @@ func noErr(t fataler, err error) {
 		t.Fatalf("unexpected error: %v", err)
 	}
 }
+
+// itoa writes a serial as a restriction string names it.
+func itoa(s Serial) string { return strconv.Itoa(int(s)) }
+
+// ptr is the pointer RestrictKeyring takes for a string.
+func ptr(s string) *string { return &s }
 
 func wantErr(t *testing.T, what string, err error, want Errno) {
 	t.Helper()

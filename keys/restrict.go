@@ -1,26 +1,40 @@
 package keys
 
-// restriction limits what may be linked into a keyring
-// (KEYCTL_RESTRICT_KEYRING). The built-in types define no restriction
-// schemes, so the only one available to callers is "reject everything";
-// registered types may supply a check.
-type restriction struct {
-	check func(ring, k *Key) error
-	// key is the key or keyring the check trusts, referenced for as long
-	// as the restricted keyring lives (key_or_keyring:ID).
-	key *Key
-	// spec is the restriction as the caller wrote it, which a daemon
-	// taking over parses again (Service.Export).
-	spec string
+// Restriction is what a key type's [Type.LookupRestriction] makes of a
+// restriction string (KEYCTL_RESTRICT_KEYRING): the check a restricted
+// keyring runs on every key linked into it from then on. It is exported
+// so that a type in a package of its own (keys/asymmetric) can offer
+// restriction schemes, as the kernel's key_type.lookup_restriction does.
+type Restriction struct {
+	// Check judges k, about to be linked into ring (or proposed to
+	// add_key for it): nil lets it in, an error (EPERM, ENOKEY,
+	// EKEYREJECTED…) is the link's. It runs with ring's lock held and in
+	// no read section.
+	Check func(ring, k *Key) error
+	// Trusted, if not nil, is the key or keyring the check trusts
+	// (key_or_keyring:ID), with a reference LookupRestriction took and
+	// the restricted keyring keeps for as long as it lives; a keyring
+	// restricted by a chain of such keyrings leading back to itself is
+	// refused (EDEADLK).
+	Trusted *Key
 }
 
-var rejectAll = &restriction{check: func(*Key, *Key) error { return EPERM }}
+// restriction is a keyring's Restriction with what a daemon taking
+// over needs to make it again (Service.Export): the type that made it
+// and the string it was made of.
+type restriction struct {
+	Restriction
+	typ, spec string
+}
+
+// rejectAll is the restriction of no type: every link is refused.
+var rejectAll = &restriction{Restriction: Restriction{Check: func(*Key, *Key) error { return EPERM }}}
 
 // RestrictKeyring restricts the keyring id once and for all
 // (KEYCTL_RESTRICT_KEYRING). With typ nil (and restriction nil) every
-// future link is refused with EPERM. The "asymmetric" type offers the
-// kernel's schemes (see asymmetricRestriction); the other built-in types
-// none: naming one fails with ENOENT.
+// future link is refused with EPERM. A type offers schemes of its own
+// through [Type.LookupRestriction] (the "asymmetric" type of package
+// keys/asymmetric the kernel's); naming a type without fails with ENOENT.
 func (c *Caller) RestrictKeyring(id Serial, typ, restrictionSpec *string) error {
 	return wrap("keyctl_restrict_keyring", id, c.restrictKeyring(id, typ, restrictionSpec))
 }
@@ -52,13 +66,9 @@ func (c *Caller) restrictKeyring(id Serial, typ, spec *string) error {
 		if t == nil {
 			return ENOKEY
 		}
-		if t != asymmetricType {
-			return ENOENT // the type has no restriction schemes
-		}
-		if res, err = c.s.asymmetricRestriction(*spec); err != nil {
+		if res, err = c.s.lookupRestriction(t, *spec); err != nil {
 			return err
 		}
-		res.spec = *spec
 	} else {
 		res = rejectAll
 	}
@@ -85,10 +95,24 @@ func (c *Caller) restrictKeyring(id Serial, typ, spec *string) error {
 	return nil
 }
 
+// lookupRestriction makes the restriction spec of type t: ENOENT if
+// the type has no restriction schemes, as the kernel's
+// keyctl_restrict_keyring answers.
+func (s *Service) lookupRestriction(t *Type, spec string) (*restriction, error) {
+	if t.LookupRestriction == nil {
+		return nil, ENOENT
+	}
+	r, err := t.LookupRestriction(s, spec)
+	if err != nil {
+		return nil, err
+	}
+	return &restriction{Restriction: *r, typ: t.Name, spec: spec}, nil
+}
+
 // release drops the reference a restriction holds.
 func (r *restriction) release() {
-	if r != nil && r.key != nil {
-		r.key.put()
+	if r != nil && r.Trusted != nil {
+		r.Trusted.put()
 	}
 }
 
@@ -97,7 +121,7 @@ func (r *restriction) release() {
 // cycle): res trusts a keyring whose chain of restrictions leads back to
 // ring.
 func restrictionCycle(ring *Key, res *restriction) bool {
-	for k := res.key; k != nil && k.isKeyring(); {
+	for k := res.Trusted; k != nil && k.isKeyring(); {
 		if k == ring {
 			return true
 		}
@@ -105,7 +129,7 @@ func restrictionCycle(ring *Key, res *restriction) bool {
 		if r == nil {
 			return false
 		}
-		k = r.key
+		k = r.Trusted
 	}
 	return false
 }

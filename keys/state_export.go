@@ -138,7 +138,7 @@ func (s *Service) Export(w io.Writer) error {
 			continue
 		}
 		e.uvarint(1)
-		e.str(asymmetricType.Name)
+		e.str(r.typ)
 		e.str(r.spec)
 	}
 

@@ -473,14 +473,14 @@ func (rs *Restore) readRestriction(d *stateReader) error {
 	}
 	res := rejectAll
 	if kind == 1 {
-		if typ != asymmetricType.Name {
+		t := rs.s.lookupType(typ)
+		if t == nil || t.LookupRestriction == nil {
 			return corrupt("keyring %d: a restriction of type %q", id, typ)
 		}
 		var err error
-		if res, err = rs.s.asymmetricRestriction(spec); err != nil {
+		if res, err = rs.s.lookupRestriction(t, spec); err != nil {
 			return corrupt("keyring %d: restriction %q: %v", id, spec, err)
 		}
-		res.spec = spec
 	}
 	if restrictionCycle(ring, res) {
 		res.release()

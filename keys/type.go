@@ -11,9 +11,10 @@ import (
 
 // Type is a key type: how keys of the type validate, store, read and
 // describe their payloads. The built-in types are "user", "logon",
-// "keyring", "encrypted" and "asymmetric"; a package of its own adds a
-// type to every Service (Register, as package keys/bigkey adds
-// "big_key"), a program to one Service (Service.RegisterType).
+// "keyring" and "encrypted"; a package of its own adds a type to every
+// Service (Register, as package keys/bigkey adds "big_key" and
+// keys/asymmetric "asymmetric"), a program to one Service
+// (Service.RegisterType).
 type Type struct {
 	// Name is the type's name, 1 to 31 bytes. Names starting with '.' are
 	// internal: callers cannot create such keys.
@@ -72,6 +73,26 @@ type Type struct {
 	// Import, if set, makes a payload from what Export wrote, with the
 	// bytes to charge; without it, Preparse does.
 	Import func(desc string, b []byte) (p *Payload, charge int, err error)
+	// Costly marks a type whose payloads cost far more CPU to preparse
+	// than the rest (a certificate's signature is checked): the kernel
+	// charges that to the caller's own task, a daemon that serves every
+	// caller must bound it, and tells such calls apart by it before it
+	// runs them (CostlyType, CostlyKey).
+	Costly bool
+	// Pkey, if set, opens a payload of the type for the public-key
+	// operations (KEYCTL_PKEY_*; the kernel's asym_* hooks). It is called
+	// in a read section, where the payload is not wiped yet, and what it
+	// returns must stay usable outside the section until its Release: an
+	// operation can take milliseconds, too long to hold grace periods.
+	// Without it those operations fail with EOPNOTSUPP.
+	Pkey func(p *Payload) (PkeyKey, error)
+	// LookupRestriction, if set, makes a keyring restriction of the
+	// type from the restriction string a caller gives
+	// (KEYCTL_RESTRICT_KEYRING; the kernel's lookup_restriction); without
+	// it, a restriction naming the type fails with ENOENT. A daemon that
+	// takes over makes each restriction again from its string, with its
+	// own Service.
+	LookupRestriction func(s *Service, spec string) (*Restriction, error)
 }
 
 // prepare builds the payload of data for a key of type t with
@@ -170,7 +191,7 @@ var (
 	deadType = &Type{Name: ".dead"}
 
 	// builtinTypes are every Service's from New on.
-	builtinTypes = []*Type{userType, logonType, keyringType, encryptedType, asymmetricType, authType}
+	builtinTypes = []*Type{userType, logonType, keyringType, encryptedType, authType}
 )
 
 // registered holds the types Register adds to every Service.

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/keys/asymmetric"
 )
 
 // loadTrusted adds every certificate in dir (files named *.der, *.crt or
@@ -33,7 +34,7 @@ func loadTrusted(svc *keys.Service, dir string) (int, error) {
 		if err != nil {
 			return 0, err
 		}
-		if _, err := svc.AddBuiltinTrusted(b); err != nil {
+		if _, err := asymmetric.AddBuiltinTrusted(svc, b); err != nil {
 			return 0, fmt.Errorf("%s: %w", n, err)
 		}
 	}

@@ -1,4 +1,4 @@
-package keys
+package asymmetric
 
 import (
 	"bytes"
@@ -16,6 +16,8 @@ import (
 	"math/big"
 	"strings"
 	"sync"
+
+	"github.com/ukeys/ukeys/keys"
 )
 
 // The "asymmetric" key type, as the kernel's: a public key from an X.509
@@ -95,25 +97,42 @@ func (a *asymKey) Wipe() {
 	a.priv = nil
 }
 
-var asymmetricType = &Type{
-	Name:     "asymmetric",
+func init() { keys.Register(asymmetricType) }
+
+// asymmetricType is the type as keys knows it: the parsing of this file,
+// the pkey operations (pkey.go) and the restrictions (restrict.go).
+var asymmetricType = &keys.Type{
+	Name:     Name,
 	Preparse: asymmetricPreparse,
 	Describe: asymmetricDescribe,
-	ProposeDescription: func(p *Payload) string {
+	ProposeDescription: func(p *keys.Payload) string {
 		if a, ok := p.Extra.(*asymKey); ok {
 			return a.desc
 		}
 		return ""
 	},
 	MatchPreparse: asymmetricMatch,
+	// A certificate's self-signature is checked as it is parsed.
+	Costly:            true,
+	Pkey:              openPkey,
+	LookupRestriction: lookupRestriction,
 }
+
+// Name is the type's name, as callers give it to add_key.
+const Name = "asymmetric"
 
 // asymCharge is what the kernel charges an asymmetric key (quotalen).
 const asymCharge = 100
 
-func asymmetricPreparse(data []byte) (*Payload, int, error) {
+func asymmetricPreparse(data []byte) (*keys.Payload, int, error) {
+	return preparse(data, nil)
+}
+
+// preparse parses data and makes its payload, unless refuse (if not
+// nil) says from the parsed key why not, which is then wiped.
+func preparse(data []byte, refuse func(a *asymKey) error) (*keys.Payload, int, error) {
 	if len(data) == 0 {
-		return nil, 0, EINVAL
+		return nil, 0, keys.EINVAL
 	}
 	der := data
 	if b, _ := pem.Decode(data); b != nil {
@@ -129,7 +148,13 @@ func asymmetricPreparse(data []byte) (*Payload, int, error) {
 	if err != nil {
 		return nil, 0, err
 	}
-	p := newPayloadExtra(der, a)
+	if refuse != nil {
+		if err := refuse(a); err != nil {
+			a.Wipe()
+			return nil, 0, err
+		}
+	}
+	p := keys.NewPayloadExtra(der, a)
 	return p, asymCharge, nil
 }
 
@@ -148,7 +173,7 @@ func parseCertKey(der []byte) (*asymKey, error) {
 	a := &asymKey{idType: "X509", algo: algo, pub: cert.PublicKey}
 	serial, err := rawSerial(cert.RawTBSCertificate)
 	if err != nil {
-		return nil, EBADMSG
+		return nil, keys.EBADMSG
 	}
 	issuer, subject := asnContent(cert.RawIssuer), asnContent(cert.RawSubject)
 	a.ids[0] = concat(serial, issuer)
@@ -173,7 +198,7 @@ func parseCertKey(der []byte) (*asymKey, error) {
 			y := sig.authIDs[0] != nil && bytes.Equal(a.ids[0], sig.authIDs[0])
 			self = x || y
 			if self && x != y && sig.authIDs[0] != nil && sig.authIDs[1] != nil {
-				return nil, EKEYREJECTED
+				return nil, keys.EKEYREJECTED
 			}
 		}
 		if self && !kernelUsable(a.pub) {
@@ -181,10 +206,10 @@ func parseCertKey(der []byte) (*asymKey, error) {
 			// size squared (Go's RSA bounds neither it nor the
 			// exponent): the kernel's RSA refuses the key, and so the
 			// certificate, with EINVAL.
-			return nil, EINVAL
+			return nil, keys.EINVAL
 		}
 		if self && cert.CheckSignature(cert.SignatureAlgorithm, cert.RawTBSCertificate, cert.Signature) != nil {
-			return nil, EKEYREJECTED
+			return nil, keys.EKEYREJECTED
 		}
 	}
 	name := fabricateName(cert.RawSubject)
@@ -203,15 +228,15 @@ func parsePKCS8Key(der []byte) (*asymKey, error) {
 	// (it checks neither that the numbers are prime, so a huge key costs
 	// its maker nothing).
 	if n, ok := pkcs8RSAModulus(der); ok && !kernelUsable(&rsa.PublicKey{N: n}) {
-		return nil, EBADMSG
+		return nil, keys.EBADMSG
 	}
 	k, err := x509.ParsePKCS8PrivateKey(der)
 	if err != nil {
-		return nil, EBADMSG
+		return nil, keys.EBADMSG
 	}
 	s, ok := k.(crypto.Signer)
 	if !ok {
-		return nil, ENOPKG
+		return nil, keys.ENOPKG
 	}
 	algo, err := pkeyAlgo(s.Public())
 	if err != nil {
@@ -273,7 +298,7 @@ func pkeyAlgo(pub crypto.PublicKey) (string, error) {
 			return "ecdsa-nist-p521", nil
 		}
 	}
-	return "", ENOPKG
+	return "", keys.ENOPKG
 }
 
 // rawSerial returns the serial number's content octets as the
@@ -331,7 +356,7 @@ func akidIDs(cert *x509.Certificate, sig *certSig) error {
 		}
 		var seq asn1.RawValue
 		if _, err := asn1.Unmarshal(e.Value, &seq); err != nil {
-			return EBADMSG
+			return keys.EBADMSG
 		}
 		rest := seq.Bytes
 		var issuer, serial []byte
@@ -339,7 +364,7 @@ func akidIDs(cert *x509.Certificate, sig *certSig) error {
 			var v asn1.RawValue
 			var err error
 			if rest, err = asn1.Unmarshal(rest, &v); err != nil {
-				return EBADMSG
+				return keys.EBADMSG
 			}
 			if v.Class != asn1.ClassContextSpecific {
 				continue
@@ -352,7 +377,7 @@ func akidIDs(cert *x509.Certificate, sig *certSig) error {
 				for len(names) > 0 && issuer == nil {
 					var n asn1.RawValue
 					if names, err = asn1.Unmarshal(names, &n); err != nil {
-						return EBADMSG
+						return keys.EBADMSG
 					}
 					if n.Class == asn1.ClassContextSpecific && n.Tag == 4 {
 						issuer = asnContent(n.Bytes)
@@ -424,7 +449,7 @@ func fabricateName(rawName []byte) string {
 // subtype ("X509.rsa"), the last four bytes of the subject key
 // identifier in hexadecimal, and "[]" (the kernel's placeholder for the
 // key's capabilities).
-func asymmetricDescribe(k *Key, p *Payload) string {
+func asymmetricDescribe(k *keys.Key, p *keys.Payload) string {
 	if p == nil {
 		return "" // revoked: its payload is gone
 	}
@@ -448,9 +473,9 @@ func asymmetricDescribe(k *Key, p *Payload) string {
 // third id (its subject) is; anything else is an ordinary description
 // match (nil). An empty description, or an odd number or non-hexadecimal
 // digits after the prefix, fail with EINVAL.
-func asymmetricMatch(desc string) (func(p *Payload) bool, error) {
+func asymmetricMatch(desc string) (func(p *keys.Payload) bool, error) {
 	if desc == "" {
-		return nil, EINVAL
+		return nil, keys.EINVAL
 	}
 	var how idMatch
 	switch {
@@ -472,8 +497,8 @@ func asymmetricMatch(desc string) (func(p *Payload) bool, error) {
 
 // idMatcher accepts the payloads of asymmetric keys whose ids match want
 // as how says.
-func idMatcher(want []byte, how idMatch) func(p *Payload) bool {
-	return func(p *Payload) bool {
+func idMatcher(want []byte, how idMatch) func(p *keys.Payload) bool {
+	return func(p *keys.Payload) bool {
 		a, ok := p.Extra.(*asymKey)
 		return ok && a.matchID(want, how)
 	}
@@ -492,11 +517,11 @@ const (
 // either case.
 func hexID(h string) ([]byte, error) {
 	if len(h) == 0 || len(h)%2 != 0 {
-		return nil, EINVAL
+		return nil, keys.EINVAL
 	}
 	b, err := hex.DecodeString(h)
 	if err != nil {
-		return nil, EINVAL
+		return nil, keys.EINVAL
 	}
 	return b, nil
 }

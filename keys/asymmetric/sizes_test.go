@@ -1,4 +1,4 @@
-package keys
+package asymmetric
 
 import (
 	"crypto/elliptic"
@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/internal/certtest"
+	"github.com/ukeys/ukeys/keys"
 )
 
 // Keys too large for the kernel's RSA, each found by an audit to cost the
@@ -74,7 +75,7 @@ func TestSelfSignedCertificateOfAnRSAKeyTooLarge(t *testing.T) {
 	signer := certtest.NewKey(t, certtest.Options{Bits: 2048}) // its signature's algorithm is the one replaced
 	tmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "huge"}}
 	der := withRSASignature(t, certFor(t, tmpl, tmpl, pub, signer), append([]byte{1}, make([]byte, 1<<11-1)...))
-	if _, err := c.AddKey("asymmetric", "x", der, SessionKeyring); !errors.Is(err, EINVAL) {
+	if _, err := c.AddKey("asymmetric", "x", der, keys.SessionKeyring); !errors.Is(err, keys.EINVAL) {
 		t.Fatalf("a self-signed certificate of a 16,384-bit RSA key: %v, want EINVAL", err)
 	}
 }
@@ -91,7 +92,7 @@ func TestPKCS8KeyOfAnRSAKeyTooLarge(t *testing.T) {
 	if got, ok := pkcs8RSAModulus(p8); !ok || got.Cmp(n) != 0 {
 		t.Fatalf("the modulus read ahead: %v", ok)
 	}
-	if _, err := c.AddKey("asymmetric", "x", p8, SessionKeyring); !errors.Is(err, EBADMSG) {
+	if _, err := c.AddKey("asymmetric", "x", p8, keys.SessionKeyring); !errors.Is(err, keys.EBADMSG) {
 		t.Fatalf("a PKCS#8 key of an 8,192-bit RSA modulus: %v, want EBADMSG", err)
 	}
 }
@@ -161,8 +162,8 @@ func TestRestrictionBySignerTooLarge(t *testing.T) {
 	pub := hugeRSA(1 << 14)
 	bigTmpl := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: "huge signer"},
 		SubjectKeyId: []byte{1, 2, 3, 4}, IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign}
-	signerID := must(c.AddKey("asymmetric", "signer", certFor(t, bigTmpl, ca.Cert, pub, ca.Key), SessionKeyring))(t)
-	ring := must(c.AddKey("keyring", "restricted", nil, SessionKeyring))(t)
+	signerID := must(c.AddKey("asymmetric", "signer", certFor(t, bigTmpl, ca.Cert, pub, ca.Key), keys.SessionKeyring))(t)
+	ring := must(c.AddKey("keyring", "restricted", nil, keys.SessionKeyring))(t)
 	typ, spec := "asymmetric", "key_or_keyring:"+itoa(signerID)
 	noErr(t, c.RestrictKeyring(ring, &typ, &spec))
 	// A child claiming the huge key's signature (its issuer and key id),
@@ -172,7 +173,7 @@ func TestRestrictionBySignerTooLarge(t *testing.T) {
 	childKey := certtest.NewKey(t, certtest.Options{Curve: elliptic.P256()})
 	child := certFor(t, &x509.Certificate{SerialNumber: big.NewInt(3), Subject: pkix.Name{CommonName: "child"}}, parent, childKey.Public(), other)
 	child = withRSASignature(t, child, append([]byte{1}, make([]byte, 1<<11-1)...))
-	if _, err := c.AddKey("asymmetric", "child", child, ring); !errors.Is(err, EINVAL) {
+	if _, err := c.AddKey("asymmetric", "child", child, ring); !errors.Is(err, keys.EINVAL) {
 		t.Fatalf("a certificate claiming a 16,384-bit RSA signer's signature, into a keyring it restricts: %v, want EINVAL", err)
 	}
 }

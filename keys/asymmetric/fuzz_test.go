@@ -1,4 +1,4 @@
-package keys
+package asymmetric
 
 import (
 	"crypto/elliptic"
@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/ukeys/ukeys/internal/certtest"
+	"github.com/ukeys/ukeys/keys"
 )
 
 // FuzzAsymmetricPreparse feeds the certificate and PKCS#8 parsers any
@@ -21,15 +22,15 @@ func FuzzAsymmetricPreparse(f *testing.F) {
 	f.Fuzz(func(t *testing.T, b []byte) {
 		p, charge, err := asymmetricPreparse(b)
 		if err != nil {
-			for _, want := range []error{EINVAL, EBADMSG, ENOPKG, EKEYREJECTED} {
+			for _, want := range []error{keys.EINVAL, keys.EBADMSG, keys.ENOPKG, keys.EKEYREJECTED} {
 				if errors.Is(err, want) {
 					return
 				}
 			}
 			t.Fatalf("error %v is none of the kernel's", err)
 		}
-		defer p.wipe()
 		a := p.Extra.(*asymKey)
+		defer func() { clear(p.Data); a.Wipe() }()
 		if charge != asymCharge || a.algo == "" || a.pub == nil {
 			t.Fatalf("incomplete key: %+v", a)
 		}
@@ -38,29 +39,6 @@ func FuzzAsymmetricPreparse(f *testing.F) {
 		}
 		if !strings.HasPrefix(asymmetricDescribe(nil, p), ": "+a.idType+"."+a.algo) {
 			t.Fatalf("describe %q", asymmetricDescribe(nil, p))
-		}
-	})
-}
-
-// FuzzPkeyParams: the parameter string parser accepts exactly the
-// kernel's forms, and what it accepts it reads back.
-func FuzzPkeyParams(f *testing.F) {
-	for _, s := range []string{"", "enc=pkcs1 hash=sha256", "\tenc=raw ", "enc=", "hash=a hash=b", "enc=x962,hash=sha1"} {
-		f.Add(s)
-	}
-	f.Fuzz(func(t *testing.T, s string) {
-		p, err := parsePkeyParams(s)
-		if err != nil {
-			if !errors.Is(err, EINVAL) {
-				t.Fatalf("%q: %v", s, err)
-			}
-			return
-		}
-		if p.enc == "" || strings.ContainsAny(p.enc+p.hash, " \t") {
-			t.Fatalf("%q parsed as %+v", s, p)
-		}
-		if p.enc != "raw" && !strings.Contains(s, "enc="+p.enc) || p.hash != "" && !strings.Contains(s, "hash="+p.hash) {
-			t.Fatalf("%q parsed as %+v", s, p)
 		}
 	})
 }
@@ -74,12 +52,12 @@ func FuzzAsymmetricMatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, s string) {
 		m, err := asymmetricMatch(s)
 		switch {
-		case err != nil && !errors.Is(err, EINVAL):
+		case err != nil && !errors.Is(err, keys.EINVAL):
 			t.Fatalf("%q: %v", s, err)
 		case err == nil && m == nil && (strings.HasPrefix(s, "id:") || strings.HasPrefix(s, "ex:") || strings.HasPrefix(s, "dn:")):
 			t.Fatalf("%q: no matcher", s)
 		case m != nil:
-			m(&Payload{}) // a payload that is no key matches nothing
+			m(&keys.Payload{}) // a payload that is no key matches nothing
 		}
 	})
 }

@@ -1,0 +1,103 @@
+package asymmetric
+
+import (
+	"context"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/ukeys/ukeys/keys"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+// The package's tests drive the type through a keys.Service, as the
+// daemon does: these are the helpers package keys' own tests have.
+
+// fakeClock is a settable clock for expiry tests.
+type fakeClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *fakeClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+type env struct {
+	t     *testing.T
+	s     *keys.Service
+	clock *fakeClock
+}
+
+func newEnv(t *testing.T, opts ...keys.Option) *env {
+	t.Helper()
+	clk := &fakeClock{t: time.Unix(1_700_000_000, 0)}
+	s := keys.New(append([]keys.Option{keys.WithClock(clk.now)}, opts...)...)
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return &env{t: t, s: s, clock: clk}
+}
+
+// caller returns a caller with a fresh anonymous session keyring.
+func (e *env) caller(uid, gid uint32, groups ...uint32) *keys.Caller {
+	e.t.Helper()
+	c := e.s.NewCaller(keys.Cred{UID: uid, GID: gid, Groups: groups, PID: int(1000 + uid)})
+	if _, err := c.JoinSessionKeyring(nil); err != nil {
+		e.t.Fatalf("join session: %v", err)
+	}
+	e.t.Cleanup(c.Release)
+	return c
+}
+
+// settle waits until every destruction queued so far has run.
+func (e *env) settle() {
+	e.t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := e.s.WaitGC(ctx); err != nil {
+		e.t.Fatal(err)
+	}
+}
+
+// fataler is the part of a test that must and noErr need.
+type fataler interface {
+	Fatalf(format string, args ...any)
+}
+
+// must returns v, or fails the test on err: must(c.AddKey(...))(t).
+func must[T any](v T, err error) func(fataler) T {
+	return func(t fataler) T {
+		if h, ok := t.(interface{ Helper() }); ok {
+			h.Helper()
+		}
+		if err != nil {
+			t.Fatalf("unexpected error: %v", err)
+		}
+		return v
+	}
+}
+
+// noErr fails the test on err, as must does for calls that return only
+// an error.
+func noErr(t fataler, err error) {
+	if h, ok := t.(interface{ Helper() }); ok {
+		h.Helper()
+	}
+	if err != nil {
+		t.Fatalf("unexpected error: %v", err)
+	}
+}
+
+// itoa writes a serial as a restriction string names it.
+func itoa(s keys.Serial) string { return strconv.Itoa(int(s)) }
+
+// ptr is the pointer RestrictKeyring takes for a string.
+func ptr(s string) *string { return &s }
