@@ -15,6 +15,7 @@ import (
 
 	"github.com/ukeys/ukeys/internal/container"
 	"github.com/ukeys/ukeys/internal/process"
+	"github.com/ukeys/ukeys/internal/ratelimit"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -42,7 +43,7 @@ type Agent struct {
 	// refusals throttles the log lines of refused runtimes, as the
 	// main socket's are (Server.logRefusal): the agent's socket is open
 	// to every user, and each refusal would otherwise be a line.
-	refusals rateLimiter
+	refusals ratelimit.Limiter
 
 	// bounds are the containers' bounds together (ContainerBounds);
 	// procs and keys count what every container's namespace holds of
@@ -196,7 +197,7 @@ func NewAgent(cfg AgentConfig) *Agent {
 		cfg.Server.Logger = log
 	}
 	a := &Agent{cfg: cfg, log: log, nss: make(map[string]*namespace),
-		refusals: rateLimiter{interval: 10 * time.Second, burst: 5}}
+		refusals: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5}}
 	lim := cfg.Server.Limits.withDefaults()
 	tun := keys.New(cfg.Keys...)
 	t := tun.Tunables()
@@ -237,7 +238,7 @@ func ContainerShare(b ContainerBounds) (container, perUID ContainerBounds) {
 // logRefusal logs a refused runtime, at most a few lines per interval
 // however many there are.
 func (a *Agent) logRefusal(msg string, args ...any) {
-	ok, suppressed := a.refusals.allow(time.Now())
+	ok, suppressed := a.refusals.Allow(time.Now())
 	if !ok {
 		return
 	}

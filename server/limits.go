@@ -2,7 +2,6 @@ package server
 
 import (
 	"runtime"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -429,33 +428,4 @@ func (s *Server) Stats() Stats {
 	// A slot of heavy is held exactly while an expensive operation runs.
 	return Stats{Conns: len(s.conns), Procs: s.nprocs, BufferedBytes: s.nbuffered,
 		ExpensiveRunning: len(s.heavy), FollowsForks: s.forksAble, Limits: s.lim}
-}
-
-// rateLimiter lets through at most burst events per interval and counts
-// the rest, so that a flood of refused connections costs a few log lines
-// instead of one each.
-type rateLimiter struct {
-	mu         sync.Mutex
-	interval   time.Duration
-	burst      int
-	start      time.Time
-	n          int
-	suppressed int
-}
-
-// allow reports whether an event may be logged now, and how many were
-// suppressed since the last one that was.
-func (r *rateLimiter) allow(now time.Time) (ok bool, suppressed int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if now.Sub(r.start) >= r.interval {
-		r.start, r.n = now, 0
-	}
-	if r.n >= r.burst {
-		r.suppressed++
-		return false, 0
-	}
-	r.n++
-	suppressed, r.suppressed = r.suppressed, 0
-	return true, suppressed
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/process"
+	"github.com/ukeys/ukeys/internal/ratelimit"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -91,8 +92,8 @@ type Server struct {
 	spinCut atomic.Int64
 	spinNow func() time.Time
 
-	refusals rateLimiter // of the log lines about refused connections
-	failures rateLimiter // of the log lines about failed accepts
+	refusals ratelimit.Limiter // of the log lines about refused connections
+	failures ratelimit.Limiter // of the log lines about failed accepts
 
 	// member, if set, says whether a process whose intercepted call the
 	// server meets is one it serves: the seccomp agent's container
@@ -175,8 +176,8 @@ func New(svc *keys.Service, cfg Config) *Server {
 		lim:      lim,
 		heavy:    make(chan struct{}, lim.MaxExpensive),
 		spinNow:  time.Now,
-		refusals: rateLimiter{interval: 10 * time.Second, burst: 5},
-		failures: rateLimiter{interval: 10 * time.Second, burst: 5},
+		refusals: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5},
+		failures: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5},
 		procs:    make(map[int]*proc),
 		usage:    make(map[uint32]*usage),
 		sessions: make(map[string]sessionGrant),
@@ -258,8 +259,8 @@ func (s *Server) logRefusal(msg string, args ...any) {
 }
 
 // logLimited logs msg unless lim has let through enough lately.
-func (s *Server) logLimited(lim *rateLimiter, msg string, args ...any) {
-	ok, suppressed := lim.allow(time.Now())
+func (s *Server) logLimited(lim *ratelimit.Limiter, msg string, args ...any) {
+	ok, suppressed := lim.Allow(time.Now())
 	if !ok {
 		return
 	}
