@@ -118,8 +118,10 @@ func NoFile() int {
 	return int(rl.Cur)
 }
 
-// withDefaults fills l's zero fields from DefaultLimits.
-func (l Limits) withDefaults() Limits {
+// WithDefaults returns l with its zero fields filled from DefaultLimits
+// for the process's descriptor limit, as New fills them: the seccomp
+// agent bounds each container's Server within them.
+func (l Limits) WithDefaults() Limits {
 	d := DefaultLimits(NoFile())
 	fill := func(v *int, def int) {
 		if *v <= 0 {
@@ -313,9 +315,10 @@ func (s *Server) admitProc(uid uint32) keys.Errno {
 	if e := admit(&u.procs, &s.nprocs, s.lim.MaxProcsPerUID, s.lim.MaxProcs); e != 0 {
 		return e
 	}
-	if !s.procPool.take() {
-		// Every container's namespace together is at its bound
-		// (agent.go): EMFILE, as for the server's own.
+	if !s.cfg.Pool.take() {
+		// The Servers sharing the pool (every container's namespace of
+		// the seccomp agent) are at its bound together: EMFILE, as for
+		// the server's own.
 		u.procs--
 		s.nprocs--
 		return keys.EMFILE
@@ -328,7 +331,7 @@ func (s *Server) dropProc(uid uint32) {
 	if u := s.usage[uid]; u != nil {
 		u.procs--
 		s.nprocs--
-		s.procPool.give()
+		s.cfg.Pool.give()
 		s.forget(uid)
 	}
 }

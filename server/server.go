@@ -69,6 +69,22 @@ type Config struct {
 	// systemd there that it is the service's main process now, before
 	// the old one exits.
 	BeforeTakeover func()
+
+	// Member, if set, says whether a process whose intercepted call the
+	// server meets is one it serves; any other is refused EPERM. It
+	// exists for the seccomp agent (package agent), whose container
+	// namespaces serve only the container's own processes, whatever
+	// listener their calls come through.
+	Member func(pid int) bool
+	// Pool, if set, is what the server's tracked processes and listeners
+	// count against besides Limits.MaxProcs, shared with other Servers:
+	// the seccomp agent's bound for every container's namespace together.
+	Pool *Pool
+	// Expensive, if set, are the slots the server's expensive operations
+	// take, shared with other Servers (the seccomp agent's containers
+	// take the daemon's); they then bound them, not Limits.MaxExpensive.
+	// Default: slots of the server's own, Limits.MaxExpensive of them.
+	Expensive *Slots
 }
 
 // Server serves a keys.Service to clients on Unix sockets.
@@ -94,15 +110,6 @@ type Server struct {
 
 	refusals ratelimit.Limiter // of the log lines about refused connections
 	failures ratelimit.Limiter // of the log lines about failed accepts
-
-	// member, if set, says whether a process whose intercepted call the
-	// server meets is one it serves: the seccomp agent's container
-	// namespaces serve only the container's own processes (agent.go).
-	member func(pid int) bool
-	// procPool, if set, is what the server's tracked processes and
-	// listeners count against besides its own bound: the seccomp
-	// agent's bound for every container's namespace together.
-	procPool *pool
 
 	// ho is the hand-over under way, if any (handover.go), under mu;
 	// handedOver closes once one has succeeded.
@@ -168,13 +175,17 @@ func New(svc *keys.Service, cfg Config) *Server {
 	if cfg.Spin == 0 {
 		cfg.Spin = sock.DefaultSpin
 	}
-	lim := cfg.Limits.withDefaults()
+	lim := cfg.Limits.WithDefaults()
+	heavy := make(chan struct{}, lim.MaxExpensive)
+	if cfg.Expensive != nil {
+		heavy = cfg.Expensive.c
+	}
 	s := &Server{
 		svc:      svc,
 		cfg:      cfg,
 		log:      cfg.Logger,
 		lim:      lim,
-		heavy:    make(chan struct{}, lim.MaxExpensive),
+		heavy:    heavy,
 		spinNow:  time.Now,
 		refusals: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5},
 		failures: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5},
