@@ -77,13 +77,15 @@ type Config struct {
 	// listener their calls come through.
 	Member func(pid int) bool
 	// Pool, if set, is what the server's tracked processes and listeners
-	// count against besides Limits.MaxProcs, shared with other Servers:
-	// the seccomp agent's bound for every container's namespace together.
+	// count against besides Limits.MaxProcs, shared with other Servers
+	// ([Pool]): the seccomp agent's bound for every container's
+	// namespace together.
 	Pool *Pool
 	// Expensive, if set, are the slots the server's expensive operations
-	// take, shared with other Servers (the seccomp agent's containers
-	// take the daemon's); they then bound them, not Limits.MaxExpensive.
-	// Default: slots of the server's own, Limits.MaxExpensive of them.
+	// take, shared with other Servers ([Slots]; the seccomp agent's
+	// containers take the daemon's); they then bound them, not
+	// Limits.MaxExpensive. Default: slots of the server's own,
+	// Limits.MaxExpensive of them.
 	Expensive *Slots
 }
 

@@ -3,8 +3,8 @@ package server
 import "sync"
 
 // Slots bound how many expensive operations (signature checks,
-// dh_compute, pkey_*) run at once over every Server given them
-// (Config.Expensive). They exist for the seccomp agent, which gives each
+// dh_compute, pkey_*) run at once over every [Server] given them
+// ([Config.Expensive]). They exist for the seccomp agent, which gives each
 // container's Server the daemon's own: with a bound of each Server's,
 // a hundred containers would run a hundred checks at once on two
 // processors, and the processors the daemon leaves free would not stay
@@ -15,8 +15,8 @@ type Slots struct{ c chan struct{} }
 func NewSlots(n int) *Slots { return &Slots{c: make(chan struct{}, max(n, 1))} }
 
 // A Pool bounds what several Servers keep together of processes and
-// listeners (a descriptor or more each; Config.Pool), besides each one's
-// own Limits.MaxProcs. It exists for the seccomp agent, whose
+// listeners (a descriptor or more each; [Config.Pool]), besides each
+// one's own [Limits].MaxProcs. It exists for the seccomp agent, whose
 // containers' Servers together may keep only the containers' share of
 // the daemon's descriptors, however many containers there are. A nil
 // Pool bounds nothing.
