@@ -29,8 +29,8 @@ import (
 // the container's [ContainerProcessState], and the agent serves the
 // add_key, keyctl and request_key calls of the container's processes.
 // Each container is a key namespace of its own: a [keys.Service] and a
-// [server.Server] of its own, so that no key, keyring, persistent keyring or
-// quota of one container is visible to or charged to another (what the
+// [server.Server] of its own, so that no key, keyring, persistent keyring
+// or quota of one container is visible to or charged to another (what the
 // kernel's keyrings lack, and why runtimes forbid those calls). A
 // container's keys are destroyed when its last process has exited (its
 // last listener has no task left).
@@ -45,8 +45,8 @@ type Agent struct {
 	log *slog.Logger
 
 	// refusals throttles the log lines of refused runtimes, as the
-	// main socket's are (the Server's): the agent's socket is open
-	// to every user, and each refusal would otherwise be a line.
+	// daemon's socket's are: the agent's socket is open to every user,
+	// and each refusal would otherwise be a line.
 	refusals ratelimit.Limiter
 
 	// bounds are the containers' bounds together ([Bounds]); procs and
@@ -93,11 +93,10 @@ type Config struct {
 
 // Bounds are what the containers' key namespaces may hold
 // together of what belongs to the one daemon process, whichever of them
-// holds it: without them each namespace had fresh bounds and quotas of
-// its own (a million keys for its root), while big_key files,
-// descriptors and memory are the process's, and one container's root
-// filled every big_key file of the daemon, after which every other
-// container and every host user got EMFILE. Zero fields take the
+// holds it: big_key files, descriptors and memory are the process's, so
+// that a namespace with fresh bounds and quotas of its own would let one
+// container's root fill every big_key file of the daemon, and every
+// other container and every host user get EMFILE. Zero fields take the
 // defaults said of each.
 type Bounds struct {
 	// Procs bounds the processes and listeners the containers' Servers
