@@ -152,13 +152,20 @@ func (c *conn) intercept() error {
 // ServeListener serves the key system calls that the seccomp listener fd
 // receives (intercept.Install), as a client's OpIntercept does, until
 // every process under its filter has exited or the server shuts down.
-// It takes fd. The seccomp agent (Agent) serves each container's
+// It takes fd. The seccomp agent (package agent) serves each container's
 // listeners this way, on a Server of the container's own.
 func (s *Server) ServeListener(fd int) error { return s.serveListener(fd, false) }
 
-// serveListener is ServeListener; with notify, the listener's filter
-// hands the daemon its programs' notification pipes too (a container
-// profile from ukeyctl seccomp-profile says so in its listenerMetadata).
+// ServeNotifyListener is ServeListener for a listener whose filter hands
+// the daemon its programs' notification pipes too (intercept.Filter's
+// pipe2 and watch-queue ioctls): their key watches are then served, and
+// KEYCTL_CAPABILITIES says there are notifications. It exists for the
+// seccomp agent, which serves a container's listener so when the
+// container's profile says so in its listenerMetadata (ukeyctl
+// seccomp-profile writes it).
+func (s *Server) ServeNotifyListener(fd int) error { return s.serveListener(fd, true) }
+
+// serveListener is ServeListener, or with notify ServeNotifyListener.
 func (s *Server) serveListener(fd int, notify bool) error {
 	done, err := s.startListener(fd, listenerInfo{notify: notify}, intercept.HandlerFunc(s.intercepted))
 	if err != nil {
@@ -459,7 +466,7 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 	if !ok {
 		return nil, keys.EPERM
 	}
-	if s.member != nil && (!s.member(pid) || h.Exited()) {
+	if s.cfg.Member != nil && (!s.cfg.Member(pid) || h.Exited()) {
 		// A container's key namespace serves the container's processes
 		// and no other, whatever listener their calls come through: a
 		// listener handed in under another container's id gets nothing.

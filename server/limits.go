@@ -2,7 +2,6 @@ package server
 
 import (
 	"runtime"
-	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -119,8 +118,10 @@ func NoFile() int {
 	return int(rl.Cur)
 }
 
-// withDefaults fills l's zero fields from DefaultLimits.
-func (l Limits) withDefaults() Limits {
+// WithDefaults returns l with its zero fields filled from DefaultLimits
+// for the process's descriptor limit, as New fills them: the seccomp
+// agent bounds each container's Server within them.
+func (l Limits) WithDefaults() Limits {
 	d := DefaultLimits(NoFile())
 	fill := func(v *int, def int) {
 		if *v <= 0 {
@@ -314,9 +315,10 @@ func (s *Server) admitProc(uid uint32) keys.Errno {
 	if e := admit(&u.procs, &s.nprocs, s.lim.MaxProcsPerUID, s.lim.MaxProcs); e != 0 {
 		return e
 	}
-	if !s.procPool.take() {
-		// Every container's namespace together is at its bound
-		// (agent.go): EMFILE, as for the server's own.
+	if !s.cfg.Pool.take() {
+		// The Servers sharing the pool (every container's namespace of
+		// the seccomp agent) are at its bound together: EMFILE, as for
+		// the server's own.
 		u.procs--
 		s.nprocs--
 		return keys.EMFILE
@@ -329,7 +331,7 @@ func (s *Server) dropProc(uid uint32) {
 	if u := s.usage[uid]; u != nil {
 		u.procs--
 		s.nprocs--
-		s.procPool.give()
+		s.cfg.Pool.give()
 		s.forget(uid)
 	}
 }
@@ -429,33 +431,4 @@ func (s *Server) Stats() Stats {
 	// A slot of heavy is held exactly while an expensive operation runs.
 	return Stats{Conns: len(s.conns), Procs: s.nprocs, BufferedBytes: s.nbuffered,
 		ExpensiveRunning: len(s.heavy), FollowsForks: s.forksAble, Limits: s.lim}
-}
-
-// rateLimiter lets through at most burst events per interval and counts
-// the rest, so that a flood of refused connections costs a few log lines
-// instead of one each.
-type rateLimiter struct {
-	mu         sync.Mutex
-	interval   time.Duration
-	burst      int
-	start      time.Time
-	n          int
-	suppressed int
-}
-
-// allow reports whether an event may be logged now, and how many were
-// suppressed since the last one that was.
-func (r *rateLimiter) allow(now time.Time) (ok bool, suppressed int) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if now.Sub(r.start) >= r.interval {
-		r.start, r.n = now, 0
-	}
-	if r.n >= r.burst {
-		r.suppressed++
-		return false, 0
-	}
-	r.n++
-	suppressed, r.suppressed = r.suppressed, 0
-	return true, suppressed
 }

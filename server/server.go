@@ -14,6 +14,7 @@ import (
 
 	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/process"
+	"github.com/ukeys/ukeys/internal/ratelimit"
 	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
@@ -68,6 +69,24 @@ type Config struct {
 	// systemd there that it is the service's main process now, before
 	// the old one exits.
 	BeforeTakeover func()
+
+	// Member, if set, says whether a process whose intercepted call the
+	// server meets is one it serves; any other is refused EPERM. It
+	// exists for the seccomp agent (package agent), whose container
+	// namespaces serve only the container's own processes, whatever
+	// listener their calls come through.
+	Member func(pid int) bool
+	// Pool, if set, is what the server's tracked processes and listeners
+	// count against besides Limits.MaxProcs, shared with other Servers
+	// ([Pool]): the seccomp agent's bound for every container's
+	// namespace together.
+	Pool *Pool
+	// Expensive, if set, are the slots the server's expensive operations
+	// take, shared with other Servers ([Slots]; the seccomp agent's
+	// containers take the daemon's); they then bound them, not
+	// Limits.MaxExpensive. Default: slots of the server's own,
+	// Limits.MaxExpensive of them.
+	Expensive *Slots
 }
 
 // Server serves a keys.Service to clients on Unix sockets.
@@ -91,17 +110,8 @@ type Server struct {
 	spinCut atomic.Int64
 	spinNow func() time.Time
 
-	refusals rateLimiter // of the log lines about refused connections
-	failures rateLimiter // of the log lines about failed accepts
-
-	// member, if set, says whether a process whose intercepted call the
-	// server meets is one it serves: the seccomp agent's container
-	// namespaces serve only the container's own processes (agent.go).
-	member func(pid int) bool
-	// procPool, if set, is what the server's tracked processes and
-	// listeners count against besides its own bound: the seccomp
-	// agent's bound for every container's namespace together.
-	procPool *pool
+	refusals ratelimit.Limiter // of the log lines about refused connections
+	failures ratelimit.Limiter // of the log lines about failed accepts
 
 	// ho is the hand-over under way, if any (handover.go), under mu;
 	// handedOver closes once one has succeeded.
@@ -167,16 +177,20 @@ func New(svc *keys.Service, cfg Config) *Server {
 	if cfg.Spin == 0 {
 		cfg.Spin = sock.DefaultSpin
 	}
-	lim := cfg.Limits.withDefaults()
+	lim := cfg.Limits.WithDefaults()
+	heavy := make(chan struct{}, lim.MaxExpensive)
+	if cfg.Expensive != nil {
+		heavy = cfg.Expensive.c
+	}
 	s := &Server{
 		svc:      svc,
 		cfg:      cfg,
 		log:      cfg.Logger,
 		lim:      lim,
-		heavy:    make(chan struct{}, lim.MaxExpensive),
+		heavy:    heavy,
 		spinNow:  time.Now,
-		refusals: rateLimiter{interval: 10 * time.Second, burst: 5},
-		failures: rateLimiter{interval: 10 * time.Second, burst: 5},
+		refusals: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5},
+		failures: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5},
 		procs:    make(map[int]*proc),
 		usage:    make(map[uint32]*usage),
 		sessions: make(map[string]sessionGrant),
@@ -258,8 +272,8 @@ func (s *Server) logRefusal(msg string, args ...any) {
 }
 
 // logLimited logs msg unless lim has let through enough lately.
-func (s *Server) logLimited(lim *rateLimiter, msg string, args ...any) {
-	ok, suppressed := lim.allow(time.Now())
+func (s *Server) logLimited(lim *ratelimit.Limiter, msg string, args ...any) {
+	ok, suppressed := lim.Allow(time.Now())
 	if !ok {
 		return
 	}

@@ -1,6 +1,9 @@
 package main
 
-import "github.com/ukeys/ukeys/server"
+import (
+	"github.com/ukeys/ukeys/agent"
+	"github.com/ukeys/ukeys/server"
+)
 
 // The tenants scenario: one tenant at each of its bounds in turn while
 // a host user and a process of another container are served, their
@@ -33,10 +36,10 @@ type tenantsParams struct {
 	// user's share per uid, a user namespace's uids counted as its
 	// owner's), the containers' together, one container's and one uid's
 	// in a container.
-	Limits     server.Limits          `json:"limits"`
-	Containers server.ContainerBounds `json:"containers"`
-	Container  server.ContainerBounds `json:"container"`
-	UIDInOne   server.ContainerBounds `json:"uid_in_container"`
+	Limits     server.Limits `json:"limits"`
+	Containers agent.Bounds  `json:"containers"`
+	Container  agent.Bounds  `json:"container"`
+	UIDInOne   agent.Bounds  `json:"uid_in_container"`
 }
 
 // tenantPhases are the scenario's phases, in the order they run.

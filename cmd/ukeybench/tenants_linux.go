@@ -26,6 +26,7 @@ import (
 	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/agent"
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/certtest"
@@ -109,7 +110,7 @@ func runTenants(p tenantsParams, dur, interval time.Duration, prog *progress) (_
 	// ukeyd reads them before it applies -procs: the expensive
 	// operations' bound is one less than Go's count of processors.
 	lim.MaxExpensive = max(p.GoProcs-1, 1)
-	containers := server.ContainerBounds{Procs: max(lim.MaxProcs/2, 2)}
+	containers := agent.Bounds{Procs: max(lim.MaxProcs/2, 2)}
 	lim.MaxProcs -= containers.Procs
 	lim.MaxProcsPerUID = min(lim.MaxProcsPerUID, lim.MaxProcs)
 	defer keys.SetBigKeyFileLimit(keys.SetBigKeyFileLimit(lim.BigKeyFiles))
@@ -118,7 +119,8 @@ func runTenants(p tenantsParams, dur, interval time.Duration, prog *progress) (_
 	log := slog.New(slog.NewTextHandler(io.Discard, nil))
 	svc := keys.New()
 	defer svc.Close()
-	srv := server.New(svc, server.Config{Logger: log, Limits: lim})
+	heavy := server.NewSlots(lim.MaxExpensive) // the daemon's, the containers' too
+	srv := server.New(svc, server.Config{Logger: log, Limits: lim, Expensive: heavy})
 	sock := filepath.Join(dir, "ukeyd.sock")
 	ln, err := server.Listen(sock)
 	if err != nil {
@@ -126,8 +128,8 @@ func runTenants(p tenantsParams, dur, interval time.Duration, prog *progress) (_
 	}
 	served := make(chan error, 1)
 	go func() { served <- srv.Serve(ln) }()
-	agent := server.NewAgent(server.AgentConfig{Logger: log, Server: server.Config{Logger: log, Limits: lim},
-		Bounds: containers, Host: srv})
+	ag := agent.New(agent.Config{Logger: log, Server: server.Config{Logger: log, Limits: lim, Expensive: heavy},
+		Bounds: containers})
 	agentSock := filepath.Join(dir, "agent.sock")
 	aln, err := server.Listen(agentSock)
 	if err != nil {
@@ -136,7 +138,7 @@ func runTenants(p tenantsParams, dur, interval time.Duration, prog *progress) (_
 		return report{}, err
 	}
 	agentDone := make(chan error, 1)
-	go func() { agentDone <- agent.Serve(aln) }()
+	go func() { agentDone <- ag.Serve(aln) }()
 
 	e := &tenantsEnv{p: p, dir: dir, exe: exe, sock: sock, agentSock: agentSock, dur: dur, interval: interval,
 		attempts: lim.MaxConnsPerUID}
@@ -144,7 +146,7 @@ func runTenants(p tenantsParams, dur, interval time.Duration, prog *progress) (_
 		e.endAll()
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		if e := agent.Shutdown(ctx); e != nil && err == nil {
+		if e := ag.Shutdown(ctx); e != nil && err == nil {
 			err = e
 		}
 		<-agentDone
@@ -259,10 +261,10 @@ func runTenants(p tenantsParams, dur, interval time.Duration, prog *progress) (_
 		}
 		lines = append(lines, line)
 	}
-	p.Limits, p.Containers = srv.Stats().Limits, agent.Bounds()
-	p.Container, p.UIDInOne = server.ContainerShare(p.Containers)
+	p.Limits, p.Containers = srv.Stats().Limits, ag.Bounds()
+	p.Container, p.UIDInOne = agent.Share(p.Containers)
 	rep := report{Scenario: "tenants", Params: p, Results: rows}
-	rep.notes = []string{boundsNote(srv, agent, svc), summaryNote(rows), "The attackers:\n" + strings.Join(lines, "\n")}
+	rep.notes = []string{boundsNote(srv, ag, svc), summaryNote(rows), "The attackers:\n" + strings.Join(lines, "\n")}
 	return rep, nil
 }
 
@@ -309,10 +311,10 @@ func attackerLine(ph string, p tenantsParams, held server.Stats, bigOpen int, at
 // a host user's share (the uids of a user namespace counted as its
 // owner's), the containers' together, one container's and one uid's in
 // a container.
-func boundsNote(srv *server.Server, agent *server.Agent, svc *keys.Service) string {
+func boundsNote(srv *server.Server, ag *agent.Agent, svc *keys.Service) string {
 	l := srv.Stats().Limits
-	b := agent.Bounds()
-	c, u := server.ContainerShare(b)
+	b := ag.Bounds()
+	c, u := agent.Share(b)
 	t := svc.Tunables()
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "Bounds in force (RLIMIT_NOFILE %d, GOMAXPROCS %d on %d processors); a user namespace's uids count as the user who owns it:\n",
@@ -435,7 +437,7 @@ func (e *tenantsEnv) startContainer(name, id, role string) (*kid, error) {
 	}
 	defer unix.Close(listener)
 	pid := cmd.Process.Pid
-	var st server.ContainerProcessState
+	var st agent.ContainerProcessState
 	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, pid
 	st.State.ID, st.State.Status, st.State.Pid = id, "creating", pid
 	msg, err := json.Marshal(st)

@@ -155,7 +155,7 @@ func notifyProfile(profile map[string]any, listener string) ([]byte, error) {
 	return json.MarshalIndent(profile, "", "\t")
 }
 
-// notifyMetadata is server.NotifyMetadata, which ukeyctl does not link.
+// notifyMetadata is agent.NotifyMetadata, which ukeyctl does not link.
 const notifyMetadata = "ukeys:notify"
 
 // isEmpty reports whether a profile's field is absent or empty.

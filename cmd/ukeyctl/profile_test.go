@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/agent"
 )
 
 // A runtime's profile keeps what it says of every other call; the key
@@ -100,7 +100,7 @@ func TestNotifyProfilePipes(t *testing.T) {
 	}
 	rules, meta := rewrite(`{"defaultAction": "SCMP_ACT_ERRNO", "listenerMetadata": "mine",
 		"syscalls": [{"names": ["read", "pipe2", "ioctl"], "action": "SCMP_ACT_ALLOW"}]}`)
-	if meta != "mine "+server.NotifyMetadata {
+	if meta != "mine "+agent.NotifyMetadata {
 		t.Errorf("listenerMetadata %q", meta)
 	}
 	var says []string
@@ -126,7 +126,7 @@ func TestNotifyProfilePipes(t *testing.T) {
 	}
 
 	// The default allows all: the same rules.
-	if rules, meta := rewrite(`{"defaultAction": "SCMP_ACT_ALLOW"}`); meta != server.NotifyMetadata || len(rules) != 7 {
+	if rules, meta := rewrite(`{"defaultAction": "SCMP_ACT_ALLOW"}`); meta != agent.NotifyMetadata || len(rules) != 7 {
 		t.Errorf("a profile that allows all: %d rules, listenerMetadata %q", len(rules), meta)
 	}
 	// ioctl under a condition of the profile's own: left as it is.

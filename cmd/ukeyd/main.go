@@ -36,6 +36,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
+	"github.com/ukeys/ukeys/agent"
 	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/internal/procs"
@@ -157,7 +158,7 @@ func run(args []string) int {
 		keyOpts = append(keyOpts, keys.WithTunablesChanged(hook))
 	}
 	lim.MaxConnsPerUID, lim.MaxProcsPerUID, lim.MaxBufferedPerUID = *maxConns, *maxProcs, *maxBuf
-	var containers server.ContainerBounds
+	var containers agent.Bounds
 	if *agentPath != "" {
 		// The containers' processes and listeners (a descriptor or more
 		// each) come out of the host's bound, so that both together
@@ -166,15 +167,17 @@ func run(args []string) int {
 		lim.MaxProcs -= containers.Procs
 		lim.MaxProcsPerUID = min(lim.MaxProcsPerUID, lim.MaxProcs)
 	}
-	// The agent is made further down; a hand-over asks it then.
-	var agent *server.Agent
-	cfg := server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg, NoLogins: !*logins,
+	// The agent is made further down; a hand-over asks it then. Its
+	// containers' expensive operations take the daemon's slots.
+	var ag *agent.Agent
+	heavy := server.NewSlots(lim.MaxExpensive)
+	cfg := server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg, NoLogins: !*logins, Expensive: heavy,
 		BeforeTakeover: func() { notify(fmt.Sprintf("MAINPID=%d", os.Getpid())) },
 		CanHandOver: func() error {
 			// Each container's key namespace lives in this process only:
 			// handing over would lose it.
-			if agent != nil && len(agent.Containers()) > 0 {
-				return fmt.Errorf("the seccomp agent serves %d containers, whose keys cannot be handed over", len(agent.Containers()))
+			if ag != nil && len(ag.Containers()) > 0 {
+				return fmt.Errorf("the seccomp agent serves %d containers, whose keys cannot be handed over", len(ag.Containers()))
 			}
 			return nil
 		}}
@@ -308,18 +311,18 @@ func run(args []string) int {
 		}
 		// Each container's namespace has the daemon's tunables and
 		// bounds, within its share of what the containers together may
-		// hold (server.ContainerBounds).
-		agent = server.NewAgent(server.AgentConfig{Logger: log,
+		// hold (agent.Bounds).
+		ag = agent.New(agent.Config{Logger: log,
 			Keys:   []keys.Option{keys.WithTunables(tun), keys.WithUpcallTimeout(*upcallTimeout)},
-			Server: server.Config{Logger: log, Limits: lim}, Bounds: containers, Host: srv})
-		ctr, uid := server.ContainerShare(agent.Bounds())
-		b := agent.Bounds()
+			Server: server.Config{Logger: log, Limits: lim, Expensive: heavy}, Bounds: containers})
+		ctr, uid := agent.Share(ag.Bounds())
+		b := ag.Bounds()
 		log.Info("ukeyd: the containers' bounds (all together / each container / each uid in one)",
 			"procs", fmt.Sprintf("%d/%d/%d", b.Procs, ctr.Procs, uid.Procs),
 			"big_key_files", fmt.Sprintf("%d/%d/%d", b.BigKeyFiles, ctr.BigKeyFiles, uid.BigKeyFiles),
 			"keys", fmt.Sprintf("%d/%d/%d", b.Keys, ctr.Keys, uid.Keys),
 			"bytes", fmt.Sprintf("%d/%d/%d", b.Bytes, ctr.Bytes, uid.Bytes))
-		go func() { agentDone <- agent.Serve(aln) }()
+		go func() { agentDone <- ag.Serve(aln) }()
 		log.Info("ukeyd: seccomp agent for container runtimes", "socket", *agentPath)
 	}
 
@@ -339,9 +342,9 @@ func run(args []string) int {
 	handedOver := func(what string) int {
 		// Another daemon serves the socket and every connection now:
 		// nothing is shut down, and the process exits.
-		if agent != nil {
+		if ag != nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			agent.Shutdown(ctx)
+			ag.Shutdown(ctx)
 			cancel()
 			<-agentDone
 		}
@@ -383,8 +386,8 @@ func run(args []string) int {
 			log.Info("ukeyd: stopping", "signal", sig.String())
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := srv.Shutdown(ctx)
-			if agent != nil {
-				if aerr := agent.Shutdown(ctx); err == nil {
+			if ag != nil {
+				if aerr := ag.Shutdown(ctx); err == nil {
 					err = aerr
 				}
 				<-agentDone

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/ukeys/ukeys/server"
+	"github.com/ukeys/ukeys/agent"
 	"github.com/ukeys/ukeys/ukeystest"
 )
 
@@ -128,9 +128,9 @@ func runcBundle(t *testing.T, runc, gobin, dir string) (configure func(seccomp m
 // watched keyring comes as the kernel's record. One whose profile
 // notifies the key calls alone is told there are none.
 func TestRuncContainerWatch(t *testing.T) {
-	agent, configure, run, _ := runcAgent(t)
+	sock, configure, run, _ := runcAgent(t)
 
-	profile := notifyKeyCalls(agent)
+	profile := notifyKeyCalls(sock)
 	arg := func(op string, value, two uint64) []map[string]any {
 		return []map[string]any{{"index": 1, "value": value, "valueTwo": two, "op": op}}
 	}
@@ -138,13 +138,13 @@ func TestRuncContainerWatch(t *testing.T) {
 		map[string]any{"names": []string{"pipe2"}, "action": "SCMP_ACT_NOTIFY", "args": arg("SCMP_CMP_MASKED_EQ", 0x80, 0x80)},
 		map[string]any{"names": []string{"ioctl"}, "action": "SCMP_ACT_NOTIFY", "args": arg("SCMP_CMP_EQ", 0x5760, 0)},
 		map[string]any{"names": []string{"ioctl"}, "action": "SCMP_ACT_NOTIFY", "args": arg("SCMP_CMP_EQ", 0x5761, 0)})
-	profile["listenerMetadata"] = server.NotifyMetadata
+	profile["listenerMetadata"] = agent.NotifyMetadata
 	configure(profile, "watch")
 	if got := run(id("watch")); got != "notify true\nwatch link ok" {
 		t.Errorf("a container whose profile hands over its notification pipes: %q", got)
 	}
 
-	configure(notifyKeyCalls(agent), "watch")
+	configure(notifyKeyCalls(sock), "watch")
 	got := run(id("nowatch"))
 	if !strings.HasPrefix(got, "notify false\n") {
 		t.Errorf("a container whose profile notifies the key calls alone: %q", got)

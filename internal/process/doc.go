@@ -5,7 +5,8 @@
 // capabilities and its user namespace; [Stat] reads a process's parent
 // and start time, for walks of its ancestry; [AwaitExit] waits for a
 // helper's exit without reaping it; [NSOwner] finds the uid that owns a
-// process's user namespace.
+// process's user namespace; [AsPrivileged] says whether a process is
+// the daemon's equal (what a hand-over or a container runtime must be).
 //
 // The surface is the same on every system, each answering as far as it
 // can (handle_linux.go, handle_bsd.go, handle_other.go; stat_*, wait_*,

@@ -1,4 +1,4 @@
-package server
+package agent
 
 import (
 	"context"
@@ -13,19 +13,24 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/ukeys/ukeys/internal/container"
+	"github.com/ukeys/ukeys/internal/peer"
 	"github.com/ukeys/ukeys/internal/process"
+	"github.com/ukeys/ukeys/internal/ratelimit"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/server"
 )
 
 // An Agent is a seccomp agent as the OCI runtime specification defines
 // it (linux.seccomp.listenerPath): a container runtime (runc, crun)
 // connects to its socket and sends the container's seccomp listener with
-// the container's ContainerProcessState, and the agent serves the
+// the container's [ContainerProcessState], and the agent serves the
 // add_key, keyctl and request_key calls of the container's processes.
-// Each container is a key namespace of its own: a keys.Service and a
-// Server of its own, so that no key, keyring, persistent keyring or
-// quota of one container is visible to or charged to another (what the
+// Each container is a key namespace of its own: a [keys.Service] and a
+// [server.Server] of its own, so that no key, keyring, persistent keyring
+// or quota of one container is visible to or charged to another (what the
 // kernel's keyrings lack, and why runtimes forbid those calls). A
 // container's keys are destroyed when its last process has exited (its
 // last listener has no task left).
@@ -36,23 +41,22 @@ import (
 // that shares the host's pids), read from the process the runtime's
 // state names ([container.Of]). A namespace serves no process outside them.
 type Agent struct {
-	cfg AgentConfig
+	cfg Config
 	log *slog.Logger
 
 	// refusals throttles the log lines of refused runtimes, as the
-	// main socket's are (Server.logRefusal): the agent's socket is open
-	// to every user, and each refusal would otherwise be a line.
-	refusals rateLimiter
+	// daemon's socket's are: the agent's socket is open to every user,
+	// and each refusal would otherwise be a line.
+	refusals ratelimit.Limiter
 
-	// bounds are the containers' bounds together (ContainerBounds);
-	// procs and keys count what every container's namespace holds of
-	// them.
-	bounds ContainerBounds
-	procs  *pool
+	// bounds are the containers' bounds together ([Bounds]); procs and
+	// keys count what every container's namespace holds of them.
+	bounds Bounds
+	procs  *server.Pool
 	keys   *keys.Share
 	// heavy is the one bound of expensive operations running, for every
-	// container's Server (and the host's, with AgentConfig.Host).
-	heavy chan struct{}
+	// container's Server (and the host's, given in Config.Server).
+	heavy *server.Slots
 
 	mu      sync.Mutex
 	nss     map[string]*namespace
@@ -61,12 +65,21 @@ type Agent struct {
 	wg      sync.WaitGroup
 }
 
-// AgentConfig configures an Agent: what each container's key namespace
-// is made with.
-type AgentConfig struct {
+// Config configures an [Agent]: what each container's key namespace is
+// made with.
+type Config struct {
 	Logger *slog.Logger
 	Keys   []keys.Option // for each container's keys.Service
-	Server Config        // for each container's Server
+	// Server is what each container's Server is made with, within the
+	// container's share of Bounds, without logins (a container has no
+	// login). Its Expensive, if set, are the daemon's slots (given to
+	// the daemon's own Server too): the containers' expensive operations
+	// (signature checks, dh_compute, pkey_*) then take their slots from
+	// the daemon's bound, so that the processors it leaves free stay
+	// free whoever calls. Without them the containers share one bound
+	// of their own, Limits.MaxExpensive. Its Member and Pool are the
+	// agent's to set.
+	Server server.Config
 	// MaxContainers bounds the containers whose key namespaces the agent
 	// holds at once (0: DefaultMaxContainers); a runtime handing in one
 	// more is refused.
@@ -74,25 +87,18 @@ type AgentConfig struct {
 	// Bounds are what every container's namespace together may hold of
 	// the daemon's resources; each container gets an eighth of each, and
 	// each uid in a container an eighth of its container's (see
-	// ContainerBounds).
-	Bounds ContainerBounds
-	// Host, if set, is the daemon's own Server: the containers' expensive
-	// operations (signature checks, dh_compute, pkey_*) take their slots
-	// from its bound, so that the processors it leaves free stay free
-	// whoever calls. Without it the containers share one bound of their
-	// own, Server.Limits' MaxExpensive.
-	Host *Server
+	// [Bounds] and [Share]).
+	Bounds Bounds
 }
 
-// ContainerBounds are what the containers' key namespaces may hold
+// Bounds are what the containers' key namespaces may hold
 // together of what belongs to the one daemon process, whichever of them
-// holds it: without them each namespace had fresh bounds and quotas of
-// its own (a million keys for its root), while big_key files,
-// descriptors and memory are the process's, and one container's root
-// filled every big_key file of the daemon, after which every other
-// container and every host user got EMFILE. Zero fields take the
+// holds it: big_key files, descriptors and memory are the process's, so
+// that a namespace with fresh bounds and quotas of its own would let one
+// container's root fill every big_key file of the daemon, and every
+// other container and every host user get EMFILE. Zero fields take the
 // defaults said of each.
-type ContainerBounds struct {
+type Bounds struct {
 	// Procs bounds the processes and listeners the containers' Servers
 	// keep (a descriptor or more each); default half of
 	// Config.Server.Limits' MaxProcs (ukeyd takes it out of the host's).
@@ -115,40 +121,10 @@ type ContainerBounds struct {
 // fill a container (as eight uids are needed to fill the daemon).
 const containerShare = 8
 
-// pool counts what several Servers hold together of one resource,
-// against a bound: the processes and listeners of every container's
-// namespace. A nil pool bounds nothing.
-type pool struct {
-	mu     sync.Mutex
-	n, max int
-}
-
-func (p *pool) take() bool {
-	if p == nil {
-		return true
-	}
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	if p.n >= p.max {
-		return false
-	}
-	p.n++
-	return true
-}
-
-func (p *pool) give() {
-	if p == nil {
-		return
-	}
-	p.mu.Lock()
-	p.n--
-	p.mu.Unlock()
-}
-
 // namespace is one container's keys.
 type namespace struct {
 	svc       *keys.Service
-	srv       *Server
+	srv       *server.Server
 	listeners int
 	// who is the container's identity, recorded from its first
 	// listener's state; init a handle of its init, for as long as the
@@ -165,7 +141,8 @@ type namespace struct {
 // carries when the profile hands the agent, beside the key calls, a
 // pipe2 that asks for a notification pipe and the watch queue's ioctls
 // (as intercept.Filter does): the agent then serves the container's
-// key notifications, and says so in KEYCTL_CAPABILITIES.
+// key notifications ([server.Server.ServeNotifyListener]), and says so
+// in KEYCTL_CAPABILITIES.
 const NotifyMetadata = "ukeys:notify"
 
 // ContainerProcessState is what a runtime sends with the listener
@@ -185,9 +162,8 @@ type ContainerProcessState struct {
 	} `json:"state"`
 }
 
-// NewAgent returns an agent that makes each container's namespace with
-// cfg.
-func NewAgent(cfg AgentConfig) *Agent {
+// New returns an agent that makes each container's namespace with cfg.
+func New(cfg Config) *Agent {
 	log := cfg.Logger
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
@@ -196,8 +172,8 @@ func NewAgent(cfg AgentConfig) *Agent {
 		cfg.Server.Logger = log
 	}
 	a := &Agent{cfg: cfg, log: log, nss: make(map[string]*namespace),
-		refusals: rateLimiter{interval: 10 * time.Second, burst: 5}}
-	lim := cfg.Server.Limits.withDefaults()
+		refusals: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5}}
+	lim := cfg.Server.Limits.WithDefaults()
 	tun := keys.New(cfg.Keys...)
 	t := tun.Tunables()
 	tun.Close()
@@ -212,24 +188,24 @@ func NewAgent(cfg AgentConfig) *Agent {
 	fill(&b.Keys, t.RootMaxKeys)
 	fill(&b.Bytes, t.RootMaxBytes)
 	a.bounds = b
-	a.procs = &pool{max: b.Procs}
-	if a.heavy = make(chan struct{}, lim.MaxExpensive); cfg.Host != nil {
-		a.heavy = cfg.Host.heavy
+	a.procs = server.NewPool(b.Procs)
+	if a.heavy = cfg.Server.Expensive; a.heavy == nil {
+		a.heavy = server.NewSlots(lim.MaxExpensive)
 	}
 	a.keys = keys.NewShare(nil, keys.ShareLimits{Keys: b.Keys, Bytes: b.Bytes, BigKeyFiles: b.BigKeyFiles})
 	return a
 }
 
 // Bounds returns the agent's bounds, defaults filled in.
-func (a *Agent) Bounds() ContainerBounds { return a.bounds }
+func (a *Agent) Bounds() Bounds { return a.bounds }
 
-// ContainerShare is one container's share of the agent's bounds b, and
-// perUID the share of one uid in a container.
-func ContainerShare(b ContainerBounds) (container, perUID ContainerBounds) {
+// Share is one container's share of the agent's bounds b, and perUID the
+// share of one uid in a container.
+func Share(b Bounds) (container, perUID Bounds) {
 	share := func(v int) int { return max(v/containerShare, 1) }
-	container = ContainerBounds{Procs: max(b.Procs/containerShare, 2), BigKeyFiles: share(b.BigKeyFiles),
+	container = Bounds{Procs: max(b.Procs/containerShare, 2), BigKeyFiles: share(b.BigKeyFiles),
 		Keys: share(b.Keys), Bytes: share(b.Bytes)}
-	perUID = ContainerBounds{Procs: max(container.Procs/containerShare, 2), BigKeyFiles: share(container.BigKeyFiles),
+	perUID = Bounds{Procs: max(container.Procs/containerShare, 2), BigKeyFiles: share(container.BigKeyFiles),
 		Keys: share(container.Keys), Bytes: share(container.Bytes)}
 	return container, perUID
 }
@@ -237,7 +213,7 @@ func ContainerShare(b ContainerBounds) (container, perUID ContainerBounds) {
 // logRefusal logs a refused runtime, at most a few lines per interval
 // however many there are.
 func (a *Agent) logRefusal(msg string, args ...any) {
-	ok, suppressed := a.refusals.allow(time.Now())
+	ok, suppressed := a.refusals.Allow(time.Now())
 	if !ok {
 		return
 	}
@@ -247,12 +223,13 @@ func (a *Agent) logRefusal(msg string, args ...any) {
 	a.log.Warn(msg, args...)
 }
 
-// Serve accepts runtimes on ln until Shutdown.
+// Serve accepts runtimes on ln until Shutdown, after which it returns
+// [server.ErrClosed].
 func (a *Agent) Serve(ln *net.UnixListener) error {
 	a.mu.Lock()
 	if a.closing {
 		a.mu.Unlock()
-		return ErrClosed
+		return server.ErrClosed
 	}
 	a.lns = append(a.lns, ln)
 	a.mu.Unlock()
@@ -263,7 +240,7 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 			closing := a.closing
 			a.mu.Unlock()
 			if closing {
-				return ErrClosed
+				return server.ErrClosed
 			}
 			if errors.Is(err, net.ErrClosed) {
 				return err
@@ -285,7 +262,7 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 const maxStateSize = 64 << 10
 
 // DefaultMaxContainers is how many containers' key namespaces an agent
-// holds at once unless AgentConfig.MaxContainers says otherwise.
+// holds at once unless Config.MaxContainers says otherwise.
 const DefaultMaxContainers = 1024
 
 // A runtime's verdict (judge).
@@ -316,21 +293,22 @@ const (
 // be as good as the runtime. Such a runtime, if it had the agent's uid,
 // is "unread": what it hands over must prove that a privileged process
 // made the container, and that the container is new (Agent.join).
-func judge(uc *net.UnixConn) (keys.Cred, verdict) {
-	cred, err := peerCred(uc)
+func judge(uc *net.UnixConn) (peer.Cred, verdict) {
+	cred, err := peer.Of(uc)
 	if err != nil || cred.PID <= 0 {
 		return cred, refused
 	}
 	h := process.Open(uc, cred.PID)
-	var reaped bool
+	var caps uint64
+	var known, reaped bool
 	if !h.IsPeer() && process.PeerReaped(uc) {
-		reaped, cred.CapsKnown = true, true // none that can be read
+		reaped, known = true, true // none that can be read
 	} else {
-		cred.Caps, cred.CapsKnown, reaped = h.RuntimeCapabilities(cred.UID)
+		caps, known, reaped = h.RuntimeCapabilities(cred.UID)
 	}
 	h.Close()
 	switch {
-	case asPrivileged(cred):
+	case process.AsPrivileged(cred.UID, caps, known):
 		return cred, equal
 	case reaped && cred.UID == uint32(os.Geteuid()):
 		return cred, unread
@@ -340,7 +318,7 @@ func judge(uc *net.UnixConn) (keys.Cred, verdict) {
 
 // handle takes one runtime's message and serves its listener; v is
 // judge's verdict on the runtime.
-func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
+func (a *Agent) handle(uc *net.UnixConn, cred peer.Cred, v verdict) {
 	defer uc.Close()
 	if v == refused {
 		a.logRefusal("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
@@ -365,7 +343,7 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 	defer func() {
 		for _, fd := range fds {
 			if fd >= 0 {
-				closeFD(fd)
+				unix.Close(fd)
 			}
 		}
 	}()
@@ -382,7 +360,7 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 	// The container's id is bound to the container's own processes: the
 	// first listener of an id records the namespaces of the process the
 	// state names, a later one must name a process in the same, and
-	// only the processes in them are served (Server.member), whatever
+	// only the processes in them are served (server.Config.Member), whatever
 	// listener their calls come through.
 	init, who, hostMade, err := container.Of(st.Pid, st.State.Pid)
 	if err != nil {
@@ -393,7 +371,7 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 	fds[i] = -1
 	ns, why := a.join(st.State.ID, who, init, v == unread, hostMade)
 	if ns == nil {
-		closeFD(fd)
+		unix.Close(fd)
 		if why != "" {
 			a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pid", st.Pid, "reason", why)
 		}
@@ -406,8 +384,11 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 	// says so in its listenerMetadata (ukeyctl seccomp-profile writes
 	// it): only then are the container's programs told that there are
 	// notifications.
-	notify := slices.Contains(strings.Fields(st.Metadata), NotifyMetadata)
-	if err := ns.srv.serveListener(fd, notify); err != nil {
+	serve := ns.srv.ServeListener
+	if slices.Contains(strings.Fields(st.Metadata), NotifyMetadata) {
+		serve = ns.srv.ServeNotifyListener
+	}
+	if err := serve(fd); err != nil {
 		a.log.Warn("ukeyd: seccomp agent: cannot serve the listener", "container", st.State.ID, "err", err)
 	}
 }
@@ -427,7 +408,7 @@ func (a *Agent) handle(uc *net.UnixConn, cred keys.Cred, v verdict) {
 // CAP_SYS_ADMIN there). A root process without capabilities can make no
 // such namespace, nor enter one (setns needs CAP_SYS_ADMIN over it), so
 // the processes behind its listener are never in the namespace it names
-// (Server.member refuses them); and it cannot name a container the agent
+// (server.Config.Member refuses them); and it cannot name a container the agent
 // holds, so it can neither join one nor keep a dead one's keys alive,
 // nor bind one namespace twice. It can bind a namespace that exists and
 // is no container of the agent's (another engine's container, a
@@ -494,7 +475,7 @@ func (a *Agent) join(id string, who container.Identity, init process.Handle, unr
 // share of processes and listeners (per uid too), within the agent's
 // pool. a.mu is held.
 func (a *Agent) newNamespace(who container.Identity, init process.Handle) *namespace {
-	ctr, uid := ContainerShare(a.bounds)
+	ctr, uid := Share(a.bounds)
 	share := keys.NewShare(a.keys, keys.ShareLimits{Keys: ctr.Keys, Bytes: ctr.Bytes,
 		BigKeyFiles: ctr.BigKeyFiles, BigKeyFilesPerUID: uid.BigKeyFiles})
 	svc := keys.New(append(slices.Clone(a.cfg.Keys), keys.WithShare(share))...)
@@ -502,19 +483,27 @@ func (a *Agent) newNamespace(who container.Identity, init process.Handle) *names
 	t.MaxKeys, t.MaxBytes = min(t.MaxKeys, uid.Keys), min(t.MaxBytes, uid.Bytes)
 	t.RootMaxKeys, t.RootMaxBytes = min(t.RootMaxKeys, uid.Keys), min(t.RootMaxBytes, uid.Bytes)
 	_ = svc.SetTunables(t) // within the valid range: each at least 1
-	cfg := a.cfg.Server
-	cfg.NoLogins = true
-	cfg.Limits = cfg.Limits.withDefaults()
-	cfg.Limits.MaxProcs = min(cfg.Limits.MaxProcs, ctr.Procs)
-	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
-	srv := New(svc, cfg)
-	srv.member = who.Holds
-	srv.procPool = a.procs
-	srv.heavy = a.heavy
+	srv := server.New(svc, a.serverConfig(who, ctr, uid))
 	return &namespace{svc: svc, srv: srv, who: who, init: init, share: share}
 }
 
-// maxContainers is AgentConfig.MaxContainers or its default.
+// serverConfig is what the Server of container who is made with: no
+// logins, at most its share of processes and listeners (ctr, and uid
+// for each uid in it) within the agent's pool, the agent's slots of
+// expensive operations, and only the container's own processes served.
+func (a *Agent) serverConfig(who container.Identity, ctr, uid Bounds) server.Config {
+	cfg := a.cfg.Server
+	cfg.NoLogins = true
+	cfg.Limits = cfg.Limits.WithDefaults()
+	cfg.Limits.MaxProcs = min(cfg.Limits.MaxProcs, ctr.Procs)
+	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
+	cfg.Member = who.Holds
+	cfg.Pool = a.procs
+	cfg.Expensive = a.heavy
+	return cfg
+}
+
+// maxContainers is Config.MaxContainers or its default.
 func (a *Agent) maxContainers() int {
 	if a.cfg.MaxContainers > 0 {
 		return a.cfg.MaxContainers

@@ -1,4 +1,4 @@
-package server_test
+package agent_test
 
 import (
 	"bufio"
@@ -24,6 +24,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/ukeys/ukeys/agent"
 	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/keys"
@@ -116,7 +117,7 @@ func agentForgerChild() {
 // listener it was given (fd 3), and exits.
 func agentSendChild() {
 	pid, _ := strconv.Atoi(os.Getenv("UKEYS_TEST_PID"))
-	var st server.ContainerProcessState
+	var st agent.ContainerProcessState
 	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, pid
 	st.State.ID, st.State.Status, st.State.Pid = os.Getenv("UKEYS_TEST_ID"), "creating", pid
 	msg, _ := json.Marshal(st)
@@ -145,6 +146,18 @@ func connectManyChild() {
 		c.Close()
 	}
 }
+
+// startFiltered installs the filter of a container's process, which
+// hands its listener to the parent on fd 3 (intercept.HandOff).
+func startFiltered(all bool) {
+	if err := intercept.HandOff(3, all); err != nil {
+		fmt.Println("install:", err)
+		os.Exit(1)
+	}
+}
+
+// cstr is s as a C string, for a system call's argument.
+func cstr(s string) uintptr { b := append([]byte(s), 0); return uintptr(unsafe.Pointer(&b[0])) }
 
 // agentChild runs under the filter, as a container's process does: it
 // hands its listener to its parent (fd 3), waits for the word, then adds
@@ -269,7 +282,7 @@ func startInContainer(t *testing.T, agentSock, id, op, desc string, where inCont
 		t.Fatalf("no listener from the container's process: %v %s", err, line)
 	}
 	// As runc sends it: the state, the listener with it.
-	var st server.ContainerProcessState
+	var st agent.ContainerProcessState
 	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, c.init
 	st.State.ID, st.State.Status, st.State.Pid = id, "creating", c.init
 	if where.pid != 0 {
@@ -313,7 +326,7 @@ func (c *container) exit() {
 // once its last process has exited.
 func TestAgentContainersAreNamespaces(t *testing.T) {
 	dir := t.TempDir()
-	a := server.NewAgent(server.AgentConfig{})
+	a := agent.New(agent.Config{})
 	ln, err := server.Listen(filepath.Join(dir, "agent.sock"))
 	if err != nil {
 		t.Fatal(err)
@@ -363,7 +376,7 @@ func TestAgentContainersAreNamespaces(t *testing.T) {
 func TestAgentRuntimeMisbehaves(t *testing.T) {
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "agent.sock")
-	a := server.NewAgent(server.AgentConfig{})
+	a := agent.New(agent.Config{})
 	ln, err := server.Listen(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -384,7 +397,7 @@ func TestAgentRuntimeMisbehaves(t *testing.T) {
 		return len(ents)
 	}
 	state := func(fds ...string) []byte {
-		var st server.ContainerProcessState
+		var st agent.ContainerProcessState
 		st.OCIVersion, st.FDs, st.Pid = "1.0.2", fds, os.Getpid()
 		st.State.ID, st.State.Status = "ctr-bad", "creating"
 		b, _ := json.Marshal(st)
@@ -456,7 +469,7 @@ func TestAgentRefusalsAreThrottled(t *testing.T) {
 	dir := worldDir(t)
 	sock := filepath.Join(dir, "agent.sock")
 	var warned atomic.Int64
-	a := server.NewAgent(server.AgentConfig{Logger: slog.New(warnCounter{&warned})})
+	a := agent.New(agent.Config{Logger: slog.New(warnCounter{&warned})})
 	ln, err := server.Listen(sock)
 	if err != nil {
 		t.Fatal(err)
@@ -503,9 +516,9 @@ func worldDir(t *testing.T) string {
 
 // agentTest starts an agent with cfg serving on a socket in dir, and
 // returns it and the socket's path; it is shut down when the test ends.
-func agentTest(t *testing.T, dir string, cfg server.AgentConfig) (*server.Agent, string) {
+func agentTest(t *testing.T, dir string, cfg agent.Config) (*agent.Agent, string) {
 	t.Helper()
-	a := server.NewAgent(cfg)
+	a := agent.New(cfg)
 	sock := filepath.Join(dir, "agent.sock")
 	ln, err := server.Listen(sock)
 	if err != nil {
@@ -541,7 +554,7 @@ var forgeries atomic.Int64
 // the agent's in dir that the agent serves only once the forger's
 // sending child is gone, and returns what came of its program's call;
 // bin is a copy of the test binary that every user may run.
-func forge(t *testing.T, a *server.Agent, dir, bin string, f forgery) string {
+func forge(t *testing.T, a *agent.Agent, dir, bin string, f forgery) string {
 	t.Helper()
 	late := filepath.Join(dir, fmt.Sprintf("late%d.sock", forgeries.Add(1)))
 	ln, err := server.Listen(late)
@@ -597,7 +610,7 @@ func forge(t *testing.T, a *server.Agent, dir, bin string, f forgery) string {
 func TestAgentCaplessRootCannotJoinAContainer(t *testing.T) {
 	ukeystest.NeedRoot(t, "to run a root process without capabilities")
 	dir := worldDir(t)
-	a, sock := agentTest(t, dir, server.AgentConfig{})
+	a, sock := agentTest(t, dir, agent.Config{})
 	a1 := runInContainer(t, sock, "ctr-a", "add", "a-secret")
 	if got := a1.result(t); got != "ok" {
 		t.Fatalf("adding in container a: %s", got)
@@ -647,7 +660,7 @@ func TestAgentCaplessRootCannotJoinAContainer(t *testing.T) {
 func TestAgentRuntimeGoneBeforeItIsRead(t *testing.T) {
 	ukeystest.NeedRoot(t, "to make pid namespaces")
 	dir := worldDir(t)
-	a, sock := agentTest(t, dir, server.AgentConfig{})
+	a, sock := agentTest(t, dir, agent.Config{})
 	a1 := runInContainer(t, sock, "ctr-a", "add", "a-secret")
 	if got := a1.result(t); got != "ok" {
 		t.Fatalf("adding in container a: %s", got)
@@ -688,7 +701,7 @@ func TestAgentRuntimeGoneBeforeItIsRead(t *testing.T) {
 // a's keys or made a namespace more.
 func TestAgentContainerIDIsBoundToItsProcesses(t *testing.T) {
 	dir := worldDir(t)
-	a, sock := agentTest(t, dir, server.AgentConfig{MaxContainers: 2})
+	a, sock := agentTest(t, dir, agent.Config{MaxContainers: 2})
 	a1 := runInContainer(t, sock, "ctr-a", "add", "a-secret")
 	if got := a1.result(t); got != "ok" {
 		t.Fatalf("adding in container a: %s", got)
@@ -743,7 +756,7 @@ func TestAgentContainerAtItsShareCostsNoOneElse(t *testing.T) {
 	dir := worldDir(t)
 	// 16 big_key files for the containers (2 a container, 1 a uid in
 	// one), 16 processes and listeners (2 a container).
-	a, sock := agentTest(t, dir, server.AgentConfig{Bounds: server.ContainerBounds{BigKeyFiles: 16, Procs: 16}})
+	a, sock := agentTest(t, dir, agent.Config{Bounds: agent.Bounds{BigKeyFiles: 16, Procs: 16}})
 	base := keys.BigKeyFiles()
 	a1 := runInContainer(t, sock, "ctr-a", "fill-big", "a-big")
 	if got := a1.result(t); got != "1 disk quota exceeded" {

@@ -1,0 +1,24 @@
+// Package agent is ukeyd's OCI seccomp agent: it serves the kernel key
+// calls (add_key, keyctl, request_key) of containers whose runtime (runc,
+// crun) hands it their seccomp listener, each container a key namespace
+// of its own.
+//
+// The OCI runtime specification lets a container's seccomp profile name
+// a listener socket (linux.seccomp.listenerPath): the runtime connects
+// to it and sends the container's [ContainerProcessState] with the
+// listener of the container's filter. An [Agent] accepts such runtimes
+// ([Agent.Serve]), judges each (only the agent's equal may hand in a
+// container), binds the container's id to the container's own processes,
+// and serves the listener on a [server.Server] of the container's own,
+// over a [keys.Service] of its own: no key, keyring or quota of one
+// container is visible to or charged to another, which is what the
+// kernel's keyrings lack and why runtimes forbid those calls. The
+// containers together hold at most [Bounds] of the daemon's resources,
+// each container and each uid in one its [Share]; their expensive
+// operations take the daemon's slots ([server.Slots]). A container's
+// keys go with its last process.
+//
+// The agent reaches the server only through its exported surface:
+// [server.Config]'s Member, Pool and Expensive, [server.Limits.WithDefaults]
+// and [server.Server.ServeNotifyListener].
+package agent
