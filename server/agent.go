@@ -214,7 +214,7 @@ func NewAgent(cfg AgentConfig) *Agent {
 	a.bounds = b
 	a.procs = &pool{max: b.Procs}
 	if a.heavy = make(chan struct{}, lim.MaxExpensive); cfg.Host != nil {
-		a.heavy = cfg.Host.heavy
+		a.heavy = cfg.Host.usage.heavy
 	}
 	a.keys = keys.NewShare(nil, keys.ShareLimits{Keys: b.Keys, Bytes: b.Bytes, BigKeyFiles: b.BigKeyFiles})
 	return a
@@ -509,8 +509,8 @@ func (a *Agent) newNamespace(who container.Identity, init process.Handle) *names
 	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
 	srv := New(svc, cfg)
 	srv.member = who.Holds
-	srv.procPool = a.procs
-	srv.heavy = a.heavy
+	srv.usage.pool = a.procs
+	srv.usage.heavy = a.heavy
 	return &namespace{svc: svc, srv: srv, who: who, init: init, share: share}
 }
 

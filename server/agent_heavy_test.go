@@ -26,7 +26,7 @@ func TestAgentSharesTheHostsExpensiveBound(t *testing.T) {
 	defer ns.svc.Close()
 	defer ns.srv.Shutdown(t.Context())
 
-	host.heavy <- struct{}{} // the host's one slot, held
+	host.usage.heavy <- struct{}{} // the host's one slot, held
 	ran := make(chan struct{})
 	go ns.srv.expensive(0, func() { close(ran) })
 	select {
@@ -34,7 +34,7 @@ func TestAgentSharesTheHostsExpensiveBound(t *testing.T) {
 		t.Fatal("a container's expensive operation ran while the daemon's every slot was held")
 	case <-time.After(50 * time.Millisecond):
 	}
-	<-host.heavy
+	<-host.usage.heavy
 	select {
 	case <-ran:
 	case <-time.After(10 * time.Second):
