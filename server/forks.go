@@ -37,27 +37,29 @@ type tomb struct {
 // lost.
 const tombMaxAge = 30 * time.Second
 
-// entombLocked keeps p, a process that has exited and left s.procs, in
-// a tomb while forks are followed; p.end then leaves its keyrings to
+// entombLocked keeps p, a process that has exited and left the table,
+// in a tomb while forks are followed; p.end then leaves its keyrings to
 // the tomb. s.mu is held.
-func (s *Server) entombLocked(p *proc) {
-	if _, seen := s.procs.exitSeen[p.handle.PID()]; seen {
+func (s *Server) entombLocked(p *proc) { s.procs.entomb(p, s.closing) }
+
+func (t *processTable) entomb(p *proc, closing bool) {
+	if _, seen := t.exitSeen[p.handle.PID()]; seen {
 		// The connector told of the exit first: every fork queued for
 		// the process has been read.
-		delete(s.procs.exitSeen, p.handle.PID())
+		delete(t.exitSeen, p.handle.PID())
 		return
 	}
-	if s.procs.forks.file == nil || s.closing || p.private || p.caller.Session() == nil {
+	if t.forks.file == nil || closing || p.private || p.caller.Session() == nil {
 		return
 	}
-	if s.procs.tombs == nil {
-		s.procs.tombs = make(map[int]tomb)
+	if t.tombs == nil {
+		t.tombs = make(map[int]tomb)
 	}
-	if old, ok := s.procs.tombs[p.handle.PID()]; ok {
+	if old, ok := t.tombs[p.handle.PID()]; ok {
 		old.p.caller.Release()
 	}
 	p.entombed.Store(true)
-	s.procs.tombs[p.handle.PID()] = tomb{p: p, at: time.Now()}
+	t.tombs[p.handle.PID()] = tomb{p: p, at: time.Now()}
 }
 
 // forkConnector is the subscription to the connector, while the daemon
@@ -97,57 +99,8 @@ type forkReader struct {
 
 // handle applies one connector event.
 func (s *Server) handle(ev forks.Event) {
-	var done []*proc
 	s.mu.Lock()
-	now := time.Now()
-	var execd *keys.Caller
-	switch {
-	case ev.Exec:
-		// The exit reported before it was its first thread's, killed by
-		// the exec (de_thread): the process lives on.
-		delete(s.procs.exitSeen, ev.PID)
-		// A new program: the kernel drops the process's thread and
-		// process keyrings at exec (it keeps the session). Without
-		// this, a process the daemon keeps by pid and start time met its
-		// keyrings again when the new program connected.
-		if p := s.procs.lookup(ev.PID); p != nil {
-			execd = p.caller
-			// Its intercepted threads go at its next call.
-			p.calls.execd.Store(true)
-		}
-	case ev.Exit:
-		if t, ok := s.procs.tombs[ev.PID]; ok {
-			delete(s.procs.tombs, ev.PID)
-			done = append(done, t.p)
-		} else if s.procs.lookup(ev.PID) != nil {
-			// Read before the daemon noticed the exit itself: no tomb
-			// is needed then (entombLocked).
-			if s.procs.exitSeen == nil {
-				s.procs.exitSeen = make(map[int]time.Time)
-			}
-			s.procs.exitSeen[ev.PID] = now
-		}
-	default:
-		// A fork makes childPid another process's: any tomb of that pid
-		// has had every fork queued for it, and an exit seen of that pid
-		// was another process's.
-		if t, ok := s.procs.tombs[ev.ChildPid]; ok {
-			delete(s.procs.tombs, ev.ChildPid)
-			done = append(done, t.p)
-		}
-		delete(s.procs.exitSeen, ev.ChildPid)
-	}
-	for pid, t := range s.procs.tombs {
-		if now.Sub(t.at) > tombMaxAge {
-			delete(s.procs.tombs, pid)
-			done = append(done, t.p)
-		}
-	}
-	for pid, at := range s.procs.exitSeen {
-		if now.Sub(at) > tombMaxAge {
-			delete(s.procs.exitSeen, pid)
-		}
-	}
+	execd, done := s.procs.apply(ev, time.Now())
 	if len(done) > 0 {
 		s.idleForksLocked()
 	}
@@ -161,6 +114,60 @@ func (s *Server) handle(ev forks.Event) {
 	for _, p := range done {
 		p.caller.Release()
 	}
+}
+
+// apply applies a connector event to the table: it returns the caller
+// of a process that ran a new program (execd), and the tombs that ended,
+// whose keyrings the caller releases once s.mu is. s.mu is held.
+func (t *processTable) apply(ev forks.Event, now time.Time) (execd *keys.Caller, done []*proc) {
+	switch {
+	case ev.Exec:
+		// The exit reported before it was its first thread's, killed by
+		// the exec (de_thread): the process lives on.
+		delete(t.exitSeen, ev.PID)
+		// A new program: the kernel drops the process's thread and
+		// process keyrings at exec (it keeps the session). Without
+		// this, a process the daemon keeps by pid and start time met its
+		// keyrings again when the new program connected.
+		if p := t.lookup(ev.PID); p != nil {
+			execd = p.caller
+			// Its intercepted threads go at its next call.
+			p.calls.execd.Store(true)
+		}
+	case ev.Exit:
+		if tb, ok := t.tombs[ev.PID]; ok {
+			delete(t.tombs, ev.PID)
+			done = append(done, tb.p)
+		} else if t.lookup(ev.PID) != nil {
+			// Read before the daemon noticed the exit itself: no tomb
+			// is needed then (entomb).
+			if t.exitSeen == nil {
+				t.exitSeen = make(map[int]time.Time)
+			}
+			t.exitSeen[ev.PID] = now
+		}
+	default:
+		// A fork makes childPid another process's: any tomb of that pid
+		// has had every fork queued for it, and an exit seen of that pid
+		// was another process's.
+		if tb, ok := t.tombs[ev.ChildPid]; ok {
+			delete(t.tombs, ev.ChildPid)
+			done = append(done, tb.p)
+		}
+		delete(t.exitSeen, ev.ChildPid)
+	}
+	for pid, tb := range t.tombs {
+		if now.Sub(tb.at) > tombMaxAge {
+			delete(t.tombs, pid)
+			done = append(done, tb.p)
+		}
+	}
+	for pid, at := range t.exitSeen {
+		if now.Sub(at) > tombMaxAge {
+			delete(t.exitSeen, pid)
+		}
+	}
+	return execd, done
 }
 
 // forked gives a child forked by a process the daemon keeps (or has just
@@ -253,12 +260,13 @@ func (s *Server) probeForks() {
 // own, or closes it if there is one already or the daemon is closing.
 // s.mu is held.
 func (s *Server) adoptForksLocked(f *os.File) {
-	if s.closing || s.procs.forks.file != nil {
+	fc := &s.procs.forks
+	if s.closing || fc.file != nil {
 		f.Close()
 		return
 	}
-	s.procs.forks.file = f
-	s.procs.forks.subs++
+	fc.file = f
+	fc.subs++
 	s.watchers.Add(1)
 	go s.readForks(f)
 }
@@ -268,15 +276,16 @@ func (s *Server) adoptForksLocked(f *os.File) {
 // not given up before unholdForks, by which time the process is kept.
 func (s *Server) holdForks() {
 	s.mu.Lock()
-	if !s.procs.forks.able || s.closing {
+	fc := &s.procs.forks
+	if !fc.able || s.closing {
 		s.mu.Unlock()
 		return
 	}
-	s.procs.forks.holds++
-	if s.procs.forks.idle != nil {
-		s.procs.forks.idle.Stop()
+	fc.holds++
+	if fc.idle != nil {
+		fc.idle.Stop()
 	}
-	subscribed := s.procs.forks.file != nil
+	subscribed := fc.file != nil
 	s.mu.Unlock()
 	if subscribed {
 		return
@@ -292,8 +301,8 @@ func (s *Server) holdForks() {
 func (s *Server) unholdForks() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.procs.forks.holds > 0 {
-		s.procs.forks.holds--
+	if fc := &s.procs.forks; fc.holds > 0 {
+		fc.holds--
 		s.idleForksLocked()
 	}
 }
@@ -302,7 +311,11 @@ func (s *Server) unholdForks() {
 // it keeps no process, no exited one waits for its exit event, and no
 // accept is about to keep one. s.mu is held.
 func (s *Server) forksIdleLocked() bool {
-	return s.procs.forks.file != nil && !s.closing && len(s.procs.byPID) == 0 && len(s.procs.tombs) == 0 && s.procs.forks.holds == 0
+	return !s.closing && s.procs.followsForNobody()
+}
+
+func (t *processTable) followsForNobody() bool {
+	return t.forks.file != nil && len(t.byPID) == 0 && len(t.tombs) == 0 && t.forks.holds == 0
 }
 
 // idleForksLocked arms the timer that gives up following forks, if the
@@ -311,11 +324,12 @@ func (s *Server) idleForksLocked() {
 	if !s.forksIdleLocked() {
 		return
 	}
-	if s.procs.forks.idle == nil {
-		s.procs.forks.idle = time.AfterFunc(forksIdleAfter, s.forksIdleCheck)
+	fc := &s.procs.forks
+	if fc.idle == nil {
+		fc.idle = time.AfterFunc(forksIdleAfter, s.forksIdleCheck)
 		return
 	}
-	s.procs.forks.idle.Reset(forksIdleAfter)
+	fc.idle.Reset(forksIdleAfter)
 }
 
 // forksIdleCheck gives up following forks if the daemon still keeps no

@@ -439,11 +439,7 @@ func (s *Server) endHandover(ho *handover, ok bool) {
 			close(s.stop)
 		}
 		s.closing = true
-		s.procs.forks.stopLocked()
-		for _, p := range s.procs.byPID {
-			p.handle.Close() // ends its awaitExit
-			released = append(released, p)
-		}
+		released = s.procs.handedOverLocked()
 	}
 	s.ho = nil
 	s.mu.Unlock()
@@ -471,7 +467,10 @@ func (s *Server) endHandover(ho *handover, ok bool) {
 
 // handoverRecords is what a hand-over carries beside the keys: the
 // server's own state, as JSON (it is small beside the keys, and a reader
-// of a later version ignores fields it does not know).
+// of a later version ignores fields it does not know). Each table writes
+// and reads its own records, beside it: procRecord (process.go),
+// sessionRecord (tokens.go), loginRecord (login.go); the connections',
+// seccomp listeners' and pipes' are here.
 type handoverRecords struct {
 	Version   int             `json:"version"`
 	Listeners int             `json:"listeners"`

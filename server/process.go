@@ -66,6 +66,20 @@ func (t *processTable) takeTombs() map[int]tomb {
 	return tombs
 }
 
+// handedOverLocked stops following the processes, which the new daemon
+// follows now: the fork connector and the waits for their exits end
+// (their handles close), and it returns them, for their keyrings to be
+// let go of (not ended: nothing is entombed or pruned). s.mu is held.
+func (t *processTable) handedOverLocked() []*proc {
+	t.forks.stopLocked()
+	var released []*proc
+	for _, p := range t.byPID {
+		p.handle.Close() // ends its awaitExit
+		released = append(released, p)
+	}
+	return released
+}
+
 // sessionsHeld returns the session keyrings the processes hold.
 func (t *processTable) sessionsHeld() map[*keys.Key]bool {
 	held := make(map[*keys.Key]bool, len(t.byPID))
