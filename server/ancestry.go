@@ -80,7 +80,7 @@ func (s *Server) inheritance(pid int) (start string, ancestors []procID) {
 	}
 	return ancestryUntil(pid, func(a procID) bool {
 		s.mu.Lock()
-		p := s.procs[a.pid]
+		p := s.procs.lookup(a.pid)
 		known := p != nil && p.start != "" && p.start == a.start && !p.private
 		s.mu.Unlock()
 		return known
@@ -102,7 +102,7 @@ func (s *Server) inheritance(pid int) (start string, ancestors []procID) {
 func (s *Server) ghostStart(g *proc, h *process.Handle) (start string, ancestors []procID) {
 	if h.IsPeer() && !h.Exited() {
 		s.mu.Lock()
-		same := s.procs[g.handle.PID()] == g && g.ghost && !g.handle.Exited()
+		same := s.procs.lookup(g.handle.PID()) == g && g.ghost && !g.handle.Exited()
 		s.mu.Unlock()
 		if same {
 			return g.start, nil
@@ -115,7 +115,7 @@ func (s *Server) ghostStart(g *proc, h *process.Handle) (start string, ancestors
 // nearest of ancestors, or nil. s.mu is held.
 func (s *Server) inheritedLocked(ancestors []procID) *proc {
 	for _, a := range ancestors {
-		if p := s.procs[a.pid]; p != nil && p.start != "" && p.start == a.start && !p.private {
+		if p := s.procs.lookup(a.pid); p != nil && p.start != "" && p.start == a.start && !p.private {
 			return p
 		}
 	}
@@ -150,7 +150,7 @@ func inherit(p *proc, a *keys.Caller) bool {
 // follows until it exits.
 func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error) {
 	s.mu.Lock()
-	p := s.procs[pid]
+	p := s.procs.lookup(pid)
 	s.mu.Unlock()
 	if p != nil && p.start == start && !p.handle.Exited() {
 		if p.caller.Cred().UID != cred.UID {
@@ -168,7 +168,7 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 	cred.PID, cred.Caps, cred.CapsKnown = pid, 0, true
 	charge := chargeUID(cred, &h)
 	s.mu.Lock()
-	if q := s.procs[pid]; q != nil && q.start == start && !q.handle.Exited() {
+	if q := s.procs.lookup(pid); q != nil && q.start == start && !q.handle.Exited() {
 		s.mu.Unlock()
 		h.Close() // met meanwhile
 		if q.caller.Cred().UID != cred.UID {
@@ -181,13 +181,13 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 		h.Close()
 		return nil, keys.EPERM
 	}
-	if e := s.admitProc(charge); e != 0 {
+	if e := s.usage.admitProc(charge); e != 0 {
 		s.mu.Unlock()
 		h.Close()
 		return nil, e
 	}
 	var ended *proc
-	if q := s.procs[pid]; q != nil {
+	if q := s.procs.lookup(pid); q != nil {
 		// A process gone whose pid this one has: its keyrings go.
 		s.dropProcLocked(q)
 		if q.conns == 0 {
@@ -195,7 +195,7 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 		}
 	}
 	p = &proc{caller: s.svc.NewCaller(cred), handle: h, start: start, tracked: true, ghost: true, charge: charge}
-	s.procs[pid] = p
+	s.procs.add(pid, p)
 	s.linger(p)
 	s.mu.Unlock()
 	if ended != nil {

@@ -18,8 +18,9 @@ func TestInheritedLocked(t *testing.T) {
 	s := New(svc, Config{})
 	known := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, PID: 100}), start: "5000"}
 	far := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, PID: 50}), start: "10"}
-	s.procs[100], s.procs[50] = known, far
-	s.procs[70] = &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, PID: 70}), start: "20", private: true}
+	s.procs.add(100, known)
+	s.procs.add(50, far)
+	s.procs.add(70, &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, PID: 70}), start: "20", private: true})
 	for _, c := range []struct {
 		name      string
 		ancestors []procID
@@ -35,7 +36,7 @@ func TestInheritedLocked(t *testing.T) {
 			t.Errorf("%s: %p, want %p", c.name, got, c.want)
 		}
 	}
-	for _, p := range []*proc{known, far, s.procs[70]} {
+	for _, p := range []*proc{known, far, s.procs.lookup(70)} {
 		p.caller.Release()
 	}
 }

@@ -50,8 +50,8 @@ func TestExpensiveOperationsPayForTheirTime(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
-	s.forget(attacker) // as when its last connection closes
-	u := s.usage[attacker]
+	s.usage.forget(attacker) // as when its last connection closes
+	u := s.usage.byUID[attacker]
 	s.mu.Unlock()
 	if u == nil {
 		t.Fatal("an account in debt was forgotten when it held nothing else")
@@ -64,7 +64,7 @@ func TestExpensiveOperationsPayForTheirTime(t *testing.T) {
 		t.Errorf("the uid's next expensive operation after %v of work waited %v, want at least %v", work, waited, 2*work)
 	}
 	s.mu.Lock()
-	owes := s.usageOf(other).cpu.wait(time.Now())
+	owes := s.usage.of(other).cpu.wait(time.Now())
 	s.mu.Unlock()
 	if owes != 0 {
 		t.Errorf("another uid must wait %v for the first uid's work", owes)

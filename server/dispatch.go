@@ -322,8 +322,7 @@ func (c *conn) freeRead() {
 // helper or one of its descendants (attachHelper).
 func (c *conn) attach(token string) (keys.Serial, error) {
 	c.s.mu.Lock()
-	grant, isSession := c.s.sessions[token]
-	helper := c.s.helpers[token]
+	grant, isSession, helper := c.s.tokens.lookup(token)
 	c.s.mu.Unlock()
 	if helper != nil {
 		return c.attachHelper(helper)

@@ -37,27 +37,55 @@ type tomb struct {
 // lost.
 const tombMaxAge = 30 * time.Second
 
-// entombLocked keeps p, a process that has exited and left s.procs, in
-// a tomb while forks are followed; p.end then leaves its keyrings to
+// entombLocked keeps p, a process that has exited and left the table,
+// in a tomb while forks are followed; p.end then leaves its keyrings to
 // the tomb. s.mu is held.
-func (s *Server) entombLocked(p *proc) {
-	if _, seen := s.exitSeen[p.handle.PID()]; seen {
+func (s *Server) entombLocked(p *proc) { s.procs.entomb(p, s.closing) }
+
+func (t *processTable) entomb(p *proc, closing bool) {
+	if _, seen := t.exitSeen[p.handle.PID()]; seen {
 		// The connector told of the exit first: every fork queued for
 		// the process has been read.
-		delete(s.exitSeen, p.handle.PID())
+		delete(t.exitSeen, p.handle.PID())
 		return
 	}
-	if s.forks == nil || s.closing || p.private || p.caller.Session() == nil {
+	if t.forks.file == nil || closing || p.private || p.caller.Session() == nil {
 		return
 	}
-	if s.tombs == nil {
-		s.tombs = make(map[int]tomb)
+	if t.tombs == nil {
+		t.tombs = make(map[int]tomb)
 	}
-	if old, ok := s.tombs[p.handle.PID()]; ok {
+	if old, ok := t.tombs[p.handle.PID()]; ok {
 		old.p.caller.Release()
 	}
 	p.entombed.Store(true)
-	s.tombs[p.handle.PID()] = tomb{p: p, at: time.Now()}
+	t.tombs[p.handle.PID()] = tomb{p: p, at: time.Now()}
+}
+
+// forkConnector is the subscription to the connector, while the daemon
+// follows forks, and what decides when it does. Under s.mu, but for once
+// and read, which order themselves.
+type forkConnector struct {
+	file  *os.File    // the connector's socket, while followed
+	able  bool        // it can be followed here (probeForks)
+	holds int         // accepts that need it until their process is kept (holdForks)
+	idle  *time.Timer // gives it up once no process is kept (idleForksLocked)
+	subs  int         // subscriptions made, for tests
+	once  sync.Once   // probeForks, on the first Serve
+	read  forkReader  // orders the connector's events with intercepted calls (syncForks)
+}
+
+// stopLocked stops following forks for good (Shutdown, a hand-over):
+// the socket closes, which ends its reader, and the idle timer stops.
+// s.mu is held.
+func (f *forkConnector) stopLocked() {
+	if f.file != nil {
+		f.file.Close() // ends its reader
+		f.file = nil
+	}
+	if f.idle != nil {
+		f.idle.Stop()
+	}
 }
 
 // forkReader is held by whoever takes datagrams off the connector
@@ -71,57 +99,8 @@ type forkReader struct {
 
 // handle applies one connector event.
 func (s *Server) handle(ev forks.Event) {
-	var done []*proc
 	s.mu.Lock()
-	now := time.Now()
-	var execd *keys.Caller
-	switch {
-	case ev.Exec:
-		// The exit reported before it was its first thread's, killed by
-		// the exec (de_thread): the process lives on.
-		delete(s.exitSeen, ev.PID)
-		// A new program: the kernel drops the process's thread and
-		// process keyrings at exec (it keeps the session). Without
-		// this, a process the daemon keeps by pid and start time met its
-		// keyrings again when the new program connected.
-		if p := s.procs[ev.PID]; p != nil {
-			execd = p.caller
-			// Its intercepted threads go at its next call.
-			p.calls.execd.Store(true)
-		}
-	case ev.Exit:
-		if t, ok := s.tombs[ev.PID]; ok {
-			delete(s.tombs, ev.PID)
-			done = append(done, t.p)
-		} else if s.procs[ev.PID] != nil {
-			// Read before the daemon noticed the exit itself: no tomb
-			// is needed then (entombLocked).
-			if s.exitSeen == nil {
-				s.exitSeen = make(map[int]time.Time)
-			}
-			s.exitSeen[ev.PID] = now
-		}
-	default:
-		// A fork makes childPid another process's: any tomb of that pid
-		// has had every fork queued for it, and an exit seen of that pid
-		// was another process's.
-		if t, ok := s.tombs[ev.ChildPid]; ok {
-			delete(s.tombs, ev.ChildPid)
-			done = append(done, t.p)
-		}
-		delete(s.exitSeen, ev.ChildPid)
-	}
-	for pid, t := range s.tombs {
-		if now.Sub(t.at) > tombMaxAge {
-			delete(s.tombs, pid)
-			done = append(done, t.p)
-		}
-	}
-	for pid, at := range s.exitSeen {
-		if now.Sub(at) > tombMaxAge {
-			delete(s.exitSeen, pid)
-		}
-	}
+	execd, done := s.procs.apply(ev, time.Now())
 	if len(done) > 0 {
 		s.idleForksLocked()
 	}
@@ -137,15 +116,69 @@ func (s *Server) handle(ev forks.Event) {
 	}
 }
 
+// apply applies a connector event to the table: it returns the caller
+// of a process that ran a new program (execd), and the tombs that ended,
+// whose keyrings the caller releases once s.mu is. s.mu is held.
+func (t *processTable) apply(ev forks.Event, now time.Time) (execd *keys.Caller, done []*proc) {
+	switch {
+	case ev.Exec:
+		// The exit reported before it was its first thread's, killed by
+		// the exec (de_thread): the process lives on.
+		delete(t.exitSeen, ev.PID)
+		// A new program: the kernel drops the process's thread and
+		// process keyrings at exec (it keeps the session). Without
+		// this, a process the daemon keeps by pid and start time met its
+		// keyrings again when the new program connected.
+		if p := t.lookup(ev.PID); p != nil {
+			execd = p.caller
+			// Its intercepted threads go at its next call.
+			p.calls.execd.Store(true)
+		}
+	case ev.Exit:
+		if tb, ok := t.tombs[ev.PID]; ok {
+			delete(t.tombs, ev.PID)
+			done = append(done, tb.p)
+		} else if t.lookup(ev.PID) != nil {
+			// Read before the daemon noticed the exit itself: no tomb
+			// is needed then (entomb).
+			if t.exitSeen == nil {
+				t.exitSeen = make(map[int]time.Time)
+			}
+			t.exitSeen[ev.PID] = now
+		}
+	default:
+		// A fork makes childPid another process's: any tomb of that pid
+		// has had every fork queued for it, and an exit seen of that pid
+		// was another process's.
+		if tb, ok := t.tombs[ev.ChildPid]; ok {
+			delete(t.tombs, ev.ChildPid)
+			done = append(done, tb.p)
+		}
+		delete(t.exitSeen, ev.ChildPid)
+	}
+	for pid, tb := range t.tombs {
+		if now.Sub(tb.at) > tombMaxAge {
+			delete(t.tombs, pid)
+			done = append(done, tb.p)
+		}
+	}
+	for pid, at := range t.exitSeen {
+		if now.Sub(at) > tombMaxAge {
+			delete(t.exitSeen, pid)
+		}
+	}
+	return execd, done
+}
+
 // forked gives a child forked by a process the daemon keeps (or has just
 // entombed) what the child inherits (its session), as a ghost the daemon
 // follows until the child exits or connects. A parent without a session
 // passes nothing, and the child is not kept.
 func (s *Server) forked(f forks.Event) {
 	s.mu.Lock()
-	parent := s.procs[f.ParentTgid]
+	parent := s.procs.lookup(f.ParentTgid)
 	if parent == nil {
-		if t, ok := s.tombs[f.ParentTgid]; ok {
+		if t, ok := s.procs.tombs[f.ParentTgid]; ok {
 			parent = t.p
 		}
 	}
@@ -182,14 +215,14 @@ func (s *Server) forked(f forks.Event) {
 	}
 	charge := chargeUID(cred, &h)
 	s.mu.Lock()
-	if s.closing || s.procs[f.ChildPid] != nil || s.admitProc(charge) != 0 {
+	if s.closing || s.procs.lookup(f.ChildPid) != nil || s.usage.admitProc(charge) != 0 {
 		s.mu.Unlock()
 		h.Close()
 		caller.Release()
 		return
 	}
 	p := &proc{caller: caller, handle: h, start: start, tracked: true, ghost: true, charge: charge}
-	s.procs[f.ChildPid] = p
+	s.procs.add(f.ChildPid, p)
 	s.linger(p)
 	s.mu.Unlock()
 }
@@ -218,7 +251,7 @@ func (s *Server) probeForks() {
 	if f == nil {
 		return
 	}
-	s.forksAble = true
+	s.procs.forks.able = true
 	s.adoptForksLocked(f)
 	s.idleForksLocked()
 }
@@ -227,12 +260,13 @@ func (s *Server) probeForks() {
 // own, or closes it if there is one already or the daemon is closing.
 // s.mu is held.
 func (s *Server) adoptForksLocked(f *os.File) {
-	if s.closing || s.forks != nil {
+	fc := &s.procs.forks
+	if s.closing || fc.file != nil {
 		f.Close()
 		return
 	}
-	s.forks = f
-	s.forkSubs++
+	fc.file = f
+	fc.subs++
 	s.watchers.Add(1)
 	go s.readForks(f)
 }
@@ -242,15 +276,16 @@ func (s *Server) adoptForksLocked(f *os.File) {
 // not given up before unholdForks, by which time the process is kept.
 func (s *Server) holdForks() {
 	s.mu.Lock()
-	if !s.forksAble || s.closing {
+	fc := &s.procs.forks
+	if !fc.able || s.closing {
 		s.mu.Unlock()
 		return
 	}
-	s.forkHolds++
-	if s.forksIdle != nil {
-		s.forksIdle.Stop()
+	fc.holds++
+	if fc.idle != nil {
+		fc.idle.Stop()
 	}
-	subscribed := s.forks != nil
+	subscribed := fc.file != nil
 	s.mu.Unlock()
 	if subscribed {
 		return
@@ -266,8 +301,8 @@ func (s *Server) holdForks() {
 func (s *Server) unholdForks() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.forkHolds > 0 {
-		s.forkHolds--
+	if fc := &s.procs.forks; fc.holds > 0 {
+		fc.holds--
 		s.idleForksLocked()
 	}
 }
@@ -276,7 +311,11 @@ func (s *Server) unholdForks() {
 // it keeps no process, no exited one waits for its exit event, and no
 // accept is about to keep one. s.mu is held.
 func (s *Server) forksIdleLocked() bool {
-	return s.forks != nil && !s.closing && len(s.procs) == 0 && len(s.tombs) == 0 && s.forkHolds == 0
+	return !s.closing && s.procs.followsForNobody()
+}
+
+func (t *processTable) followsForNobody() bool {
+	return t.forks.file != nil && len(t.byPID) == 0 && len(t.tombs) == 0 && t.forks.holds == 0
 }
 
 // idleForksLocked arms the timer that gives up following forks, if the
@@ -285,11 +324,12 @@ func (s *Server) idleForksLocked() {
 	if !s.forksIdleLocked() {
 		return
 	}
-	if s.forksIdle == nil {
-		s.forksIdle = time.AfterFunc(forksIdleAfter, s.forksIdleCheck)
+	fc := &s.procs.forks
+	if fc.idle == nil {
+		fc.idle = time.AfterFunc(forksIdleAfter, s.forksIdleCheck)
 		return
 	}
-	s.forksIdle.Reset(forksIdleAfter)
+	fc.idle.Reset(forksIdleAfter)
 }
 
 // forksIdleCheck gives up following forks if the daemon still keeps no
@@ -300,9 +340,9 @@ func (s *Server) forksIdleCheck() {
 	if !s.forksIdleLocked() {
 		return
 	}
-	s.forks.Close() // ends its reader
-	s.forks = nil
-	clear(s.exitSeen)
+	s.procs.forks.file.Close() // ends its reader
+	s.procs.forks.file = nil
+	clear(s.procs.exitSeen)
 }
 
 // subscribeForks subscribes to the process events connector
@@ -325,9 +365,9 @@ func (s *Server) readForks(f *os.File) {
 	}
 	buf := make([]byte, 64<<10)
 	for {
-		// s.forkRead is held from each read until its events are
+		// s.procs.forks.read is held from each read until its events are
 		// applied, and not while waiting for one (syncForks).
-		n, fromKernel, err := forks.Read(rc, buf, &s.forkRead.mu)
+		n, fromKernel, err := forks.Read(rc, buf, &s.procs.forks.read.mu)
 		if err != nil {
 			if forks.Lost(err) {
 				// Events were lost: those children learn their
@@ -342,7 +382,7 @@ func (s *Server) readForks(f *os.File) {
 				s.handle(ev)
 			}
 		}
-		s.forkRead.mu.Unlock()
+		s.procs.forks.read.mu.Unlock()
 	}
 }
 
@@ -354,7 +394,7 @@ func (s *Server) readForks(f *os.File) {
 // events (readForks) may not yet have done.
 func (s *Server) syncForks() {
 	s.mu.Lock()
-	f := s.forks
+	f := s.procs.forks.file
 	s.mu.Unlock()
 	if f == nil {
 		return
@@ -363,7 +403,7 @@ func (s *Server) syncForks() {
 	if err != nil {
 		return
 	}
-	fr := &s.forkRead
+	fr := &s.procs.forks.read
 	fr.mu.Lock()
 	defer fr.mu.Unlock()
 	if fr.buf == nil {

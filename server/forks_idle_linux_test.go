@@ -19,7 +19,7 @@ func TestForksFollowedWhileProcessesKept(t *testing.T) {
 	state := func() (able, subscribed bool, subs, procs int) {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return s.forksAble, s.forks != nil, s.forkSubs, len(s.procs)
+		return s.procs.forks.able, s.procs.forks.file != nil, s.procs.forks.subs, len(s.procs.byPID)
 	}
 	waitFor := func(what string, ok func() bool) {
 		t.Helper()

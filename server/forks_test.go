@@ -25,15 +25,15 @@ func TestForkAfterParentExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer devnull.Close()
-	s.forks = devnull // as if the connector were followed
+	s.procs.forks.file = devnull // as if the connector were followed
 	parent := &proc{caller: svc.NewCaller(keys.Cred{UID: 1000, GID: 1000, PID: 4000000}), handle: process.Unpinned(4000000), tracked: true, charge: 1000}
 	if _, err := parent.caller.JoinSessionKeyring(nil); err != nil {
 		t.Fatal(err)
 	}
 	session := parent.caller.Session()
 	s.mu.Lock()
-	s.procs[4000000] = parent
-	s.admitProc(1000)
+	s.procs.add(4000000, parent)
+	s.usage.admitProc(1000)
 	// It exits: out of the table, into a tomb.
 	s.dropProcLocked(parent)
 	s.entombLocked(parent)
@@ -50,7 +50,7 @@ func TestForkAfterParentExit(t *testing.T) {
 	defer func() { child.Process.Kill(); child.Wait() }()
 	s.handle(forks.Event{ParentTgid: 4000000, ChildPid: child.Process.Pid})
 	s.mu.Lock()
-	ghost := s.procs[child.Process.Pid]
+	ghost := s.procs.lookup(child.Process.Pid)
 	s.mu.Unlock()
 	// Charged to the child's own uid (this test's), not its parent's.
 	if ghost == nil || !ghost.ghost || ghost.caller.Session() != session || ghost.caller.Cred().UID != uint32(os.Geteuid()) {
@@ -59,18 +59,18 @@ func TestForkAfterParentExit(t *testing.T) {
 	// The parent's exit event ends its tomb.
 	s.handle(forks.Event{Exit: true, PID: 4000000})
 	s.mu.Lock()
-	_, still := s.tombs[4000000]
+	_, still := s.procs.tombs[4000000]
 	s.mu.Unlock()
 	if still {
 		t.Fatal("the tomb outlived its exit event")
 	}
 	// A fork that gives a tomb's pid to another process ends it too.
 	s.mu.Lock()
-	s.tombs[4000001] = tomb{p: &proc{caller: svc.NewCaller(keys.Cred{UID: 1, PID: 4000001})}}
+	s.procs.tombs[4000001] = tomb{p: &proc{caller: svc.NewCaller(keys.Cred{UID: 1, PID: 4000001})}}
 	s.mu.Unlock()
 	s.handle(forks.Event{ParentTgid: 1, ChildPid: 4000001})
 	s.mu.Lock()
-	_, still = s.tombs[4000001]
+	_, still = s.procs.tombs[4000001]
 	s.mu.Unlock()
 	if still {
 		t.Fatal("a tomb outlived the reuse of its pid")
@@ -82,21 +82,21 @@ func TestForkAfterParentExit(t *testing.T) {
 		t.Fatal(err)
 	}
 	s.mu.Lock()
-	s.procs[4000002] = live
-	s.admitProc(1000)
+	s.procs.add(4000002, live)
+	s.usage.admitProc(1000)
 	s.mu.Unlock()
 	s.handle(forks.Event{Exit: true, PID: 4000002})
 	s.handle(forks.Event{Exec: true, PID: 4000002})
 	s.mu.Lock()
 	s.dropProcLocked(live) // it exits for real, noticed by its pidfd first
 	s.entombLocked(live)
-	_, tombed := s.tombs[4000002]
+	_, tombed := s.procs.tombs[4000002]
 	s.mu.Unlock()
 	live.end()
 	if !tombed {
 		t.Fatal("an exec's exit event kept a process out of its tomb")
 	}
-	s.forks = nil
+	s.procs.forks.file = nil
 	if err := s.Shutdown(t.Context()); err != nil {
 		t.Fatal(err)
 	}

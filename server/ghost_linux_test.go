@@ -48,7 +48,7 @@ func TestGhostStartFromThePeer(t *testing.T) {
 	ghost := &proc{caller: svc.NewCaller(keys.Cred{PID: pid}), handle: gh, start: start, tracked: true, ghost: true}
 	defer ghost.end()
 	s.mu.Lock()
-	s.procs[pid] = ghost
+	s.procs.add(pid, ghost)
 	s.mu.Unlock()
 
 	h := process.Open(uc, pid)
@@ -66,7 +66,7 @@ func TestGhostStartFromThePeer(t *testing.T) {
 	}
 	// A ghost that is no longer the daemon's: the ancestry is read.
 	s.mu.Lock()
-	delete(s.procs, pid)
+	s.procs.remove(pid)
 	s.mu.Unlock()
 	got, ancestors = s.ghostStart(ghost, &h)
 	if got != start || len(ancestors) == 0 {
@@ -76,7 +76,7 @@ func TestGhostStartFromThePeer(t *testing.T) {
 	// A handle opened by pid proves nothing of the peer: the ancestry is
 	// read.
 	s.mu.Lock()
-	s.procs[pid] = ghost
+	s.procs.add(pid, ghost)
 	s.mu.Unlock()
 	byPid, _ := process.OpenPID(pid, start)
 	defer byPid.Close()

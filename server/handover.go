@@ -313,7 +313,7 @@ func (s *Server) parkAll(ho *handover) error {
 	}
 	for {
 		s.mu.Lock()
-		helpers := len(s.helpers)
+		helpers := s.tokens.helpersRunning()
 		for _, li := range s.listeners {
 			if li.helper {
 				helpers++ // a helper's program tree, still running
@@ -439,17 +439,7 @@ func (s *Server) endHandover(ho *handover, ok bool) {
 			close(s.stop)
 		}
 		s.closing = true
-		if s.forks != nil {
-			s.forks.Close()
-			s.forks = nil
-		}
-		if s.forksIdle != nil {
-			s.forksIdle.Stop()
-		}
-		for _, p := range s.procs {
-			p.handle.Close() // ends its awaitExit
-			released = append(released, p)
-		}
+		released = s.procs.handedOverLocked()
 	}
 	s.ho = nil
 	s.mu.Unlock()
@@ -477,7 +467,10 @@ func (s *Server) endHandover(ho *handover, ok bool) {
 
 // handoverRecords is what a hand-over carries beside the keys: the
 // server's own state, as JSON (it is small beside the keys, and a reader
-// of a later version ignores fields it does not know).
+// of a later version ignores fields it does not know). Each table writes
+// and reads its own records, beside it: procRecord (process.go),
+// sessionRecord (tokens.go), loginRecord (login.go); the connections',
+// seccomp listeners' and pipes' are here.
 type handoverRecords struct {
 	Version   int             `json:"version"`
 	Listeners int             `json:"listeners"`
@@ -509,43 +502,6 @@ type seccompRecord struct {
 	// Notify: its filter hands the daemon the notification pipes' calls
 	// (listenerInfo.notify).
 	Notify bool `json:"notify,omitempty"`
-}
-
-type procRecord struct {
-	PID       int              `json:"pid"`
-	Start     string           `json:"start"`
-	Ghost     bool             `json:"ghost,omitempty"`
-	Inherited bool             `json:"inherited,omitempty"`
-	Settled   bool             `json:"settled,omitempty"`
-	Caller    keys.CallerState `json:"caller"`
-	// Threads are the callers of the process's threads other than its
-	// first, by tid, that its intercepted calls made (their own @t).
-	Threads map[int]keys.CallerState `json:"threads,omitempty"`
-	// ThreadTasks are those threads' intercept.Caller.Task, by tid:
-	// the kernel's identities of the tasks (pidfs), which the next
-	// daemon's listeners give them too. A thread without one is known
-	// again by its tid at its next call.
-	ThreadTasks map[int]uint64 `json:"thread_tasks,omitempty"`
-}
-
-type sessionRecord struct {
-	Token  string      `json:"token"`
-	Serial keys.Serial `json:"serial"`
-	UID    uint32      `json:"uid"`
-}
-
-type loginRecord struct {
-	UID    uint32      `json:"uid"`
-	Audit  bool        `json:"audit,omitempty"`
-	ID     uint64      `json:"id"`
-	Serial keys.Serial `json:"serial"`
-	// The login's name beside its number (loginKey.name, loginName). A
-	// record of an older daemon has none: an audit session's login is
-	// found as before (its number is never given twice), a POSIX one's by
-	// no process, and its keyring lives on with the processes that hold
-	// it.
-	AnchorPID   int    `json:"anchor_pid,omitempty"`
-	AnchorStart string `json:"anchor_start,omitempty"`
 }
 
 // connRecord is one connection, whose descriptor is the FDth sent (after
@@ -584,35 +540,13 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		fds = append(fds, fd)
 	}
 	rec.Listeners = len(fds)
-	procRec := func(p *proc) procRecord {
-		pr := procRecord{PID: p.handle.PID(), Start: p.start, Ghost: p.ghost, Inherited: p.inherited.Load(),
-			Settled: p.settled.Load(), Caller: p.caller.State()}
-		p.calls.mu.Lock()
-		for task, tc := range p.calls.threads {
-			if pr.Threads == nil {
-				pr.Threads, pr.ThreadTasks = make(map[int]keys.CallerState), make(map[int]uint64)
-			}
-			pr.Threads[tc.tid] = tc.c.caller.State()
-			if !tc.pending {
-				pr.ThreadTasks[tc.tid] = task
-			}
-		}
-		p.calls.mu.Unlock()
-		return pr
+	var asker *proc // the new daemon itself is no client of its own
+	if ho.from != nil {
+		asker = ho.from.proc
 	}
-	for _, p := range s.procs {
-		if p.private || p.entombed.Load() || ho.from != nil && p == ho.from.proc && p.conns <= 1 {
-			continue // the new daemon itself is no client of its own
-		}
-		rec.Procs = append(rec.Procs, procRec(p))
-	}
-	for tok, g := range s.sessions {
-		rec.Sessions = append(rec.Sessions, sessionRecord{Token: tok, Serial: g.key.Serial(), UID: g.uid})
-	}
-	for id, k := range s.logins {
-		rec.Logins = append(rec.Logins, loginRecord{UID: id.uid, Audit: id.login.audit, ID: id.login.id, Serial: k.Serial(),
-			AnchorPID: id.name.pid, AnchorStart: id.name.start})
-	}
+	rec.Procs = s.procs.recordsLocked(asker)
+	rec.Sessions = s.tokens.records()
+	rec.Logins = s.logins.recordsLocked()
 	for c, pc := range ho.parked {
 		if pc.err != nil || c.helper != nil {
 			// Its answers are lost, or it acted for an upcall that has
@@ -631,7 +565,7 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		}
 		c.mu.Unlock()
 		if c.proc.private {
-			pr := procRec(c.proc)
+			pr := c.proc.record()
 			cr.Private, cr.PID = &pr, 0
 		}
 		fds = append(fds, fd)

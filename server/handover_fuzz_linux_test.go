@@ -245,7 +245,7 @@ func FuzzHandoverRecords(f *testing.F) {
 		// A process is kept only by a pid the kernel can name (a pid_t):
 		// the pidfd of a pid past it would be of the pid it truncates to.
 		res.Server.mu.Lock()
-		for pid := range res.Server.procs {
+		for pid := range res.Server.procs.byPID {
 			if pid <= 0 || pid > math.MaxInt32 {
 				t.Errorf("a process kept by pid %d", pid)
 			}

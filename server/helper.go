@@ -67,7 +67,7 @@ func (s *Server) addHelper(u *keys.Upcall) (string, *helperGrant) {
 	g := &helperGrant{up: u, caller: u.Helper.Fork(0), ready: make(chan struct{})}
 	token := newToken()
 	s.mu.Lock()
-	s.helpers[token] = g
+	s.tokens.addHelper(token, g)
 	s.mu.Unlock()
 	return token, g
 }
@@ -75,11 +75,21 @@ func (s *Server) addHelper(u *keys.Upcall) (string, *helperGrant) {
 // dropHelper forgets a token and ends its grant.
 func (s *Server) dropHelper(token string, g *helperGrant) {
 	s.mu.Lock()
-	delete(s.helpers, token)
+	s.tokens.removeHelper(token)
 	s.mu.Unlock()
 	g.started(0) // if the helper never started: attach waits no longer
 	g.end()
 }
+
+// addHelper registers g under token. s.mu is held.
+func (t *tokenTable) addHelper(token string, g *helperGrant) { t.helpers[token] = g }
+
+// removeHelper forgets a helper's token. s.mu is held.
+func (t *tokenTable) removeHelper(token string) { delete(t.helpers, token) }
+
+// helpersRunning is how many request-key helpers hold a token: upcalls
+// in progress. s.mu is held.
+func (t *tokenTable) helpersRunning() int { return len(t.helpers) }
 
 // started records the helper's pid (0: it did not start); only the first
 // call counts.

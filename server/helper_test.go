@@ -255,7 +255,7 @@ func TestHelperGrantEnds(t *testing.T) {
 	}
 	s.dropHelper(token, g)
 	s.mu.Lock()
-	_, still := s.helpers[token]
+	_, still := s.tokens.helpers[token]
 	s.mu.Unlock()
 	if still {
 		t.Fatal("the token outlived its upcall")

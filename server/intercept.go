@@ -204,8 +204,8 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 	}
 	// The listener's own descriptors count as a process kept, within
 	// the uid's bound and the daemon's.
-	if e := s.admitProc(uid); e != 0 {
-		s.forget(uid)
+	if e := s.usage.admitProc(uid); e != 0 {
+		s.usage.forget(uid)
 		s.mu.Unlock()
 		closeFD(fd)
 		return nil, e
@@ -217,7 +217,7 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 	l, err := intercept.NewListener(fd, h)
 	if err != nil {
 		s.mu.Lock()
-		s.dropProc(uid)
+		s.usage.dropProc(uid)
 		s.mu.Unlock()
 		return nil, keys.EINVAL
 	}
@@ -239,7 +239,7 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 		l.Close()
 		s.mu.Lock()
 		delete(s.listeners, l)
-		s.dropProc(uid)
+		s.usage.dropProc(uid)
 		s.mu.Unlock()
 	}()
 	return done, nil
@@ -261,10 +261,10 @@ type listenerBudget struct {
 func (b listenerBudget) Take() bool {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
-	if u := b.s.usageOf(b.uid); u.procs >= b.s.lim.MaxProcsPerUID/2 {
+	if u := b.s.usage.of(b.uid); u.procs >= b.s.usage.lim.MaxProcsPerUID/2 {
 		return false
 	}
-	return b.s.admitProc(b.uid) == 0
+	return b.s.usage.admitProc(b.uid) == 0
 }
 
 // TakePipe draws a notification pipe made for one of the listener's
@@ -272,12 +272,12 @@ func (b listenerBudget) Take() bool {
 func (b listenerBudget) TakePipe() bool {
 	b.s.mu.Lock()
 	defer b.s.mu.Unlock()
-	return b.s.admitProc(b.uid) == 0
+	return b.s.usage.admitProc(b.uid) == 0
 }
 
 func (b listenerBudget) Give() {
 	b.s.mu.Lock()
-	b.s.dropProc(b.uid)
+	b.s.usage.dropProc(b.uid)
 	b.s.mu.Unlock()
 }
 
@@ -437,7 +437,7 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 	// Under s.mu: a process leaves the table (and stops being tracked)
 	// before its handle is closed.
 	s.mu.Lock()
-	p := s.procs[pid]
+	p := s.procs.lookup(pid)
 	known := p != nil && !p.ghost && p.tracked && p.handle.Pinned() &&
 		(task != 0 && p.calls.task == task || !p.handle.Exited())
 	if known {
@@ -456,7 +456,7 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 	}
 	euid := cred.UID
 	s.mu.Lock()
-	p = s.procs[pid]
+	p = s.procs.lookup(pid)
 	if p != nil && !p.ghost && p.start == start && p.caller.Cred().UID == euid {
 		s.mu.Unlock()
 		return p, nil
@@ -482,7 +482,7 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 		h.Close()
 		return nil, keys.EPERM
 	}
-	if q := s.procs[pid]; q != nil {
+	if q := s.procs.lookup(pid); q != nil {
 		if !q.ghost && q.start == start && q.caller.Cred().UID == euid {
 			s.mu.Unlock() // met meanwhile
 			h.Close()
@@ -496,7 +496,7 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 			ended = q
 		}
 	}
-	if e := s.admitProc(charge); e != 0 {
+	if e := s.usage.admitProc(charge); e != 0 {
 		s.mu.Unlock()
 		h.Close()
 		if ended != nil {
@@ -510,7 +510,7 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 	} else {
 		p.inherited.Store(s.inheritLocked(p, ancestors))
 	}
-	s.procs[pid] = p
+	s.procs.add(pid, p)
 	s.linger(p)
 	s.mu.Unlock()
 	if ended != nil {

@@ -33,10 +33,10 @@ func TestInterceptedProcKnownByTask(t *testing.T) {
 	p := &proc{caller: svc.NewCaller(cred), tracked: true, handle: h, charge: cred.UID}
 	p.calls.task = 7
 	s.mu.Lock()
-	if e := s.admitProc(cred.UID); e != 0 {
+	if e := s.usage.admitProc(cred.UID); e != 0 {
 		t.Fatal(e)
 	}
-	s.procs[pid] = p
+	s.procs.add(pid, p)
 	s.mu.Unlock()
 
 	// Another thread (or none known) than the one it was found for: the

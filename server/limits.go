@@ -176,12 +176,39 @@ func chargeUID(cred keys.Cred, h *process.Handle) uint32 {
 // request-key upcall's requestor): that of a process of that uid the
 // daemon keeps, else the uid itself. s.mu is held.
 func (s *Server) chargeOfUIDLocked(uid uint32) uint32 {
-	for _, p := range s.procs {
+	for _, p := range s.procs.byPID {
 		if p.tracked && p.caller.Cred().UID == uid {
 			return p.charge
 		}
 	}
 	return uid
+}
+
+// usageTable is what callers hold of the server, by the uid each is
+// charged to and in total, against its bounds. Its methods are called
+// with s.mu held, but for heavy, a channel, and pool, which has a lock of
+// its own.
+type usageTable struct {
+	lim       Limits
+	byUID     map[uint32]*usage
+	nconns    int // connections open
+	nprocs    int // processes tracked, in the process table or not (pid 0)
+	nbuffered int // bytes reserved for buffers
+	// heavy has a slot per expensive operation running: the server's,
+	// or the host daemon's, shared by the seccomp agent's servers.
+	heavy chan struct{}
+	// pool, if set, is what the server's tracked processes and
+	// listeners count against besides its own bound: the seccomp
+	// agent's bound for every container's namespace together.
+	pool *Pool
+}
+
+func newUsageTable(lim Limits, pool *Pool, shared *Slots) usageTable {
+	heavy := make(chan struct{}, lim.MaxExpensive)
+	if shared != nil {
+		heavy = shared.c
+	}
+	return usageTable{lim: lim, byUID: make(map[uint32]*usage), heavy: heavy, pool: pool}
 }
 
 // usage is what one uid holds of the server. s.mu guards it.
@@ -194,22 +221,22 @@ type usage struct {
 	cpu          cpuAccount    // what its expensive operations used (cpu.go)
 }
 
-// usageOf returns uid's usage, creating it. s.mu is held.
-func (s *Server) usageOf(uid uint32) *usage {
-	u := s.usage[uid]
+// of returns uid's usage, creating it.
+func (t *usageTable) of(uid uint32) *usage {
+	u := t.byUID[uid]
 	if u == nil {
-		u = &usage{expensive: make(chan struct{}, s.lim.MaxExpensivePerUID)}
-		s.usage[uid] = u
+		u = &usage{expensive: make(chan struct{}, t.lim.MaxExpensivePerUID)}
+		t.byUID[uid] = u
 	}
 	return u
 }
 
 // forget drops uid's usage once it holds nothing. An expensive operation
 // only runs on a connection, so with no connection nothing holds a slot
-// of its channel. s.mu is held.
-func (s *Server) forget(uid uint32) {
-	if u := s.usage[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.upcalls == 0 && u.buffered == 0 && !u.cpu.owes(time.Now()) {
-		delete(s.usage, uid)
+// of its channel.
+func (t *usageTable) forget(uid uint32) {
+	if u := t.byUID[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.upcalls == 0 && u.buffered == 0 && !u.cpu.owes(time.Now()) {
+		delete(t.byUID, uid)
 	}
 }
 
@@ -245,7 +272,7 @@ func bound(mine, all, perUID, total int) keys.Errno {
 // root's processes and connections: without a bound per requester, a
 // few users asking for keys whose handlers are slow (a DNS or CIFS
 // lookup) filled root's share, and root's own processes were refused.
-func (s *Server) maxUpcallsPerUID() int { return max(1, s.lim.MaxProcsPerUID/32) }
+func (t *usageTable) maxUpcallsPerUID() int { return max(1, t.lim.MaxProcsPerUID/32) }
 
 // admitUpcall counts a helper starting for a request of uid's, charged
 // to uid's account, which it returns, or reports that the account has as
@@ -254,9 +281,9 @@ func (s *Server) admitUpcall(uid uint32) (uint32, keys.Errno) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	uid = s.chargeOfUIDLocked(uid)
-	u := s.usageOf(uid)
-	if u.upcalls >= s.maxUpcallsPerUID() {
-		s.forget(uid)
+	u := s.usage.of(uid)
+	if u.upcalls >= s.usage.maxUpcallsPerUID() {
+		s.usage.forget(uid)
 		return uid, keys.EDQUOT
 	}
 	u.upcalls++
@@ -267,28 +294,28 @@ func (s *Server) admitUpcall(uid uint32) (uint32, keys.Errno) {
 func (s *Server) dropUpcall(uid uint32) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if u := s.usage[uid]; u != nil {
+	if u := s.usage.byUID[uid]; u != nil {
 		u.upcalls--
-		s.forget(uid)
+		s.usage.forget(uid)
 	}
 }
 
-// refusalLocked says why a connection of uid would be refused, before
+// refusal says why a connection of uid would be refused, before
 // anything is done for it (newProc: it would count a process the daemon
 // does not keep yet), or 0. accept asks it before it reads a new
 // process's ancestry in /proc, which takes up to 64 reads in the accept
 // loop: a uid at its bounds must not have every connection it makes
-// cost other uids that wait to be accepted. s.mu is held.
-func (s *Server) refusalLocked(uid uint32, newProc bool) (keys.Errno, string) {
+// cost other uids that wait to be accepted.
+func (t *usageTable) refusal(uid uint32, newProc bool) (keys.Errno, string) {
 	var conns, procs int
-	if u := s.usage[uid]; u != nil {
+	if u := t.byUID[uid]; u != nil {
 		conns, procs = u.conns, u.procs
 	}
-	if e := bound(conns, s.nconns, s.lim.MaxConnsPerUID, s.lim.MaxConns); e != 0 {
+	if e := bound(conns, t.nconns, t.lim.MaxConnsPerUID, t.lim.MaxConns); e != 0 {
 		return e, "too many connections"
 	}
 	if newProc {
-		if e := bound(procs, s.nprocs, s.lim.MaxProcsPerUID, s.lim.MaxProcs); e != 0 {
+		if e := bound(procs, t.nprocs, t.lim.MaxProcsPerUID, t.lim.MaxProcs); e != 0 {
 			return e, "too many client processes"
 		}
 	}
@@ -296,61 +323,78 @@ func (s *Server) refusalLocked(uid uint32, newProc bool) (keys.Errno, string) {
 }
 
 // admitConn counts a new connection of uid, or says why it cannot be
-// served. s.mu is held.
-func (s *Server) admitConn(uid uint32) keys.Errno {
-	u := s.usageOf(uid)
-	return admit(&u.conns, &s.nconns, s.lim.MaxConnsPerUID, s.lim.MaxConns)
+// served.
+func (t *usageTable) admitConn(uid uint32) keys.Errno {
+	u := t.of(uid)
+	return admit(&u.conns, &t.nconns, t.lim.MaxConnsPerUID, t.lim.MaxConns)
 }
 
-// dropConn undoes admitConn. s.mu is held.
-func (s *Server) dropConn(uid uint32) {
-	s.usage[uid].conns--
-	s.nconns--
-	s.forget(uid)
+// dropConn undoes admitConn.
+func (t *usageTable) dropConn(uid uint32) {
+	t.byUID[uid].conns--
+	t.nconns--
+	t.forget(uid)
 }
 
-// admitProc counts a new tracked process of uid. s.mu is held.
-func (s *Server) admitProc(uid uint32) keys.Errno {
-	u := s.usageOf(uid)
-	if e := admit(&u.procs, &s.nprocs, s.lim.MaxProcsPerUID, s.lim.MaxProcs); e != 0 {
+// admitProc counts a new tracked process of uid.
+func (t *usageTable) admitProc(uid uint32) keys.Errno {
+	u := t.of(uid)
+	if e := admit(&u.procs, &t.nprocs, t.lim.MaxProcsPerUID, t.lim.MaxProcs); e != 0 {
 		return e
 	}
-	if !s.cfg.Pool.take() {
+	if !t.pool.take() {
 		// The Servers sharing the pool (every container's namespace of
 		// the seccomp agent) are at its bound together: EMFILE, as for
 		// the server's own.
 		u.procs--
-		s.nprocs--
+		t.nprocs--
 		return keys.EMFILE
 	}
 	return 0
 }
 
-// dropProc undoes admitProc. s.mu is held.
-func (s *Server) dropProc(uid uint32) {
-	if u := s.usage[uid]; u != nil {
+// dropProc undoes admitProc.
+func (t *usageTable) dropProc(uid uint32) {
+	if u := t.byUID[uid]; u != nil {
 		u.procs--
-		s.nprocs--
-		s.cfg.Pool.give()
-		s.forget(uid)
+		t.nprocs--
+		t.pool.give()
+		t.forget(uid)
 	}
+}
+
+// restoreProc and restoreConn count a process and a connection handed
+// over (takeover.go), which the old daemon had admitted: past the
+// bounds, if this daemon's are lower, and not against the pool.
+func (t *usageTable) restoreProc(uid uint32) {
+	t.of(uid).procs++
+	t.nprocs++
+}
+
+func (t *usageTable) restoreConn(uid uint32) {
+	t.of(uid).conns++
+	t.nconns++
 }
 
 // reserve charges n buffered bytes to uid, or says why it cannot.
 func (s *Server) reserve(uid uint32, n int) keys.Errno {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u := s.usageOf(uid)
+	return s.usage.reserve(uid, n)
+}
+
+func (t *usageTable) reserve(uid uint32, n int) keys.Errno {
+	u := t.of(uid)
 	switch {
-	case u.buffered+n > s.lim.MaxBufferedPerUID:
-		s.forget(uid)
+	case u.buffered+n > t.lim.MaxBufferedPerUID:
+		t.forget(uid)
 		return keys.EDQUOT
-	case s.nbuffered+n > s.lim.MaxBuffered:
-		s.forget(uid)
+	case t.nbuffered+n > t.lim.MaxBuffered:
+		t.forget(uid)
 		return keys.ENOMEM
 	}
 	u.buffered += n
-	s.nbuffered += n
+	t.nbuffered += n
 	return 0
 }
 
@@ -361,9 +405,9 @@ func (s *Server) unreserve(uid uint32, n int) {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.usage[uid].buffered -= n
-	s.nbuffered -= n
-	s.forget(uid)
+	s.usage.byUID[uid].buffered -= n
+	s.usage.nbuffered -= n
+	s.usage.forget(uid)
 }
 
 // expensive runs f once uid has a free slot for an expensive operation
@@ -372,7 +416,7 @@ func (s *Server) unreserve(uid uint32, n int) {
 // EINTR if the daemon shuts down meanwhile.
 func (s *Server) expensive(uid uint32, f func()) error {
 	s.mu.Lock()
-	u := s.usageOf(uid)
+	u := s.usage.of(uid)
 	mine, acct := u.expensive, &u.cpu
 	hook := s.expensiveHook
 	s.mu.Unlock()
@@ -392,12 +436,13 @@ func (s *Server) expensive(uid uint32, f func()) error {
 			return keys.EINTR
 		}
 	}
+	heavy := s.usage.heavy
 	select {
-	case s.heavy <- struct{}{}:
+	case heavy <- struct{}{}:
 	case <-s.stop:
 		return keys.EINTR
 	}
-	defer func() { <-s.heavy }()
+	defer func() { <-heavy }()
 	if hook != nil {
 		hook(uid, true)
 		defer hook(uid, false)
@@ -429,6 +474,6 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A slot of heavy is held exactly while an expensive operation runs.
-	return Stats{Conns: len(s.conns), Procs: s.nprocs, BufferedBytes: s.nbuffered,
-		ExpensiveRunning: len(s.heavy), FollowsForks: s.forksAble, Limits: s.lim}
+	return Stats{Conns: len(s.conns), Procs: s.usage.nprocs, BufferedBytes: s.usage.nbuffered,
+		ExpensiveRunning: len(s.usage.heavy), FollowsForks: s.procs.forks.able, Limits: s.usage.lim}
 }

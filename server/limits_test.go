@@ -235,7 +235,7 @@ func TestExpensiveOperationsBounded(t *testing.T) {
 	}
 	// Shutting down ends the waits with EINTR.
 	s.mu.Lock()
-	slot := s.usageOf(7).expensive
+	slot := s.usage.of(7).expensive
 	s.mu.Unlock()
 	slot <- struct{}{}
 	errc := make(chan error, 1)

@@ -61,7 +61,7 @@ func TestListenerTreeExitReleasesAll(t *testing.T) {
 	testutil.Eventually(t, "the daemon to let go of the program tree", func() bool {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		return len(s.listeners) == 0 && s.usage[uid] == nil && s.procs[pid] == nil
+		return len(s.listeners) == 0 && s.usage.byUID[uid] == nil && s.procs.lookup(pid) == nil
 	})
 	view := svc.NewCaller(keys.Cred{UID: uid, GID: uint32(os.Getgid())})
 	defer view.Release()

@@ -1,6 +1,8 @@
 package server
 
 import (
+	"sync"
+
 	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/procfs"
 	"github.com/ukeys/ukeys/keys"
@@ -72,6 +74,79 @@ type loginKey struct {
 	name  procID
 }
 
+// loginTable is the login session keyrings the daemon keeps, while a
+// process it keeps holds one. byKey is under s.mu, as the processes
+// whose sessions prune it are; making serialises the making of a
+// login's keyring, so that two processes of one login met at once share
+// one (joinLogin), and is taken before s.mu, never inside it.
+type loginTable struct {
+	making sync.Mutex
+	byKey  map[loginKey]*keys.Key
+}
+
+func newLoginTable() loginTable {
+	return loginTable{byKey: make(map[loginKey]*keys.Key)}
+}
+
+// ofLocked returns the login whose keyring k is, if the daemon keeps
+// one. s.mu is held.
+func (t *loginTable) ofLocked(k *keys.Key) (loginKey, bool) {
+	for id, lk := range t.byKey {
+		if lk == k {
+			return id, true
+		}
+	}
+	return loginKey{}, false
+}
+
+// pruneLocked forgets the logins whose keyring no process the daemon
+// keeps holds any more: held is every kept process's session. A login
+// whose leader has exited needs no pruning to be safe: its name holds the
+// leader's start time, which a later process given its pid does not
+// share (loginName). s.mu is held.
+func (t *loginTable) pruneLocked(held map[*keys.Key]bool) {
+	for id, k := range t.byKey {
+		if !held[k] {
+			delete(t.byKey, id)
+		}
+	}
+}
+
+// loginRecord is a login's keyring handed over (handoverRecords).
+type loginRecord struct {
+	UID    uint32      `json:"uid"`
+	Audit  bool        `json:"audit,omitempty"`
+	ID     uint64      `json:"id"`
+	Serial keys.Serial `json:"serial"`
+	// The login's name beside its number (loginKey.name, loginName). A
+	// record of an older daemon has none: an audit session's login is
+	// found as before (its number is never given twice), a POSIX one's by
+	// no process, and its keyring lives on with the processes that hold
+	// it.
+	AnchorPID   int    `json:"anchor_pid,omitempty"`
+	AnchorStart string `json:"anchor_start,omitempty"`
+}
+
+// recordsLocked returns the logins to hand over. s.mu is held.
+func (t *loginTable) recordsLocked() []loginRecord {
+	var recs []loginRecord
+	for id, k := range t.byKey {
+		recs = append(recs, loginRecord{UID: id.uid, Audit: id.login.audit, ID: id.login.id, Serial: k.Serial(),
+			AnchorPID: id.name.pid, AnchorStart: id.name.start})
+	}
+	return recs
+}
+
+// restoreLocked keeps again the logins handed over whose keyrings came
+// with the keys. s.mu is held.
+func (t *loginTable) restoreLocked(rs *keys.Restore, recs []loginRecord) {
+	for _, lr := range recs {
+		if k := rs.Key(lr.Serial); k != nil && k.IsKeyring() {
+			t.byKey[loginKey{uid: lr.UID, login: loginID{audit: lr.Audit, id: lr.ID}, name: procID{pid: lr.AnchorPID, start: lr.AnchorStart}}] = k
+		}
+	}
+}
+
 // usesSession reports whether an operation acts on keys, where the
 // caller's session (its keyring, and what it possesses through it)
 // counts: the first such request settles the caller's session. The
@@ -116,7 +191,7 @@ func (s *Server) loginHolds(c *keys.Caller, uid uint32, id loginID, name func() 
 	}
 	k := c.Session()
 	s.mu.Lock()
-	key, known := s.loginOfLocked(k)
+	key, known := s.logins.ofLocked(k)
 	s.mu.Unlock()
 	if known {
 		return key.uid == uid && key.login == id
@@ -124,25 +199,14 @@ func (s *Server) loginHolds(c *keys.Caller, uid uint32, id loginID, name func() 
 	key = loginKey{uid: uid, login: id, name: name()}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if other, known := s.loginOfLocked(k); known { // found meanwhile
+	if other, known := s.logins.ofLocked(k); known { // found meanwhile
 		return other.uid == uid && other.login == id
 	}
-	if s.logins[key] != nil {
+	if s.logins.byKey[key] != nil {
 		return false
 	}
-	s.logins[key] = k
+	s.logins.byKey[key] = k
 	return true
-}
-
-// loginOfLocked returns the login whose keyring k is, if the daemon
-// keeps one. s.mu is held.
-func (s *Server) loginOfLocked(k *keys.Key) (loginKey, bool) {
-	for id, lk := range s.logins {
-		if lk == k {
-			return id, true
-		}
-	}
-	return loginKey{}, false
 }
 
 // joinLogin gives p its login's session keyring, and the login's anchor
@@ -181,8 +245,8 @@ func (s *Server) joinLogin(p *proc) {
 		// goes when p and every other process holding it have exited.
 		a, _ = s.knownProc(anchor.pid, anchor.start, cred)
 	}
-	s.loginMu.Lock()
-	defer s.loginMu.Unlock()
+	s.logins.making.Lock()
+	defer s.logins.making.Unlock()
 	if p.caller.OwnSession() && !p.caller.InLogin() {
 		return // it joined a session meanwhile
 	}
@@ -195,7 +259,7 @@ func (s *Server) joinLogin(p *proc) {
 		k = a.caller.Session()
 	default:
 		s.mu.Lock()
-		k = s.logins[key]
+		k = s.logins.byKey[key]
 		s.mu.Unlock()
 	}
 	if k == nil || p.caller.SetSession(k) != nil {
@@ -210,21 +274,8 @@ func (s *Server) joinLogin(p *proc) {
 		a.caller.SetSession(k)
 	}
 	s.mu.Lock()
-	s.logins[key] = k
+	s.logins.byKey[key] = k
 	s.mu.Unlock()
-}
-
-// pruneLogins forgets the logins whose keyring no process the daemon
-// keeps holds any more: held is every kept process's session. A login
-// whose leader has exited needs no pruning to be safe: its name holds the
-// leader's start time, which a later process given its pid does not
-// share (loginName). s.mu is held.
-func (s *Server) pruneLogins(held map[*keys.Key]bool) {
-	for id, k := range s.logins {
-		if !held[k] {
-			delete(s.logins, id)
-		}
-	}
 }
 
 // loginName is what, beside the uid and the login's number, names a

@@ -22,19 +22,19 @@ func TestPIDReuseReleasesTheOldProcess(t *testing.T) {
 	open := func(cred keys.Cred) *conn {
 		s.mu.Lock()
 		defer s.mu.Unlock()
-		if e := s.admitConn(cred.UID); e != 0 {
+		if e := s.usage.admitConn(cred.UID); e != 0 {
 			t.Fatal(e)
 		}
-		p := s.procs[cred.PID]
+		p := s.procs.lookup(cred.PID)
 		if p == nil || p.caller.Cred().UID != cred.UID {
 			if p != nil {
 				s.dropProcLocked(p)
 			}
-			if e := s.admitProc(cred.UID); e != 0 {
+			if e := s.usage.admitProc(cred.UID); e != 0 {
 				t.Fatal(e)
 			}
 			p = &proc{caller: svc.NewCaller(cred), tracked: true, handle: process.Unpinned(cred.PID), charge: cred.UID}
-			s.procs[cred.PID] = p
+			s.procs.add(cred.PID, p)
 		}
 		p.conns++
 		c := &conn{s: s, cred: cred, proc: p, caller: p.caller, charge: cred.UID}
@@ -61,7 +61,7 @@ func TestPIDReuseReleasesTheOldProcess(t *testing.T) {
 		// Only uid 1000's user and user-session keyrings may remain.
 		t.Fatalf("the old process's session and key outlived it: uid 1000 holds %d keys", n)
 	}
-	if len(s.procs) != 0 || len(s.usage) != 0 || s.nprocs != 0 || s.nconns != 0 {
-		t.Fatalf("%d process entries, %d uids' usage, %d processes and %d connections counted after both ended", len(s.procs), len(s.usage), s.nprocs, s.nconns)
+	if len(s.procs.byPID) != 0 || len(s.usage.byUID) != 0 || s.usage.nprocs != 0 || s.usage.nconns != 0 {
+		t.Fatalf("%d process entries, %d uids' usage, %d processes and %d connections counted after both ended", len(s.procs.byPID), len(s.usage.byUID), s.usage.nprocs, s.usage.nconns)
 	}
 }

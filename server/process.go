@@ -1,6 +1,8 @@
 package server
 
 import (
+	"fmt"
+	"net"
 	"os"
 	"sync/atomic"
 	"time"
@@ -23,6 +25,71 @@ import (
 // How the daemon tells that a process has exited depends on the system
 // ([process.Handle]): pidfds and /proc on Linux, kqueue's EVFILT_PROC
 // on macOS and FreeBSD, kill(pid, 0) elsewhere.
+
+// processTable is the client processes the daemon keeps, by pid, with
+// those that have exited and wait in a tomb for their fork events, and
+// the fork connector that tells of them (forks.go). Its methods are
+// called with s.mu held; forks says what of it is not under s.mu.
+type processTable struct {
+	byPID    map[int]*proc
+	watching bool // reapProcs runs
+
+	tombs    map[int]tomb      // exited processes kept for their queued forks (forks.go)
+	exitSeen map[int]time.Time // exits the connector told of before the daemon noticed them
+	forks    forkConnector
+}
+
+func newProcessTable() processTable {
+	return processTable{byPID: make(map[int]*proc)}
+}
+
+// lookup returns the process the daemon keeps with pid, or nil.
+func (t *processTable) lookup(pid int) *proc { return t.byPID[pid] }
+
+// add keeps p as the process with pid.
+func (t *processTable) add(pid int, p *proc) { t.byPID[pid] = p }
+
+// remove forgets the process with pid.
+func (t *processTable) remove(pid int) { delete(t.byPID, pid) }
+
+// takeAll empties the table and returns what it held, at Shutdown.
+func (t *processTable) takeAll() map[int]*proc {
+	procs := t.byPID
+	t.byPID = make(map[int]*proc)
+	return procs
+}
+
+// takeTombs empties the tombs and returns what they held, at Shutdown.
+func (t *processTable) takeTombs() map[int]tomb {
+	tombs := t.tombs
+	t.tombs = nil
+	return tombs
+}
+
+// handedOverLocked stops following the processes, which the new daemon
+// follows now: the fork connector and the waits for their exits end
+// (their handles close), and it returns them, for their keyrings to be
+// let go of (not ended: nothing is entombed or pruned). s.mu is held.
+func (t *processTable) handedOverLocked() []*proc {
+	t.forks.stopLocked()
+	var released []*proc
+	for _, p := range t.byPID {
+		p.handle.Close() // ends its awaitExit
+		released = append(released, p)
+	}
+	return released
+}
+
+// sessionsHeld returns the session keyrings the processes hold.
+func (t *processTable) sessionsHeld() map[*keys.Key]bool {
+	held := make(map[*keys.Key]bool, len(t.byPID))
+	for _, p := range t.byPID {
+		if k := p.caller.Session(); k != nil {
+			held[k] = true
+		}
+	}
+	return held
+}
 
 // proc is a client process and its caller.
 type proc struct {
@@ -67,10 +134,10 @@ func (s *Server) dropProcLocked(p *proc) {
 		return
 	}
 	p.tracked = false
-	if !p.private && s.procs[p.handle.PID()] == p {
-		delete(s.procs, p.handle.PID())
+	if !p.private && s.procs.lookup(p.handle.PID()) == p {
+		s.procs.remove(p.handle.PID())
 	}
-	s.dropProc(p.charge)
+	s.usage.dropProc(p.charge)
 	s.idleForksLocked()
 }
 
@@ -88,8 +155,8 @@ func (s *Server) linger(p *proc) {
 		}
 		return
 	}
-	if !s.watching {
-		s.watching = true
+	if !s.procs.watching {
+		s.procs.watching = true
 		s.watchers.Add(1)
 		go s.reapProcs()
 	}
@@ -112,7 +179,7 @@ func (s *Server) awaitExit(p *proc, f *os.File) {
 	s.mu.Lock()
 	p.awaiting = false
 	pid := p.handle.PID()
-	ended := s.procs[pid] == p && p.conns == 0
+	ended := s.procs.lookup(pid) == p && p.conns == 0
 	if ended {
 		s.dropProcLocked(p)
 		s.entombLocked(p)
@@ -141,7 +208,7 @@ func (s *Server) reapProcs() {
 		s.mu.Lock()
 		var gone []*proc
 		lingering := 0
-		for _, p := range s.procs {
+		for _, p := range s.procs.byPID {
 			if p.conns > 0 || p.handle.File() != nil {
 				continue
 			}
@@ -156,7 +223,7 @@ func (s *Server) reapProcs() {
 			s.pruneTokens()
 		}
 		if lingering == 0 {
-			s.watching = false
+			s.procs.watching = false
 		}
 		s.mu.Unlock()
 		for _, p := range gone {
@@ -183,20 +250,9 @@ func (p *proc) end() {
 // process holds any more: with every process that joined it gone, the
 // session is over; and so are logins (login.go). s.mu is held.
 func (s *Server) pruneTokens() {
-	held := make(map[*keys.Key]bool, len(s.procs))
-	for _, p := range s.procs {
-		if k := p.caller.Session(); k != nil {
-			held[k] = true
-		}
-	}
-
-	for t, g := range s.sessions {
-		if !held[g.key] {
-			delete(s.sessions, t)
-			delete(s.grants, g)
-		}
-	}
-	s.pruneLogins(held)
+	held := s.procs.sessionsHeld()
+	s.tokens.prune(held)
+	s.logins.pruneLocked(held)
 }
 
 // checkProc says, once, when the daemon cannot read processes in its own
@@ -206,5 +262,126 @@ func (s *Server) pruneTokens() {
 func (s *Server) checkProc() {
 	if !process.OwnView() {
 		s.log.Warn("ukeyd: /proc is another pid namespace's (give the daemon its own: unshare --mount-proc, or the container's /proc); processes are not read there: no inherited sessions, logins or capabilities, and no intercepted calls")
+	}
+}
+
+// procRecord is a process handed over (handoverRecords), or the caller
+// of a connection whose process the daemon cannot see (connRecord).
+type procRecord struct {
+	PID       int              `json:"pid"`
+	Start     string           `json:"start"`
+	Ghost     bool             `json:"ghost,omitempty"`
+	Inherited bool             `json:"inherited,omitempty"`
+	Settled   bool             `json:"settled,omitempty"`
+	Caller    keys.CallerState `json:"caller"`
+	// Threads are the callers of the process's threads other than its
+	// first, by tid, that its intercepted calls made (their own @t).
+	Threads map[int]keys.CallerState `json:"threads,omitempty"`
+	// ThreadTasks are those threads' intercept.Caller.Task, by tid:
+	// the kernel's identities of the tasks (pidfs), which the next
+	// daemon's listeners give them too. A thread without one is known
+	// again by its tid at its next call.
+	ThreadTasks map[int]uint64 `json:"thread_tasks,omitempty"`
+}
+
+// record returns p's record, with its intercepted threads'.
+func (p *proc) record() procRecord {
+	pr := procRecord{PID: p.handle.PID(), Start: p.start, Ghost: p.ghost, Inherited: p.inherited.Load(),
+		Settled: p.settled.Load(), Caller: p.caller.State()}
+	p.calls.mu.Lock()
+	for task, tc := range p.calls.threads {
+		if pr.Threads == nil {
+			pr.Threads, pr.ThreadTasks = make(map[int]keys.CallerState), make(map[int]uint64)
+		}
+		pr.Threads[tc.tid] = tc.c.caller.State()
+		if !tc.pending {
+			pr.ThreadTasks[tc.tid] = task
+		}
+	}
+	p.calls.mu.Unlock()
+	return pr
+}
+
+// recordsLocked returns the records of the processes to hand over: not
+// the private ones (their connections carry them), not the entombed, and
+// not asker, the new daemon, unless it has connections besides the one
+// that asks. s.mu is held.
+func (t *processTable) recordsLocked(asker *proc) []procRecord {
+	var recs []procRecord
+	for _, p := range t.byPID {
+		if p.private || p.entombed.Load() || p == asker && p.conns <= 1 {
+			continue // the new daemon itself is no client of its own
+		}
+		recs = append(recs, p.record())
+	}
+	return recs
+}
+
+// restoredProc makes a process again from its record, but for its
+// handle, which the caller opens.
+func (s *Server) restoredProc(rs *keys.Restore, pr *procRecord) (*proc, error) {
+	caller, err := rs.Caller(pr.Caller)
+	if err != nil {
+		return nil, fmt.Errorf("server: process %d's keyrings: %w", pr.PID, err)
+	}
+	p := &proc{caller: caller, start: pr.Start, ghost: pr.Ghost, tracked: true}
+	p.inherited.Store(pr.Inherited)
+	p.settled.Store(pr.Settled)
+	for tid, st := range pr.Threads {
+		tcaller, err := rs.Caller(st)
+		if err != nil {
+			caller.Release()
+			p.calls.releaseLocked()
+			return nil, fmt.Errorf("server: process %d's thread %d's keyrings: %w", pr.PID, tid, err)
+		}
+		p.calls.adopt(tid, pr.ThreadTasks[tid], &conn{s: s, cred: tcaller.Cred(), proc: p, caller: tcaller})
+	}
+	return p, nil
+}
+
+// restoreProcsLocked keeps again the processes handed over that still
+// run, and returns how many. A process with a connection handed over
+// (byPID) is pinned through it (SO_PEERPIDFD), which no reused pid can
+// fool; another by its pid and start time. s.mu is held.
+func (s *Server) restoreProcsLocked(rs *keys.Restore, recs []procRecord, byPID map[int]*net.UnixConn) (int, error) {
+	n := 0
+	for i := range recs {
+		pr := &recs[i]
+		if pr.PID <= 0 || s.procs.lookup(pr.PID) != nil {
+			return n, fmt.Errorf("server: process record %d for pid %d", i, pr.PID)
+		}
+		var h process.Handle
+		if uc := byPID[pr.PID]; uc != nil {
+			h = process.Open(uc, pr.PID)
+		} else {
+			var ok bool
+			if h, ok = process.OpenPID(pr.PID, pr.Start); !ok {
+				continue // it exited meanwhile: its keyrings go
+			}
+		}
+		p, err := s.restoredProc(rs, pr)
+		if err != nil {
+			h.Close()
+			return n, err
+		}
+		p.handle = h
+		cred := p.caller.Cred()
+		cred.PID = pr.PID
+		p.charge = chargeUID(cred, &h)
+		s.procs.add(pr.PID, p)
+		s.usage.restoreProc(p.charge)
+		n++
+	}
+	return n, nil
+}
+
+// abandonLocked lets go of every process a restore made, when it fails:
+// their handles, intercepted threads and keyrings go. s.mu is held.
+func (t *processTable) abandonLocked() {
+	for pid, p := range t.byPID {
+		p.handle.Close()
+		p.calls.releaseLocked()
+		p.caller.Release()
+		delete(t.byPID, pid)
 	}
 }

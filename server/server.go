@@ -2,12 +2,9 @@ package server
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"net"
-	"os"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,13 +87,21 @@ type Config struct {
 }
 
 // Server serves a keys.Service to clients on Unix sockets.
+//
+// Its state is in tables, each in its file with the records it hands
+// over (handover.go) and restores (takeover.go) beside it: procs (the
+// client processes, their tombs and the fork connector: process.go,
+// forks.go), tokens (session and helper tokens: tokens.go, helper.go),
+// logins (login.go) and usage (what each uid holds, against the bounds:
+// limits.go). The tables are plain structs under the one mutex mu, so
+// that what spans them (a process that ends drops its usage, its
+// session's tokens and logins) changes at once; what is not under it
+// says so.
 type Server struct {
 	svc *keys.Service
 	cfg Config
 	log *slog.Logger
 
-	lim   Limits
-	heavy chan struct{} // a slot per expensive operation running
 	// expensiveHook, if set (by tests, under mu), is told as each
 	// expensive operation starts and ends, holding its slots.
 	expensiveHook func(uid uint32, start bool)
@@ -118,43 +123,25 @@ type Server struct {
 	ho         *handover
 	handedOver chan struct{}
 
-	// loginMu serialises the making of login session keyrings, so that
-	// two processes of one login met at once share one (login.go).
-	loginMu sync.Mutex
-
-	mu        sync.Mutex
-	procs     map[int]*proc // by pid; see process.go
-	usage     map[uint32]*usage
-	nconns    int                     // connections open
-	nprocs    int                     // processes tracked, in procs or not (pid 0)
-	nbuffered int                     // bytes reserved for buffers
-	sessions  map[string]sessionGrant // session tokens
-	logins    map[loginKey]*keys.Key  // login session keyrings, while held (login.go)
-	grants    map[sessionGrant]string // the token of each grant, reused
-	helpers   map[string]*helperGrant // request-key helper tokens (helper.go)
-	conns     map[*conn]struct{}
-	lns       []net.Listener
-	closing   bool
-	watching  bool // reapProcs runs
-	wg        sync.WaitGroup
-	watchers  sync.WaitGroup
-	forks     *os.File                             // the process events connector, while followed (forks.go)
-	forksAble bool                                 // it can be followed here (probeForks)
-	forkHolds int                                  // accepts that need it until their process is kept (holdForks)
-	forksIdle *time.Timer                          // gives it up once no process is kept (idleForksLocked)
-	forkSubs  int                                  // subscriptions made, for tests
-	forksOnce sync.Once                            // probeForks, on the first Serve
-	forkRead  forkReader                           // orders the connector's events with intercepted calls (syncForks)
-	tombs     map[int]tomb                         // exited processes kept for their queued forks (forks.go)
-	listeners map[*intercept.Listener]listenerInfo // seccomp listeners served (intercept.go)
+	mu       sync.Mutex
+	procs    processTable // client processes, tombs, forks (process.go, forks.go)
+	tokens   tokenTable   // session and helper tokens (tokens.go)
+	logins   loginTable   // login keyrings (login.go); it also has a mutex of its own
+	usage    usageTable   // what each uid holds, against the bounds (limits.go)
+	conns    map[*conn]struct{}
+	lns      []net.Listener
+	closing  bool
+	wg       sync.WaitGroup
+	watchers sync.WaitGroup
+	// listeners are the seccomp listeners served (intercept.go).
+	listeners map[*intercept.Listener]listenerInfo
 	// pipes are the notification pipes made for intercepted programs
 	// that this server's keys post to, each through a queue of its own
 	// (pipeQueue).
-	pipes    map[*intercept.WatchPipe]watchPipe
-	exitSeen map[int]time.Time // exits the connector told of before the daemon noticed them
-	stop     chan struct{}     // closed by Shutdown
-	abort    chan struct{}     // closed when Shutdown's context ends: helpers are killed
-	aborted  bool
+	pipes   map[*intercept.WatchPipe]watchPipe
+	stop    chan struct{} // closed by Shutdown
+	abort   chan struct{} // closed when Shutdown's context ends: helpers are killed
+	aborted bool
 }
 
 // New returns a server for svc.
@@ -177,28 +164,18 @@ func New(svc *keys.Service, cfg Config) *Server {
 	if cfg.Spin == 0 {
 		cfg.Spin = sock.DefaultSpin
 	}
-	lim := cfg.Limits.WithDefaults()
-	heavy := make(chan struct{}, lim.MaxExpensive)
-	if cfg.Expensive != nil {
-		heavy = cfg.Expensive.c
-	}
 	s := &Server{
-		svc:      svc,
-		cfg:      cfg,
-		log:      cfg.Logger,
-		lim:      lim,
-		heavy:    heavy,
-		spinNow:  time.Now,
-		refusals: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5},
-		failures: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5},
-		procs:    make(map[int]*proc),
-		usage:    make(map[uint32]*usage),
-		sessions: make(map[string]sessionGrant),
-		logins:   make(map[loginKey]*keys.Key),
-
+		svc:        svc,
+		cfg:        cfg,
+		log:        cfg.Logger,
+		spinNow:    time.Now,
+		refusals:   ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5},
+		failures:   ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5},
+		procs:      newProcessTable(),
+		tokens:     newTokenTable(),
+		logins:     newLoginTable(),
+		usage:      newUsageTable(cfg.Limits.WithDefaults(), cfg.Pool, cfg.Expensive),
 		handedOver: make(chan struct{}),
-		grants:     make(map[sessionGrant]string),
-		helpers:    make(map[string]*helperGrant),
 		conns:      make(map[*conn]struct{}),
 		stop:       make(chan struct{}),
 		abort:      make(chan struct{}),
@@ -226,7 +203,7 @@ func (s *Server) Serve(ln *net.UnixListener) error {
 	}
 	s.lns = append(s.lns, ln)
 	s.mu.Unlock()
-	s.forksOnce.Do(func() {
+	s.procs.forks.once.Do(func() {
 		s.checkProc()
 		s.probeForks()
 	})
@@ -304,7 +281,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 	// A process the daemon meets for the first time inherits from its
 	// ancestry (ancestry.go), which is read before the lock is taken.
 	s.mu.Lock()
-	p := s.procs[cred.PID]
+	p := s.procs.lookup(cred.PID)
 	known := p != nil && !p.ghost && p.caller.Cred().UID == cred.UID && !p.handle.Exited()
 	ghostAlive := p != nil && p.ghost && p.start != "" && !p.handle.Exited()
 	newProc := p == nil
@@ -328,7 +305,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 	}
 	// Refused now, if it would be below, before its ancestry is read.
 	s.mu.Lock()
-	errno, why := s.refusalLocked(charge, newProc)
+	errno, why := s.usage.refusal(charge, newProc)
 	s.mu.Unlock()
 	if errno != 0 {
 		s.refuse(uc, cred, errno, why)
@@ -354,13 +331,13 @@ func (s *Server) accept(uc *net.UnixConn) {
 		uc.Close()
 		return
 	}
-	if e := s.admitConn(charge); e != 0 {
+	if e := s.usage.admitConn(charge); e != 0 {
 		s.mu.Unlock()
 		s.refuse(uc, cred, e, "too many connections")
 		return
 	}
 	var ended, ghost *proc
-	p = s.procs[cred.PID]
+	p = s.procs.lookup(cred.PID)
 	if p != nil && p.ghost && !p.handle.Exited() {
 		// Its first connection: the process the daemon kept since it
 		// saw it forked (or gave it a session) becomes a client with
@@ -380,8 +357,8 @@ func (s *Server) accept(uc *net.UnixConn) {
 		p = nil
 	}
 	if p == nil {
-		if e := s.admitProc(charge); e != 0 {
-			s.dropConn(charge)
+		if e := s.usage.admitProc(charge); e != 0 {
+			s.usage.dropConn(charge)
 			s.mu.Unlock()
 			if ended != nil {
 				ended.end()
@@ -407,7 +384,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 			} else {
 				p.inherited.Store(s.inheritLocked(p, ancestors))
 			}
-			s.procs[cred.PID] = p
+			s.procs.add(cred.PID, p)
 		} else {
 			// A caller in a pid namespace the daemon cannot see: its pid
 			// says nothing, so it is a process of its own for as long as
@@ -448,7 +425,7 @@ func (s *Server) release(c *conn) {
 	defer s.connEnded(c)
 	s.mu.Lock()
 	delete(s.conns, c)
-	s.dropConn(c.charge)
+	s.usage.dropConn(c.charge)
 	c.proc.conns--
 	var ended *proc
 	if c.proc.conns == 0 {
@@ -456,7 +433,7 @@ func (s *Server) release(c *conn) {
 		case c.proc.private:
 			s.dropProcLocked(c.proc)
 			ended = c.proc
-		case s.procs[c.cred.PID] != c.proc:
+		case s.procs.lookup(c.cred.PID) != c.proc:
 			ended = c.proc // displaced by a new process with its pid
 		case s.closing || c.proc.handle.Leaving():
 			s.dropProcLocked(c.proc)
@@ -491,13 +468,7 @@ func (s *Server) Shutdown(ctx context.Context) error {
 	for _, ln := range s.lns {
 		ln.Close()
 	}
-	if s.forks != nil {
-		s.forks.Close() // ends its reader
-		s.forks = nil
-	}
-	if s.forksIdle != nil {
-		s.forksIdle.Stop()
-	}
+	s.procs.forks.stopLocked()
 	listeners := make([]*intercept.Listener, 0, len(s.listeners))
 	for l := range s.listeners {
 		listeners = append(listeners, l)
@@ -542,15 +513,12 @@ func (s *Server) Shutdown(ctx context.Context) error {
 		err = ctx.Err()
 	}
 	s.mu.Lock()
-	procs := s.procs
-	s.procs = make(map[int]*proc)
+	procs := s.procs.takeAll()
 	for _, p := range procs {
 		s.dropProcLocked(p)
 	}
-	clear(s.sessions)
-	clear(s.grants)
-	tombs := s.tombs
-	s.tombs = nil
+	s.tokens.clearSessions()
+	tombs := s.procs.takeTombs()
 	s.mu.Unlock()
 	for _, p := range procs {
 		p.end() // closing its pidfd also ends its awaitExit
@@ -583,35 +551,3 @@ func waitOrDone(ctx context.Context, wait func()) bool {
 // shutdownWriteGrace is how long Shutdown lets an answer in flight take
 // to leave.
 const shutdownWriteGrace = time.Second
-
-func newToken() string {
-	var b [16]byte
-	if _, err := rand.Read(b[:]); err != nil {
-		panic("server: no randomness for session tokens: " + err.Error())
-	}
-	return hex.EncodeToString(b[:])
-}
-
-// sessionGrant is what a session token grants, and to which uid.
-type sessionGrant struct {
-	key *keys.Key
-	uid uint32
-}
-
-// sessionToken returns a token that grants possession of the caller's
-// session keyring to processes of uid (and root) that present it: another
-// uid that learns the token gains nothing from it.
-func (s *Server) sessionToken(k *keys.Key, uid uint32) string {
-	g := sessionGrant{key: k, uid: uid}
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	// One token per session and uid: a client asking again and again
-	// would otherwise grow the table for as long as the session lives.
-	if t, ok := s.grants[g]; ok {
-		return t
-	}
-	t := newToken()
-	s.sessions[t] = g
-	s.grants[g] = t
-	return t
-}

@@ -24,7 +24,7 @@ func TestServersShareExpensiveSlots(t *testing.T) {
 	ctr := New(other, Config{Limits: Limits{MaxExpensive: 1, MaxExpensivePerUID: 1}, Expensive: slots})
 	defer ctr.Shutdown(t.Context())
 
-	host.heavy <- struct{}{} // the host's one slot, held
+	host.usage.heavy <- struct{}{} // the host's one slot, held
 	ran := make(chan struct{})
 	go ctr.expensive(0, func() { close(ran) })
 	select {
@@ -35,7 +35,7 @@ func TestServersShareExpensiveSlots(t *testing.T) {
 	if got := ctr.Stats().ExpensiveRunning; got != 1 {
 		t.Errorf("the other Server counts %d expensive operations running, want the shared slot's 1", got)
 	}
-	<-host.heavy
+	<-host.usage.heavy
 	select {
 	case <-ran:
 	case <-time.After(10 * time.Second):

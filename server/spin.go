@@ -88,7 +88,7 @@ func (g *spinGate) End(granted, spent time.Duration) { g.acct.refund(granted - s
 func (s *Server) spinGateOf(account uint32) *spinGate {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	u := s.usageOf(account)
+	u := s.usage.of(account)
 	if u.spin == nil {
 		u.spin = &spinAccount{at: s.spinNow()}
 	}

@@ -55,7 +55,7 @@ func serveSpinning(t *testing.T, spin time.Duration, clk *fakeClock) (*Server, s
 // spinCharged is what the connections charged to uid have polled.
 func spinCharged(s *Server, uid uint32) time.Duration {
 	s.mu.Lock()
-	u := s.usage[uid]
+	u := s.usage.byUID[uid]
 	s.mu.Unlock()
 	if u == nil || u.spin == nil {
 		return 0

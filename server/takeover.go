@@ -499,12 +499,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		for _, uc := range ucs {
 			uc.Close()
 		}
-		for pid, p := range s.procs {
-			p.handle.Close()
-			p.calls.releaseLocked()
-			p.caller.Release()
-			delete(s.procs, pid)
-		}
+		s.procs.abandonLocked()
 	}()
 	// The connections first: a process that has one is identified by it
 	// (SO_PEERPIDFD), which no reused pid can fool.
@@ -535,68 +530,13 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			byPID[cr.PID] = ucs[i]
 		}
 	}
-	makeProc := func(pr *procRecord) (*proc, error) {
-		caller, err := rs.Caller(pr.Caller)
-		if err != nil {
-			return nil, fmt.Errorf("server: process %d's keyrings: %w", pr.PID, err)
-		}
-		p := &proc{caller: caller, start: pr.Start, ghost: pr.Ghost, tracked: true}
-		p.inherited.Store(pr.Inherited)
-		p.settled.Store(pr.Settled)
-		for tid, st := range pr.Threads {
-			tcaller, err := rs.Caller(st)
-			if err != nil {
-				caller.Release()
-				p.calls.releaseLocked()
-				return nil, fmt.Errorf("server: process %d's thread %d's keyrings: %w", pr.PID, tid, err)
-			}
-			p.calls.adopt(tid, pr.ThreadTasks[tid], &conn{s: s, cred: tcaller.Cred(), proc: p, caller: tcaller})
-		}
-		return p, nil
+	n, err := s.restoreProcsLocked(rs, rec.Procs, byPID)
+	if err != nil {
+		return nil, err
 	}
-	for i := range rec.Procs {
-		pr := &rec.Procs[i]
-		if pr.PID <= 0 || s.procs[pr.PID] != nil {
-			return nil, fmt.Errorf("server: process record %d for pid %d", i, pr.PID)
-		}
-		var h process.Handle
-		if uc := byPID[pr.PID]; uc != nil {
-			h = process.Open(uc, pr.PID)
-		} else {
-			var ok bool
-			if h, ok = process.OpenPID(pr.PID, pr.Start); !ok {
-				continue // it exited meanwhile: its keyrings go
-			}
-		}
-		p, err := makeProc(pr)
-		if err != nil {
-			h.Close()
-			return nil, err
-		}
-		p.handle = h
-		cred := p.caller.Cred()
-		cred.PID = pr.PID
-		p.charge = chargeUID(cred, &h)
-		s.procs[pr.PID] = p
-		u := s.usageOf(p.charge)
-		u.procs++
-		s.nprocs++
-		res.Procs++
-	}
-	for _, sr := range rec.Sessions {
-		k := rs.Key(sr.Serial)
-		if k == nil || !k.IsKeyring() {
-			continue
-		}
-		g := sessionGrant{key: k, uid: sr.UID}
-		s.sessions[sr.Token] = g
-		s.grants[g] = sr.Token
-	}
-	for _, lr := range rec.Logins {
-		if k := rs.Key(lr.Serial); k != nil && k.IsKeyring() {
-			s.logins[loginKey{uid: lr.UID, login: loginID{audit: lr.Audit, id: lr.ID}, name: procID{pid: lr.AnchorPID, start: lr.AnchorStart}}] = k
-		}
-	}
+	res.Procs += n
+	s.tokens.restore(rs, rec.Sessions)
+	s.logins.restoreLocked(rs, rec.Logins)
 	for i, cr := range rec.Conns {
 		uc := ucs[i]
 		if uc == nil {
@@ -610,16 +550,14 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		var p *proc
 		switch {
 		case cr.Private != nil:
-			p, err = makeProc(cr.Private)
+			p, err = s.restoredProc(rs, cr.Private)
 			if err != nil {
 				return nil, err
 			}
 			p.handle, p.private, p.tracked, p.charge = process.Handle{}, true, true, cred.UID
-			u := s.usageOf(p.charge)
-			u.procs++
-			s.nprocs++
+			s.usage.restoreProc(p.charge)
 		default:
-			p = s.procs[cred.PID]
+			p = s.procs.lookup(cred.PID)
 			if p == nil || cr.PID != cred.PID {
 				// Its process is gone (or the record lies): the
 				// connection ends.
@@ -638,15 +576,13 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			c.watch = rs.WatchQueue(*cr.Watch, watchQueueSize)
 		}
 		s.conns[c] = struct{}{}
-		u := s.usageOf(c.charge)
-		u.conns++
-		s.nconns++
+		s.usage.restoreConn(c.charge)
 		s.wg.Add(1)
 		toStart = append(toStart, resumed{c: c, version: cr.Version, unread: cr.Unread})
 		rec.Conns[i].Unread = nil // the connection's now
 		res.Conns++
 	}
-	for _, p := range s.procs {
+	for _, p := range s.procs.byPID {
 		if p.conns == 0 {
 			s.linger(p)
 		}
@@ -680,18 +616,18 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		fd := conns[pr.FD]
 		conns[pr.FD] = -1
 		var give func()
-		if pr.Charged && s.admitProc(pr.UID) == 0 {
+		if pr.Charged && s.usage.admitProc(pr.UID) == 0 {
 			uid := pr.UID
 			give = func() {
 				s.mu.Lock()
-				s.dropProc(uid)
+				s.usage.dropProc(uid)
 				s.mu.Unlock()
 			}
 		}
 		p, err := intercept.AdoptWatchPipe(fd, pr.State, give)
 		if err != nil {
 			if give != nil {
-				s.dropProc(pr.UID)
+				s.usage.dropProc(pr.UID)
 			}
 			s.log.Warn("ukeyd: a notification pipe handed over cannot be served", "err", err)
 			continue
