@@ -550,7 +550,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 				p.calls.releaseLocked()
 				return nil, fmt.Errorf("server: process %d's thread %d's keyrings: %w", pr.PID, tid, err)
 			}
-			p.calls.adopt(tid, pr.ThreadTasks[tid], &conn{s: s, cred: tcaller.Cred(), proc: p, caller: tcaller})
+			p.calls.adopt(s, p, tid, pr.ThreadTasks[tid], tcaller)
 		}
 		return p, nil
 	}
@@ -633,9 +633,9 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		}
 		p.conns++
 		cred.Caps, cred.CapsKnown = p.caller.Cred().Caps, p.caller.Cred().CapsKnown
-		c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller, charge: p.charge}
+		c := newConn(s, uc, cred, p, p.charge)
 		if cr.Watch != nil {
-			c.watch = rs.WatchQueue(*cr.Watch, watchQueueSize)
+			c.watch.Store(rs.WatchQueue(*cr.Watch, watchQueueSize))
 		}
 		s.conns[c] = struct{}{}
 		u := s.usageOf(c.charge)
