@@ -20,8 +20,8 @@ import (
 // hand-over, and the buffer space it holds beyond its allowance. Who
 // calls through it is its [caller], which serves its requests.
 type conn struct {
-	caller
-	uc *net.UnixConn
+	caller // who calls through the connection; its conn is this one
+	uc     *net.UnixConn
 	// charge is the uid the connection is counted against (chargeUID):
 	// its admission and its buffers; see caller.account.
 	charge uint32
@@ -48,7 +48,7 @@ type conn struct {
 // credentials cred and counted against charge; its caller acts as p's.
 func newConn(s *Server, uc *net.UnixConn, cred keys.Cred, p *proc, charge uint32) *conn {
 	c := &conn{uc: uc, charge: charge}
-	c.caller.s, c.caller.cred, c.caller.proc, c.caller.kc, c.caller.conn = s, cred, p, p.caller, c
+	c.caller = caller{s: s, cred: cred, proc: p, kc: p.caller, conn: c}
 	return c
 }
 
