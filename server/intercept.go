@@ -58,7 +58,7 @@ func (ic *intercepting) adopt(s *Server, p *proc, tid int, task uint64, kc *keys
 	if ic.threads == nil {
 		ic.threads = make(map[uint64]*threadCaller)
 	}
-	tc := &threadCaller{tid: tid, c: &caller{s: s, cred: kc.Cred(), proc: p, kc: kc}}
+	tc := &threadCaller{tid: tid, c: interceptedCaller(s, p, kc)}
 	if task == 0 {
 		task, tc.pending = pendingTask(tid), true
 	}
