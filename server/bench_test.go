@@ -341,3 +341,25 @@ func childBench() {
 	}
 	fmt.Println(float64(h.ValueAtQuantile(50))/1e3, float64(h.ValueAtQuantile(99))/1e3, float64(h.TotalCount())/el.Seconds())
 }
+
+// BenchmarkLocal reads a key through server.Local, the client package's
+// in-process mode: a request served as the daemon serves it (dispatch),
+// without a socket, so what serving one costs beyond the keys package
+// shows alone (allocs/op).
+func BenchmarkLocal(b *testing.B) {
+	svc := keys.New()
+	defer svc.Close()
+	l := server.NewLocal(svc, keys.Cred{UID: 1000, GID: 1000, PID: os.Getpid()})
+	defer l.Close()
+	add := l.Do(&wire.Request{Op: wire.OpAddKey, Bufs: [][]byte{[]byte("user"), []byte("bench"), []byte("payload")}, Ints: []int64{int64(keys.UserKeyring)}})
+	if add.Errno != 0 {
+		b.Fatalf("add_key: errno %d", add.Errno)
+	}
+	req := wire.Request{Op: wire.OpRead, Ints: []int64{add.Ints[0]}}
+	b.ReportAllocs()
+	for b.Loop() {
+		if r := l.Do(&req); r.Errno != 0 || len(r.Bufs[0]) != len("payload") {
+			b.Fatalf("read: errno %d", r.Errno)
+		}
+	}
+}

@@ -3,7 +3,6 @@ package server
 import (
 	"encoding/binary"
 	"errors"
-	"github.com/ukeys/ukeys/intercept"
 	"io"
 	"net"
 	"sync"
@@ -16,16 +15,15 @@ import (
 	"github.com/ukeys/ukeys/wire"
 )
 
-// conn is one client connection.
+// conn is one client's socket connection: the socket, its reader and
+// writer, the state its serving goroutine shares with Shutdown and a
+// hand-over, and the buffer space it holds beyond its allowance. Who
+// calls through it is its [caller], which serves its requests.
 type conn struct {
-	s      *Server
+	caller // who calls through the connection; its conn is this one
 	uc     *net.UnixConn
-	cred   keys.Cred
-	proc   *proc
-	caller *keys.Caller // the process's caller, or a request-key helper's
-	helper *helperConn  // set once a helper token is accepted (helper.go)
-	// charge is the uid the connection is counted against (chargeUID);
-	// see account.
+	// charge is the uid the connection is counted against (chargeUID):
+	// its admission and its buffers; see caller.account.
 	charge uint32
 
 	mu   sync.Mutex
@@ -38,27 +36,20 @@ type conn struct {
 	pausing atomic.Bool
 	gone    bool
 
-	watch *keys.WatchQueue
-
-	// intercepted: the connection serves an intercepted program's calls,
-	// and has no socket. Its watches go to notification pipes the daemon
-	// made (intercept.WatchPipe): pipe is the one the call being served
-	// names (KEYCTL_WATCH_KEY's descriptor), set for that call.
-	intercepted bool
-	pipe        *intercept.WatchPipe
-
-	// rbuf holds payloads read (dispatch.go), wiped after each answer;
-	// on a socket's connection it is in secmem's arena, as the
-	// connection's frames are, freed when it is larger than readKeep
-	// once answered and when the connection ends.
-	rbuf []byte
-
 	sc     *sock.Conn  // the serving goroutine's own
 	idleFn func() bool // c.idle, bound once: a method value per answer would allocate
 
 	// Bytes charged to the uid for buffers larger than the allowance:
 	// the request buffer and the answer buffer.
 	reservedIn, reservedOut int
+}
+
+// newConn returns the connection uc of process p, accepted with
+// credentials cred and counted against charge; its caller acts as p's.
+func newConn(s *Server, uc *net.UnixConn, cred keys.Cred, p *proc, charge uint32) *conn {
+	c := &conn{uc: uc, charge: charge}
+	c.caller = caller{s: s, cred: cred, proc: p, kc: p.caller, conn: c}
+	return c
 }
 
 // closeIdle closes the connection now if it is between requests, or
@@ -70,9 +61,7 @@ func (c *conn) closeIdle() {
 	if !c.busy {
 		c.uc.Close()
 	}
-	if c.watch != nil {
-		c.watch.Close() // wakes an OpWatchNext in flight
-	}
+	c.closeWatch() // wakes an OpWatchNext in flight
 }
 
 func (c *conn) serve() { c.run2(0, nil) }
@@ -94,11 +83,8 @@ func (c *conn) run2(version uint16, unread []byte) {
 	// leaves the socket to the daemon that took it: close is no shutdown.
 	defer c.uc.Close()
 	defer func() {
-		c.mu.Lock()
-		q := c.watch
-		c.mu.Unlock()
-		if q != nil && !c.gone {
-			q.Close()
+		if !c.gone {
+			c.closeWatch()
 		}
 	}()
 	// One reader per connection, whose buffer is wiped as each request is
@@ -285,7 +271,7 @@ func (c *conn) run2(version uint16, unread []byte) {
 				c.s.serving.Add(1)
 			}
 			start := time.Now()
-			resp = c.dispatch(&req)
+			resp = c.caller.dispatch(&req)
 			c.s.cfg.Metrics.Observe(req.Op, resp.Errno, time.Since(start))
 			if counted {
 				c.s.serving.Add(-1)
@@ -313,16 +299,6 @@ func (c *conn) run2(version uint16, unread []byte) {
 			return
 		}
 	}
-}
-
-// account returns the uid what the connection's requests cost is
-// charged to: the one it was accepted for, or for a connection without a
-// socket (an intercepted process's, or in process), its process's.
-func (c *conn) account() uint32 {
-	if c.uc == nil {
-		return c.proc.charge
-	}
-	return c.charge
 }
 
 // renew moves the read and write deadlines once they are due to move

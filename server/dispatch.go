@@ -13,7 +13,6 @@ import (
 	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/internal/process"
 	"github.com/ukeys/ukeys/internal/procfs"
-	"github.com/ukeys/ukeys/internal/secmem"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/wire"
 )
@@ -54,12 +53,13 @@ func done(err error) *wire.Response {
 	return ok()
 }
 
-// dispatch runs one request as the connection's caller. Every decision
-// about permissions is the keys package's, made against the credentials
-// the kernel reported for the socket.
+// dispatch runs one request as the caller. Every decision about
+// permissions is the keys package's, made against the caller's
+// credentials: those the kernel reported for the socket, or, for an
+// intercepted call, those its thread has at the call.
 // The request's arguments are read as its operation's entry in wire's
 // table says, once Check has held them to it.
-func (c *conn) dispatch(r *wire.Request) *wire.Response {
+func (c *caller) dispatch(r *wire.Request) *wire.Response {
 	spec := wire.SpecOf(r.Op)
 	if spec == nil {
 		return fail(keys.EOPNOTSUPP)
@@ -68,8 +68,8 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 	if err != nil {
 		return fail(err)
 	}
-	// A request-key helper's connection acts for its requestor only
-	// within the authority it was given, and only while it lasts.
+	// A request-key helper acts for its requestor only within the
+	// authority it was given, and only while it lasts.
 	if h := c.helper; h != nil {
 		return c.dispatchHelper(h, a)
 	}
@@ -78,7 +78,7 @@ func (c *conn) dispatch(r *wire.Request) *wire.Response {
 
 // run serves a checked request: an expensive one (costly) within the
 // bound of expensive operations, as dh_compute and pkey_* are.
-func (c *conn) run(a wire.Args) *wire.Response {
+func (c *caller) run(a wire.Args) *wire.Response {
 	if c.costly(a) {
 		var resp *wire.Response
 		if err := c.s.expensive(c.account(), func() { resp = c.runOp(a) }); err != nil {
@@ -97,8 +97,8 @@ func (c *conn) run(a wire.Args) *wire.Response {
 // keyring restricted by a check. Refused or not, such a call costs the
 // daemon that CPU, and quota is charged only on success: one uid sending
 // them on eight connections held the daemon at 1.9 of 2 processors.
-func (c *conn) costly(a wire.Args) bool {
-	cl := c.caller
+func (c *caller) costly(a wire.Args) bool {
+	cl := c.kc
 	switch a.Op() {
 	case wire.OpAddKey:
 		return c.s.svc.CostlyType(a.Str(0))
@@ -115,8 +115,8 @@ func (c *conn) costly(a wire.Args) bool {
 }
 
 // runOp serves a checked request.
-func (c *conn) runOp(a wire.Args) *wire.Response {
-	cl := c.caller
+func (c *caller) runOp(a wire.Args) *wire.Response {
+	cl := c.kc
 	if c.helper == nil && usesSession(a.Op()) {
 		// A process that presented no token (a client presents it
 		// first, if at all) and inherited no session joins its login's
@@ -208,17 +208,16 @@ func (c *conn) runOp(a wire.Args) *wire.Response {
 			// made it: the kernel's EINVAL for any other descriptor.
 			return done(cl.WatchKey(a.Serial(0), c.s.pipeQueue(c.pipe, c.account()), int(a.Int(1))))
 		}
-		c.mu.Lock() // closeIdle reads c.watch
-		if c.watch == nil {
-			c.watch = keys.NewWatchQueue(watchQueueSize)
+		// Made by the serving goroutine alone, which is this one: the
+		// connection's other goroutines only close it.
+		q := c.watch.Load()
+		if q == nil {
+			q = keys.NewWatchQueue(watchQueueSize)
+			c.watch.Store(q)
 		}
-		q := c.watch
-		c.mu.Unlock()
 		return done(cl.WatchKey(a.Serial(0), q, int(a.Int(1))))
 	case wire.OpWatchNext:
-		c.mu.Lock()
-		q := c.watch
-		c.mu.Unlock()
+		q := c.watch.Load()
 		if q == nil {
 			return fail(keys.ENOENT)
 		}
@@ -272,55 +271,11 @@ func (c *conn) runOp(a wire.Args) *wire.Response {
 	return fail(keys.ENOSYS)
 }
 
-// read reads a key's payload into the connection's read buffer, which
-// the server wipes once the answer is written: a key read then allocates
-// no copy of the payload.
-func (c *conn) read(cl *keys.Caller, id keys.Serial) ([]byte, error) {
-	buf := c.rbuf[:cap(c.rbuf)]
-	for {
-		n, err := cl.ReadInto(id, buf)
-		if err != nil {
-			return nil, err
-		}
-		if n <= len(buf) {
-			return buf[:n], nil
-		}
-		// Too small (or the payload grew meanwhile): a buffer that fits.
-		if c.sc == nil {
-			// An intercepted call's, or an in-process one's: Go's heap,
-			// the buffer the answer is taken from after dispatch returns.
-			buf = make([]byte, n)
-			if n <= readKeep {
-				c.rbuf = buf // small payloads are the common case: keep it
-			}
-			continue
-		}
-		// A socket's connection: in the arena, as its frames are. Small
-		// payloads are the common case: a buffer of up to readKeep
-		// bytes is kept; a larger one is freed once answered (run2).
-		c.freeRead()
-		c.rbuf = secmem.Alloc(max(n, 256))
-		buf = c.rbuf
-	}
-}
-
-// readKeep is the largest read buffer a connection keeps between reads.
-const readKeep = 4 << 10
-
-// freeRead wipes the connection's read buffer and lets go of it: frees
-// it, if it is the arena's.
-func (c *conn) freeRead() {
-	if cap(c.rbuf) > 0 {
-		secmem.Free(c.rbuf[:cap(c.rbuf)])
-	}
-	c.rbuf = nil
-}
-
 // attach lets a process present a token: a session token makes it
 // possess that session keyring; a helper token makes the connection act
 // for the request-key helper it was given to, if the process is that
 // helper or one of its descendants (attachHelper).
-func (c *conn) attach(token string) (keys.Serial, error) {
+func (c *caller) attach(token string) (keys.Serial, error) {
 	c.s.mu.Lock()
 	grant, isSession, helper := c.s.tokens.lookup(token)
 	c.s.mu.Unlock()
@@ -332,7 +287,7 @@ func (c *conn) attach(token string) (keys.Serial, error) {
 		// comes with the credentials a child inherits: a token in its
 		// environment (stale after a session_to_parent, say) does not
 		// replace it.
-		if k := c.caller.Session(); k != nil {
+		if k := c.kc.Session(); k != nil {
 			return k.Serial(), nil
 		}
 	}
@@ -342,14 +297,14 @@ func (c *conn) attach(token string) (keys.Serial, error) {
 	if isSession && grant.uid != c.cred.UID && c.cred.UID != 0 {
 		k = nil
 	}
-	if k != nil && c.caller.SetSession(k) == nil {
+	if k != nil && c.kc.SetSession(k) == nil {
 		return k.Serial(), nil
 	}
 	// A session token that names no live session (the daemon restarted,
 	// or every process of the session is gone), or another uid's: the
 	// process's session is lost, and says so (EKEYREVOKED on @s) rather
 	// than quietly becoming a fresh one that nobody else shares.
-	if err := c.caller.RevokeSession(); err != nil {
+	if err := c.kc.RevokeSession(); err != nil {
 		return 0, err
 	}
 	return 0, keys.EACCES
@@ -363,12 +318,12 @@ func (c *conn) attach(token string) (keys.Serial, error) {
 // then starts to keep it (as a process it follows by pidfd until it
 // exits) with the new session, which its children, the shell's next
 // commands, inherit from it (ancestry.go).
-func (c *conn) sessionToParent() error {
-	k := c.caller.Session()
+func (c *caller) sessionToParent() error {
+	k := c.kc.Session()
 	if k == nil {
 		return keys.ENOKEY
 	}
-	if d, err := c.caller.Describe(keys.SessionKeyring); err != nil || d.UID != int64(c.cred.UID) {
+	if d, err := c.kc.Describe(keys.SessionKeyring); err != nil || d.UID != int64(c.cred.UID) {
 		return keys.EPERM
 	}
 	ppid, _, ok := process.Stat(c.cred.PID)

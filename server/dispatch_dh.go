@@ -10,7 +10,7 @@ import (
 // the hash (absent: no KDF) and otherinfo. It answers the length and the
 // result, so that a buflen of 0 asks for the length only, as with the
 // kernel.
-func (c *conn) dhCompute(a wire.Args) *wire.Response {
+func (c *caller) dhCompute(a wire.Args) *wire.Response {
 	p := keys.DHParams{Private: a.Serial(0), Prime: a.Serial(1), Base: a.Serial(2)}
 	var kdf *keys.KDFParams
 	if h := a.OptStr(4); h != nil {
@@ -22,7 +22,7 @@ func (c *conn) dhCompute(a wire.Args) *wire.Response {
 	var n int
 	var out []byte
 	var err error
-	if werr := c.s.expensive(c.account(), func() { n, out, err = c.caller.DHCompute(p, uint64(a.Int(3)), kdf) }); werr != nil {
+	if werr := c.s.expensive(c.account(), func() { n, out, err = c.kc.DHCompute(p, uint64(a.Int(3)), kdf) }); werr != nil {
 		return fail(werr)
 	}
 	if err != nil {

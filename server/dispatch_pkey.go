@@ -8,11 +8,11 @@ import (
 // pkeyQuery serves OpPkeyQuery: the key, a reserved argument that must
 // be 0 (EINVAL otherwise, as keyctl(2) says), and the parameter string.
 // It answers 0 and the kernel's struct keyctl_pkey_query.
-func (c *conn) pkeyQuery(a wire.Args) *wire.Response {
+func (c *caller) pkeyQuery(a wire.Args) *wire.Response {
 	if a.Int(1) != 0 {
 		return fail(keys.EINVAL)
 	}
-	q, err := c.caller.PkeyQuery(a.Serial(0), a.Str(2))
+	q, err := c.kc.PkeyQuery(a.Serial(0), a.Str(2))
 	if err != nil {
 		return fail(err)
 	}
@@ -23,14 +23,14 @@ func (c *conn) pkeyQuery(a wire.Args) *wire.Response {
 // string, the input and the output's size. A private-key operation with
 // a 4,096-bit key costs milliseconds of CPU, so, as dh_compute, it runs
 // under the caller's uid's share of the daemon (expensive).
-func (c *conn) pkeyEDS(a wire.Args) *wire.Response {
+func (c *caller) pkeyEDS(a wire.Args) *wire.Response {
 	id, info, in, outLen := a.Serial(0), a.Str(1), a.Bytes(2), a.Int(3)
-	op := c.caller.PkeyEncrypt
+	op := c.kc.PkeyEncrypt
 	switch a.Op() {
 	case wire.OpPkeyDecrypt:
-		op = c.caller.PkeyDecrypt
+		op = c.kc.PkeyDecrypt
 	case wire.OpPkeySign:
-		op = c.caller.PkeySign
+		op = c.kc.PkeySign
 	}
 	if outLen < 0 || outLen > 1<<16 {
 		return fail(keys.EINVAL) // the kernel's sizes are 16-bit
@@ -48,9 +48,9 @@ func (c *conn) pkeyEDS(a wire.Args) *wire.Response {
 
 // pkeyVerify serves OpPkeyVerify: the key, the parameter string, the
 // digest and the signature.
-func (c *conn) pkeyVerify(a wire.Args) *wire.Response {
+func (c *caller) pkeyVerify(a wire.Args) *wire.Response {
 	var err error
-	if werr := c.s.expensive(c.account(), func() { err = c.caller.PkeyVerify(a.Serial(0), a.Str(1), a.Bytes(2), a.Bytes(3)) }); werr != nil {
+	if werr := c.s.expensive(c.account(), func() { err = c.kc.PkeyVerify(a.Serial(0), a.Str(1), a.Bytes(2), a.Bytes(3)) }); werr != nil {
 		return fail(werr)
 	}
 	if err != nil {

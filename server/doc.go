@@ -38,4 +38,9 @@
 // writing frames allocates nothing per request, and each is wiped once
 // answered (wire.Reader), so that no payload stays in a connection's
 // buffers.
+//
+// Who a request is served for is a caller (caller.go), apart from how the
+// request came: a connection has one, an intercepted thread (intercept.go)
+// and [Local] are one with no connection, and each request runs through
+// the same dispatch (dispatch.go).
 package server

@@ -125,10 +125,10 @@ func (c *conn) pauseIdle() {
 	defer c.mu.Unlock()
 	c.pausing.Store(true)
 	c.uc.SetReadDeadline(time.Unix(1, 0))
-	if c.watch != nil {
+	if q := c.watch.Load(); q != nil {
 		// A wait for a notification ends now (EAGAIN: the client asks
 		// again, of the new daemon).
-		c.watch.Interrupt()
+		q.Interrupt()
 	}
 }
 
@@ -197,7 +197,7 @@ func (s *Server) handOver(c *conn, sc *sock.Conn, req *wire.Request, version uin
 	// the daemon and serve the user's socket itself. A process of the
 	// same uid in a user namespace of its own is not: it may not ptrace
 	// the daemon, and reads no key it does not possess.
-	if !asPrivileged(c.caller.Cred()) {
+	if !asPrivileged(c.kc.Cred()) {
 		s.log.Warn("ukeyd: refusing a hand-over to a process less privileged than the daemon", "uid", c.cred.UID, "pid", c.cred.PID)
 		answer(fail(keys.EPERM))
 		return
@@ -558,12 +558,10 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 			return rec, nil, err
 		}
 		cr := connRecord{FD: len(fds) - rec.Listeners, PID: c.proc.handle.PID(), Version: pc.version, Unread: pc.unread}
-		c.mu.Lock()
-		if c.watch != nil {
-			st := c.watch.State()
+		if q := c.watch.Load(); q != nil {
+			st := q.State()
 			cr.Watch = &st
 		}
-		c.mu.Unlock()
 		if c.proc.private {
 			pr := c.proc.record()
 			cr.Private, cr.PID = &pr, 0

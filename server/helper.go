@@ -56,12 +56,6 @@ type helperGrant struct {
 	inflight int  // requests admitted (enter) and not yet done (leave)
 }
 
-// helperConn is a connection's state once it has attached with a helper
-// token.
-type helperConn struct {
-	grant *helperGrant
-}
-
 // addHelper registers a new token for u's helper.
 func (s *Server) addHelper(u *keys.Upcall) (string, *helperGrant) {
 	g := &helperGrant{up: u, caller: u.Helper.Fork(0), ready: make(chan struct{})}
@@ -202,22 +196,23 @@ func (g *helperGrant) permits(cl *keys.Caller, a wire.Args) error {
 	return keys.EACCES
 }
 
-// dispatchHelper serves a request on a connection that attached with a
-// helper token: only while the grant lasts, and only what it permits.
-func (c *conn) dispatchHelper(h *helperConn, a wire.Args) *wire.Response {
-	if err := h.grant.enter(); err != nil {
+// dispatchHelper serves a request of a caller that attached with a
+// helper token, whose grant is g: only while the grant lasts, and only
+// what it permits.
+func (c *caller) dispatchHelper(g *helperGrant, a wire.Args) *wire.Response {
+	if err := g.enter(); err != nil {
 		return fail(err)
 	}
-	defer h.grant.leave()
-	if err := h.grant.permits(c.caller, a); err != nil {
+	defer g.leave()
+	if err := g.permits(c.kc, a); err != nil {
 		return fail(err)
 	}
 	return c.run(a)
 }
 
-// attachHelper makes the connection act for the request-key helper whose
+// attachHelper makes the caller act for the request-key helper whose
 // grant is g, if its peer is that helper or one of its descendants.
-func (c *conn) attachHelper(g *helperGrant) (keys.Serial, error) {
+func (c *caller) attachHelper(g *helperGrant) (keys.Serial, error) {
 	if !process.TreeSupported {
 		c.s.log.Warn("ukeyd: request-key helper tokens are not supported on this system (it cannot tell the helper's process tree); refused",
 			"uid", c.cred.UID, "pid", c.cred.PID, "key", int32(g.up.Key))
@@ -237,8 +232,8 @@ func (c *conn) attachHelper(g *helperGrant) (keys.Serial, error) {
 		return 0, err
 	}
 	defer g.leave()
-	c.helper = &helperConn{grant: g}
-	c.caller = g.caller
+	c.helper = g
+	c.kc = g.caller
 	if k := g.caller.Session(); k != nil {
 		return k.Serial(), nil
 	}

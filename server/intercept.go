@@ -24,8 +24,10 @@ import (
 
 // intercepting is the server's part of a process's intercepted calls.
 type intercepting struct {
-	mu   sync.Mutex // one call at a time per process
-	conn *conn      // a connection without a socket, for dispatch
+	mu sync.Mutex // one call at a time per process
+	// caller is the first thread's (the process's own keys.Caller),
+	// made at its first call.
+	caller *caller
 	// threads are the process's other threads, a caller each
 	// (keys.Caller.NewThread), by the task each is (intercept.Caller.Task),
 	// never by thread id alone: a thread that has exited leaves its id to
@@ -40,23 +42,23 @@ type intercepting struct {
 	execd atomic.Bool
 }
 
-// threadCaller is one thread's connection, and the id the thread had.
+// threadCaller is one thread's caller, and the id the thread had.
 type threadCaller struct {
 	tid int
-	c   *conn
+	c   *caller
 	// pending: handed over by a daemon that knew the thread by its id
 	// alone (no task identity), and not yet met again.
 	pending bool
 }
 
-// adopt keeps a thread's connection handed over by the previous daemon:
-// by the task it is, where that daemon knew it, and otherwise by its id
-// until its next call.
-func (ic *intercepting) adopt(tid int, task uint64, c *conn) {
+// adopt keeps a caller for the thread of process p that the previous
+// daemon handed over, acting as kc: by the task it is, where that daemon
+// knew it, and otherwise by its id until its next call.
+func (ic *intercepting) adopt(s *Server, p *proc, tid int, task uint64, kc *keys.Caller) {
 	if ic.threads == nil {
 		ic.threads = make(map[uint64]*threadCaller)
 	}
-	tc := &threadCaller{tid: tid, c: c}
+	tc := &threadCaller{tid: tid, c: interceptedCaller(s, p, kc)}
 	if task == 0 {
 		task, tc.pending = pendingTask(tid), true
 	}
@@ -81,15 +83,15 @@ func (ic *intercepting) release() {
 // releaseLocked is release with ic.mu held.
 func (ic *intercepting) releaseLocked() {
 	for _, tc := range ic.threads {
-		tc.c.caller.Release()
+		tc.c.kc.Release()
 	}
 	ic.threads = nil
 }
 
-// thread returns the connection of the thread of process p that is task
-// (tid its id now), making its caller, a thread of p's (its own @t,
-// p's @p), on its first call. ic.mu is held.
-func (ic *intercepting) thread(s *Server, p *proc, task uint64, tid int) *conn {
+// thread returns the caller of the thread of process p that is task
+// (tid its id now), making it, a thread of p's (its own @t, p's @p), on
+// its first call. ic.mu is held.
+func (ic *intercepting) thread(s *Server, p *proc, task uint64, tid int) *caller {
 	if tc := ic.threads[task]; tc != nil {
 		return tc.c
 	}
@@ -104,7 +106,7 @@ func (ic *intercepting) thread(s *Server, p *proc, task uint64, tid int) *conn {
 	for t, tc := range ic.threads {
 		// The caller has tid now: a task kept with that id has exited.
 		if tc.tid == tid {
-			tc.c.caller.Release()
+			tc.c.kc.Release()
 			delete(ic.threads, t)
 		}
 	}
@@ -112,7 +114,7 @@ func (ic *intercepting) thread(s *Server, p *proc, task uint64, tid int) *conn {
 		// Forget the threads that have exited (and so their @t).
 		for t, tc := range ic.threads {
 			if _, err := os.Stat(fmt.Sprintf("/proc/%d/task/%d", p.handle.PID(), tc.tid)); err != nil {
-				tc.c.caller.Release()
+				tc.c.kc.Release()
 				delete(ic.threads, t)
 			}
 		}
@@ -120,18 +122,24 @@ func (ic *intercepting) thread(s *Server, p *proc, task uint64, tid int) *conn {
 	if ic.threads == nil {
 		ic.threads = make(map[uint64]*threadCaller)
 	}
-	caller := p.caller.NewThread()
-	tc := &conn{s: s, cred: caller.Cred(), proc: p, caller: caller, intercepted: true}
+	tc := interceptedCaller(s, p, p.caller.NewThread())
 	ic.threads[task] = &threadCaller{tid: tid, c: tc}
 	return tc
 }
 
+// interceptedCaller returns a caller of process p's intercepted calls,
+// acting as kc: p's own, or one of its threads'.
+func interceptedCaller(s *Server, p *proc, kc *keys.Caller) *caller {
+	return &caller{s: s, cred: kc.Cred(), proc: p, kc: kc, intercepted: true}
+}
+
 // intercept serves the listener passed with the request.
-func (c *conn) intercept() error {
-	if c.sc == nil {
-		return keys.EOPNOTSUPP // in process (Local): no descriptor to pass
+func (c *caller) intercept() error {
+	if c.conn == nil {
+		// In process (Local) or intercepted: no descriptor to pass.
+		return keys.EOPNOTSUPP
 	}
-	fd, ok := c.sc.TakeFD()
+	fd, ok := c.conn.sc.TakeFD()
 	if !ok {
 		return keys.EINVAL
 	}
@@ -139,8 +147,8 @@ func (c *conn) intercept() error {
 	if c.helper != nil {
 		// A request-key helper's program tree: every call of it acts
 		// for the requestor with the upcall's authority, as the helper's
-		// connection does, and only while it lasts.
-		hc := &conn{s: c.s, cred: c.cred, proc: c.proc, caller: c.caller, helper: &helperConn{grant: c.helper.grant}, intercepted: true}
+		// own calls do, and only while it lasts.
+		hc := &caller{s: c.s, cred: c.cred, proc: c.proc, kc: c.kc, helper: c.helper, intercepted: true}
 		h = intercept.HandlerFunc(func(ic intercept.Caller, r *wire.Request) *wire.Response { return hc.dispatchPiped(ic, r) })
 	}
 	// ukeyctl run's filter (intercept.Filter) hands the daemon its
@@ -181,7 +189,7 @@ func (s *Server) serveListener(fd int, notify bool) error {
 // it is, and whether it serves a request-key helper's tree (whose calls
 // act with the upcall's authority).
 type listenerInfo struct {
-	uid    uint32 // the uid it is charged to (conn.account)
+	uid    uint32 // the uid it is charged to (caller.account)
 	helper bool
 	// notify: its filter hands the daemon the calls that make and set
 	// up a notification pipe (intercept.Filter's pipe2 and ioctls), so
@@ -305,28 +313,28 @@ func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Respons
 		p.calls.releaseLocked()
 		p.caller.Exec()
 	}
-	var c *conn
+	var c *caller
 	if ic.Tid != ic.Pid && ic.Tid > 0 {
 		// Another thread than the first: a thread keyring of its own.
 		c = p.calls.thread(s, p, ic.Task, ic.Tid)
 	} else {
-		if p.calls.conn == nil {
-			p.calls.conn = &conn{s: s, cred: p.caller.Cred(), proc: p, caller: p.caller, intercepted: true}
+		if p.calls.caller == nil {
+			p.calls.caller = interceptedCaller(s, p, p.caller)
 		}
-		c = p.calls.conn
+		c = p.calls.caller
 	}
 	if !sameCred(&c.cred, &cred) {
 		// The thread changed its credentials (setuid, setgroups, capset)
 		// since its last call: the kernel checks the current ones.
-		c.caller.SetCred(cred)
-		c.cred = c.caller.Cred()
+		c.kc.SetCred(cred)
+		c.cred = c.kc.Cred()
 	}
 	return c.dispatchPiped(ic, r)
 }
 
 // dispatchPiped dispatches an intercepted call, whose watch
 // (KEYCTL_WATCH_KEY) names its queue by the caller's descriptor.
-func (c *conn) dispatchPiped(ic intercept.Caller, r *wire.Request) *wire.Response {
+func (c *caller) dispatchPiped(ic intercept.Caller, r *wire.Request) *wire.Response {
 	if ic.Pipe == nil {
 		return c.dispatch(r) // every call but a watch naming a pipe
 	}

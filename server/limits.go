@@ -68,7 +68,7 @@ type Limits struct {
 	MaxBuffered, MaxBufferedPerUID int
 	// MaxExpensive bounds how many expensive operations (dh_compute,
 	// pkey_*, and the calls that parse an asymmetric key or check a
-	// signature: conn.costly) run at once; MaxExpensivePerUID how many of
+	// signature: caller.costly) run at once; MaxExpensivePerUID how many of
 	// one uid. Callers beyond them wait: the cost is their time, not
 	// others'.
 	MaxExpensive, MaxExpensivePerUID int

@@ -10,7 +10,7 @@ import (
 // credentials cred, without a socket. The client package's in-process mode
 // uses it, so that programs and tests get exactly the daemon's behaviour.
 type Local struct {
-	c *conn
+	c *caller
 }
 
 // NewLocal returns a handler for svc acting for cred.
@@ -18,7 +18,7 @@ func NewLocal(svc *keys.Service, cred keys.Cred) *Local {
 	s := New(svc, Config{})
 	p := &proc{caller: svc.NewCaller(cred), handle: process.Handle{}, conns: 1, charge: cred.UID}
 	p.settled.Store(true) // a caller in process has no login (login.go)
-	return &Local{c: &conn{s: s, cred: cred, proc: p, caller: p.caller}}
+	return &Local{c: &caller{s: s, cred: cred, proc: p, kc: p.caller}}
 }
 
 // Do serves one request.
@@ -30,8 +30,6 @@ func (l *Local) Do(r *wire.Request) *wire.Response {
 
 // Close releases the caller's keyrings, as a process exit does.
 func (l *Local) Close() {
-	if l.c.watch != nil {
-		l.c.watch.Close()
-	}
+	l.c.closeWatch()
 	l.c.proc.caller.Release()
 }

@@ -37,16 +37,16 @@ func TestPIDReuseReleasesTheOldProcess(t *testing.T) {
 			s.procs.add(cred.PID, p)
 		}
 		p.conns++
-		c := &conn{s: s, cred: cred, proc: p, caller: p.caller, charge: cred.UID}
+		c := newConn(s, nil, cred, p, cred.UID)
 		s.conns[c] = struct{}{}
 		s.wg.Add(1)
 		return c
 	}
 	old := open(keys.Cred{UID: 1000, GID: 100, PID: pid})
-	if _, err := old.caller.JoinSessionKeyring(nil); err != nil {
+	if _, err := old.kc.JoinSessionKeyring(nil); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := old.caller.AddKey("user", "k", []byte("v"), keys.SessionKeyring); err != nil {
+	if _, err := old.kc.AddKey("user", "k", []byte("v"), keys.SessionKeyring); err != nil {
 		t.Fatal(err)
 	}
 	reused := open(keys.Cred{UID: 2000, GID: 200, PID: pid})

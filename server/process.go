@@ -293,7 +293,7 @@ func (p *proc) record() procRecord {
 		if pr.Threads == nil {
 			pr.Threads, pr.ThreadTasks = make(map[int]keys.CallerState), make(map[int]uint64)
 		}
-		pr.Threads[tc.tid] = tc.c.caller.State()
+		pr.Threads[tc.tid] = tc.c.kc.State()
 		if !tc.pending {
 			pr.ThreadTasks[tc.tid] = task
 		}
@@ -334,7 +334,7 @@ func (s *Server) restoredProc(rs *keys.Restore, pr *procRecord) (*proc, error) {
 			p.calls.releaseLocked()
 			return nil, fmt.Errorf("server: process %d's thread %d's keyrings: %w", pr.PID, tid, err)
 		}
-		p.calls.adopt(tid, pr.ThreadTasks[tid], &conn{s: s, cred: tcaller.Cred(), proc: p, caller: tcaller})
+		p.calls.adopt(s, p, tid, pr.ThreadTasks[tid], tcaller)
 	}
 	return p, nil
 }

@@ -409,7 +409,7 @@ func (s *Server) accept(uc *net.UnixConn) {
 		}
 	}
 	p.conns++
-	c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller, charge: charge}
+	c := newConn(s, uc, cred, p, charge)
 	s.conns[c] = struct{}{}
 	s.wg.Add(1)
 	s.mu.Unlock()

@@ -571,9 +571,9 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		}
 		p.conns++
 		cred.Caps, cred.CapsKnown = p.caller.Cred().Caps, p.caller.Cred().CapsKnown
-		c := &conn{s: s, uc: uc, cred: cred, proc: p, caller: p.caller, charge: p.charge}
+		c := newConn(s, uc, cred, p, p.charge)
 		if cr.Watch != nil {
-			c.watch = rs.WatchQueue(*cr.Watch, watchQueueSize)
+			c.watch.Store(rs.WatchQueue(*cr.Watch, watchQueueSize))
 		}
 		s.conns[c] = struct{}{}
 		s.usage.restoreConn(c.charge)

@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"runtime"
 	"strings"
 	"syscall"
 	"testing"
@@ -416,6 +417,80 @@ func TestHandOverWatchPipe(t *testing.T) {
 	if n := server.WatchPipes(res.Server); n != 0 {
 		t.Errorf("%d notification pipes left after the program exited", n)
 	}
+	res.Server.Shutdown(ctx)
+	<-newServed
+	<-oldServed
+	res.Service.Close()
+	oldSvc.WaitGC(ctx)
+	oldSvc.Close()
+}
+
+func init() {
+	testChildren["watchpipe-thread-handover"] = watchPipeThreadHandoverChild
+	if os.Getenv("UKEYS_TEST_CHILD") == "watchpipe-thread-handover" {
+		// The leader stays on the main goroutine, so that the thread
+		// that calls is another thread, with a caller of its own.
+		runtime.LockOSThread()
+	}
+}
+
+// watchPipeThreadHandoverChild makes a key from a thread other than the
+// first, and, once told (a line on standard input), watches it from that
+// same thread through a notification pipe, links a key into it and
+// reads what came.
+func watchPipeThreadHandoverChild() {
+	startIntercepted(true)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		runtime.LockOSThread()
+		fd := notificationPipe(256)
+		f := filter(kc.WatchTypeKeyNotify, 1<<kc.NotifyLinked) // links alone
+		unix.Syscall(unix.SYS_IOCTL, uintptr(fd), iocWatchQueueSetFilter, uintptr(unsafe.Pointer(&f[0])))
+		ring := newKey("keyring", "ring", "", kc.SessionKeyring)
+		fmt.Println("made")
+		bufio.NewReader(os.Stdin).ReadString('\n')
+		watch(ring, fd, 1)
+		newKey("user", "k", "x", ring)
+		readRecords(fd, time.Second)
+	}()
+	<-done
+}
+
+// A thread of a program under ukeyctl run that a daemon met before
+// handing over watches through a notification pipe afterwards: its
+// caller, handed over with its thread keyring, is still an intercepted
+// thread's, whose watches go to the pipe the call names.
+func TestHandOverThreadWatchPipe(t *testing.T) {
+	path := t.TempDir() + "/ukeyd.sock"
+	oldSvc, oldSrv, oldServed := oldDaemon(t, path)
+	c := startChild(t, "watchpipe-thread-handover")
+	defer c.cmd.Wait()
+	served := make(chan error, 1)
+	go func() { served <- oldSrv.ServeRunListener(c.listener) }()
+	c.begin()
+	if !c.lines.Scan() || c.lines.Text() != "made" {
+		t.Fatalf("before the hand-over: %q", c.lines.Text())
+	}
+	res, err := server.TakeOver(path, nil, server.Config{Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	<-served
+	newServed := make(chan error, 1)
+	go func() { newServed <- res.Server.Serve(res.Listeners[0]) }()
+	fmt.Fprintln(c.in)
+	var got []string
+	for c.lines.Scan() {
+		got = append(got, c.lines.Text())
+	}
+	if want := "w1 ring link k"; strings.Join(got, "\n") != want {
+		t.Fatalf("after the hand-over: %q, want %q", got, want)
+	}
+	c.in.Close()
+	c.cmd.Wait()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
 	res.Server.Shutdown(ctx)
 	<-newServed
 	<-oldServed
