@@ -179,7 +179,7 @@ func TestRequestMemoryBoundedPerUID(t *testing.T) {
 		t.Fatalf("another uid's large add_key: %+v", rs[0])
 	}
 	if r := victim.one(call{Op: "read", A: rs[0].N}); r.Errno != 0 || len(r.Out) != 512<<10 {
-		t.Fatalf("another uid's read: errno %d, %d bytes", r.Errno, len(r.Out))
+		t.Fatalf("another uid's read: errno %d, %d bytes (%s)\nthe daemon's log:\n%s", r.Errno, len(r.Out), r.Err, d.logs)
 	}
 	t.Logf("%d partial requests of %d bytes: the heap grew by %d bytes (bound %d)", conns, size, grown, perUID)
 }
