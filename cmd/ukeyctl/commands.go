@@ -88,7 +88,7 @@ func init() {
 		{"status", "", (*app).cmdStatus},
 		{"run", "[--] <program> [<args>...]", (*app).cmdRun},
 		{"seccomp-profile", "[--listener <path>] [<profile>]", (*app).cmdSeccompProfile},
-		{"oci-runtime", "[--listener <path>] [--runtime <runtime>] -- <runtime args>...", (*app).cmdOCIRuntime},
+		{"oci-runtime", "[--listener <path>] [--runtime <runtime>] [--new-keyring] -- <runtime args>...", (*app).cmdOCIRuntime},
 		{"request-key", "[-d] [-D <desc>] [-l] [-n] [-v] <op> <key> <uid> <gid> <threadring> <processring> <sessionring> [<info>]", (*app).cmdRequestKey},
 	}
 }

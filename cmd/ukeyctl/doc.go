@@ -21,9 +21,11 @@
 //	ukeyctl seccomp-profile [--listener <path>] [<profile>]
 //	                               a runtime's seccomp profile that hands the
 //	                               key calls to ukeyd's agent
-//	ukeyctl oci-runtime [--listener <path>] [--runtime <runtime>] -- <args>...
+//	ukeyctl oci-runtime [--listener <path>] [--runtime <runtime>] [--new-keyring] -- <args>...
 //	                               an OCI runtime wrapper that names the agent
-//	                               for engines that drop listenerPath
+//	                               for engines that drop listenerPath, and
+//	                               makes the agent's containers no kernel
+//	                               session keyring
 //
 // ukeyctl connects to the daemon's socket ([client.DefaultSocket], or
 // $UKEYS_SOCKET). If nothing answers there it starts ukeyd (found next to

@@ -27,7 +27,12 @@ func TestBundleOf(t *testing.T) {
 		{"create -- --bundle /b", ".", true},
 		{"", "", false},
 	} {
-		bundle, ok := bundleOf(strings.Fields(c.args))
+		args := strings.Fields(c.args)
+		at, ok := commandAt(args)
+		bundle := ""
+		if ok {
+			bundle = bundleOf(args[at+1:])
+		}
 		if bundle != c.bundle || ok != c.ok {
 			t.Errorf("%q: %q %v, want %q %v", c.args, bundle, ok, c.bundle, c.ok)
 		}
@@ -43,18 +48,23 @@ func TestNameAgent(t *testing.T) {
 		{"names":["add_key","keyctl","request_key"],"action":"SCMP_ACT_NOTIFY"}]}}}`
 	for _, c := range []struct {
 		name, config, want string
+		handed             bool
 	}{
-		{"notifies, no agent", notify, "/run/agent.sock"},
-		{"its own agent", strings.Replace(notify, `"defaultAction"`, `"listenerPath":"/other.sock","defaultAction"`, 1), "/other.sock"},
-		{"no notify rule", strings.Replace(notify, "SCMP_ACT_NOTIFY", "SCMP_ACT_ERRNO", 1), ""},
-		{"no seccomp", `{"ociVersion":"1.0.2","linux":{}}`, ""},
+		{"notifies, no agent", notify, "/run/agent.sock", true},
+		{"its own agent", strings.Replace(notify, `"defaultAction"`, `"listenerPath":"/other.sock","defaultAction"`, 1), "/other.sock", true},
+		{"no notify rule", strings.Replace(notify, "SCMP_ACT_NOTIFY", "SCMP_ACT_ERRNO", 1), "", false},
+		{"no seccomp", `{"ociVersion":"1.0.2","linux":{}}`, "", false},
 	} {
 		path := filepath.Join(t.TempDir(), "config.json")
 		if err := os.WriteFile(path, []byte(c.config), 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := nameAgent(path, "/run/agent.sock"); err != nil {
+		handed, err := nameAgent(path, "/run/agent.sock")
+		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
+		}
+		if handed != c.handed {
+			t.Errorf("%s: key calls handed over %v, want %v", c.name, handed, c.handed)
 		}
 		b, _ := os.ReadFile(path)
 		var got struct {
@@ -88,7 +98,7 @@ func TestNameAgent(t *testing.T) {
 	// Not a configuration: refused, and left alone.
 	path := filepath.Join(t.TempDir(), "config.json")
 	os.WriteFile(path, []byte("{"), 0o600)
-	if err := nameAgent(path, "/a"); err == nil {
+	if _, err := nameAgent(path, "/a"); err == nil {
 		t.Fatal("a damaged configuration was accepted")
 	}
 }
@@ -104,7 +114,7 @@ func FuzzNameAgent(f *testing.F) {
 		if err := os.WriteFile(path, b, 0o600); err != nil {
 			t.Fatal(err)
 		}
-		if err := nameAgent(path, "/a"); err != nil {
+		if _, err := nameAgent(path, "/a"); err != nil {
 			return
 		}
 		out, _ := os.ReadFile(path)
@@ -157,5 +167,120 @@ func TestOCIRuntimeRefusesPlantedTemporary(t *testing.T) {
 	}
 	if _, err := os.Stat(marker); err == nil {
 		t.Error("the runtime ran after the refusal")
+	}
+}
+
+// --no-new-keyring is an option of runc's and crun's create and run, not
+// a global one: it goes right after the command's name, whatever global
+// options come before it (as containerd's shim passes them), and is not
+// given twice.
+func TestWithoutSessionKeyring(t *testing.T) {
+	for _, c := range []struct{ args, want string }{
+		{"--root /r --log /l/log.json --log-format json --systemd-cgroup create --bundle /b --pid-file /p id",
+			"--root /r --log /l/log.json --log-format json --systemd-cgroup create --no-new-keyring --bundle /b --pid-file /p id"},
+		{"run -b /b id", "run --no-new-keyring -b /b id"},
+		{"run id", "run --no-new-keyring id"},
+		{"create --no-new-keyring --bundle /b id", "create --no-new-keyring --bundle /b id"},
+		{"--debug run --no-new-keyring=true id", "--debug run --no-new-keyring=true id"},
+	} {
+		args := strings.Fields(c.args)
+		at, ok := commandAt(args)
+		if !ok {
+			t.Fatalf("%q: no create or run found", c.args)
+		}
+		if got := strings.Join(withoutSessionKeyring(args, at), " "); got != c.want {
+			t.Errorf("%q:\n got %q\nwant %q", c.args, got, c.want)
+		}
+		if strings.Join(args, " ") != c.args {
+			t.Errorf("%q: the caller's arguments changed to %q", c.args, args)
+		}
+	}
+}
+
+// A container needs no kernel session keyring of its own only if none of
+// its key calls can reach the kernel: each of them notified or refused
+// whatever its arguments, and none let through by any rule.
+func TestKeyCallsHandedOver(t *testing.T) {
+	const all = `{"names":["add_key","keyctl","request_key"],"action":"SCMP_ACT_NOTIFY"}`
+	for _, c := range []struct {
+		name, profile string
+		want          bool
+	}{
+		{"all three notified", `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[` + all + `]}`, true},
+		{"notified, refused by default", `{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["keyctl"],"action":"SCMP_ACT_NOTIFY"}]}`, true},
+		{"notified by default", `{"defaultAction":"SCMP_ACT_NOTIFY","syscalls":[{"names":["read"],"action":"SCMP_ACT_ALLOW"}]}`, true},
+		{"one notified, one refused", `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["add_key","keyctl"],"action":"SCMP_ACT_NOTIFY"},{"names":["request_key"],"action":"SCMP_ACT_ERRNO"}]}`, true},
+		{"request_key allowed", `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["add_key","keyctl"],"action":"SCMP_ACT_NOTIFY"}]}`, false},
+		{"keyctl allowed by a rule", `{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[` + all + `,{"names":["keyctl"],"action":"SCMP_ACT_ALLOW"}]}`, false},
+		{"keyctl notified for some arguments only", `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[{"names":["add_key","request_key"],"action":"SCMP_ACT_NOTIFY"},` +
+			`{"names":["keyctl"],"action":"SCMP_ACT_NOTIFY","args":[{"index":0,"value":0,"op":"SCMP_CMP_EQ"}]}]}`, false},
+		{"refused, none notified", `{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[]}`, false},
+		{"logged", `{"defaultAction":"SCMP_ACT_ALLOW","syscalls":[` + all + `,{"names":["add_key"],"action":"SCMP_ACT_LOG"}]}`, false},
+	} {
+		var sc map[string]any
+		if err := json.Unmarshal([]byte(c.profile), &sc); err != nil {
+			t.Fatalf("%s: %v", c.name, err)
+		}
+		if got := keyCallsHandedOver(sc); got != c.want {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+
+	// What ukeyctl seccomp-profile makes of a runtime's profile hands
+	// them over, whatever that profile said of them.
+	var profile map[string]any
+	json.Unmarshal([]byte(`{"defaultAction":"SCMP_ACT_ERRNO","syscalls":[{"names":["read","add_key"],"action":"SCMP_ACT_ALLOW"},`+
+		`{"names":["keyctl"],"action":"SCMP_ACT_ALLOW","args":[{"index":0,"value":1,"op":"SCMP_CMP_EQ"}]}]}`), &profile)
+	out, err := notifyProfile(profile, "/a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc map[string]any
+	if err := json.Unmarshal(out, &sc); err != nil {
+		t.Fatal(err)
+	}
+	if !keyCallsHandedOver(sc) {
+		t.Errorf("seccomp-profile's profile does not hand the key calls over:\n%s", out)
+	}
+}
+
+// ukeyctl oci-runtime gives runc (and crun) --no-new-keyring for a
+// container whose profile hands the key calls over, and only then:
+// not for another profile, not for another runtime, not when asked to
+// keep the runtime's keyring (--new-keyring), not for other commands.
+func TestOCIRuntimeNoNewKeyring(t *testing.T) {
+	bin := binDir(t, "ukeyctl")
+	handed := `{"ociVersion":"1.0.2","linux":{"seccomp":{"defaultAction":"SCMP_ACT_ALLOW",` +
+		`"syscalls":[{"names":["add_key","keyctl","request_key"],"action":"SCMP_ACT_NOTIFY"}]}}}`
+	allowed := strings.Replace(handed, `"request_key"`, `"personality"`, 1)
+	for _, c := range []struct {
+		name, runtime, config string
+		flags, args, want     string
+	}{
+		{"runc, handed over", "runc", handed, "", "--root /r create --bundle B id", "--root /r create --no-new-keyring --bundle B id"},
+		{"crun, handed over", "crun", handed, "", "run --bundle B id", "run --no-new-keyring --bundle B id"},
+		{"request_key allowed", "runc", allowed, "", "create --bundle B id", "create --bundle B id"},
+		{"asked to keep it", "runc", handed, "--new-keyring", "create --bundle B id", "create --bundle B id"},
+		{"another runtime", "runsc", handed, "", "create --bundle B id", "create --bundle B id"},
+		{"start", "runc", handed, "", "start id", "start id"},
+	} {
+		bundle := t.TempDir()
+		if err := os.WriteFile(filepath.Join(bundle, "config.json"), []byte(c.config), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		dir := t.TempDir()
+		said, runtime := filepath.Join(dir, "args"), filepath.Join(dir, c.runtime)
+		if err := os.WriteFile(runtime, []byte("#!/bin/sh\necho \"$@\" > "+said+"\n"), 0o700); err != nil {
+			t.Fatal(err)
+		}
+		args := append([]string{"oci-runtime", "--listener", "/a", "--runtime", runtime}, strings.Fields(c.flags)...)
+		args = append(append(args, "--"), strings.Fields(strings.ReplaceAll(c.args, "B", bundle))...)
+		if out, err := exec.Command(filepath.Join(bin, "ukeyctl"), args...).CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", c.name, err, out)
+		}
+		got, _ := os.ReadFile(said)
+		if want := strings.ReplaceAll(c.want, "B", bundle); strings.TrimSpace(string(got)) != want {
+			t.Errorf("%s: the runtime got %q, want %q", c.name, strings.TrimSpace(string(got)), want)
+		}
 	}
 }

@@ -138,9 +138,11 @@ func goBuild(t *testing.T, gobin, out, pkg string) {
 // twoContainers runs container a, which adds a user key desc and three
 // seconds later finds it still, and, once a has added it, container b,
 // which looks for it: b must not find it, and the kernel's keyrings must
-// not hold it. run makes the engine's command for one container running
-// keyprog with args.
-func twoContainers(t *testing.T, engine, desc string, run func(name string, args ...string) *exec.Cmd) {
+// not hold it, nor a session keyring for a while it runs. run makes the
+// engine's command for one container running keyprog with args;
+// runtimeID says the id the engine gave the container to its OCI
+// runtime, which names the runtime's session keyring.
+func twoContainers(t *testing.T, engine, desc string, run func(name string, args ...string) *exec.Cmd, runtimeID func(name string) string) {
 	t.Helper()
 	ca := run("a", "add", desc, "3")
 	var aerr strings.Builder
@@ -154,6 +156,11 @@ func twoContainers(t *testing.T, engine, desc string, run func(name string, args
 	}
 	said := bufio.NewReader(aout)
 	first, _ := said.ReadString('\n')
+	if ida := runtimeID("a"); ida == "" {
+		t.Errorf("%s: container a's id is not known", engine)
+	} else if made := sessionKeyrings(ida); len(made) > 0 {
+		t.Errorf("%s made a kernel session keyring for container a:\n%s", engine, strings.Join(made, "\n"))
+	}
 	b, err := run("b", "search", desc).CombinedOutput()
 	if err != nil {
 		t.Errorf("%s run b: %v\n%s", engine, err, b)

@@ -350,7 +350,8 @@ func (r *criRig) writeJSON(path string, v any) {
 }
 
 // sessionKeyrings returns the lines of /proc/keys that name the session
-// keyring runc makes for a container or sandbox of one of ids.
+// keyring an OCI runtime makes for a container or sandbox of one of ids:
+// runc names it _ses.ID, crun ID.
 func sessionKeyrings(ids ...string) []string {
 	pk, err := os.ReadFile("/proc/keys")
 	if err != nil {
@@ -358,8 +359,13 @@ func sessionKeyrings(ids ...string) []string {
 	}
 	var made []string
 	for _, l := range strings.Split(string(pk), "\n") {
+		f := strings.Fields(l)
+		if len(f) < 9 || f[7] != "keyring" {
+			continue
+		}
+		desc := strings.TrimSuffix(f[8], ":")
 		for _, id := range ids {
-			if strings.Contains(l, "_ses."+id) {
+			if desc == "_ses."+id || desc == id {
 				made = append(made, l)
 			}
 		}

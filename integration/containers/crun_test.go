@@ -14,7 +14,7 @@ import (
 // Containers run by crun, with the profile's seccomp section handing
 // their key system calls to ukeyd's agent: as with runc, each adds and
 // finds its own keys, sees none of another's, and the kernel's keyrings
-// gain nothing.
+// gain nothing, not even a session keyring.
 func TestCrunContainers(t *testing.T) {
 	ukeystest.NeedRoot(t, "crun runs containers as root here")
 	crun, err := exec.LookPath("crun")
@@ -89,7 +89,9 @@ func TestCrunContainers(t *testing.T) {
 	if !strings.HasPrefix(string(out), "search ") {
 		t.Skipf("crun cannot run a container here, even without the profile: %v\n%s", err, out)
 	}
+	// --no-new-keyring: no kernel session keyring per container, as
+	// with runc.
 	twoContainers(t, "crun", "crun-shared", func(name string, args ...string) *exec.Cmd {
-		return command("run", "--bundle", bundle(name, true, args...), id(name))
-	})
+		return command("run", "--no-new-keyring", "--bundle", bundle(name, true, args...), id(name))
+	}, id)
 }

@@ -20,7 +20,8 @@ import (
 // drops a profile's listenerPath, as Debian 12's 20.10 does, needs it):
 // docs/containers.md's recipe, on a dockerd of the test's own. Each container
 // adds and finds its own keys and sees none of another's; the kernel's
-// keyrings gain nothing.
+// keyrings gain nothing, not even a session keyring (ukeyctl oci-runtime
+// gives runc --no-new-keyring).
 func TestDockerContainers(t *testing.T) {
 	ukeystest.NeedRoot(t, "dockerd runs as root")
 	var tools [4]string
@@ -111,8 +112,9 @@ func TestDockerContainers(t *testing.T) {
 	if err := imp.Wait(); err != nil {
 		t.Fatalf("docker import: %v", err)
 	}
+	cid := func(name string) string { return filepath.Join(dir, name+".cid") }
 	run := func(name string, args ...string) *exec.Cmd {
-		return dockerCmd(append([]string{"run", "--rm", "--name", fmt.Sprintf("ukeys-test-%s", name),
+		return dockerCmd(append([]string{"run", "--rm", "--name", fmt.Sprintf("ukeys-test-%s", name), "--cidfile", cid(name),
 			"--net", "none", "--runtime", "ukeys", "--security-opt", "seccomp=" + profilePath,
 			"ukeys-keyprog:test", "/keyprog"}, args...)...)
 	}
@@ -122,5 +124,8 @@ func TestDockerContainers(t *testing.T) {
 		"ukeys-keyprog:test", "/keyprog", "search", "none").CombinedOutput(); err != nil {
 		t.Skipf("Docker cannot run a container here, even without the profile: %v\n%s", err, out)
 	}
-	twoContainers(t, "docker", "docker-shared", run)
+	twoContainers(t, "docker", "docker-shared", run, func(name string) string {
+		b, _ := os.ReadFile(cid(name))
+		return strings.TrimSpace(string(b))
+	})
 }

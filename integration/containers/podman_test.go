@@ -13,9 +13,10 @@ import (
 )
 
 // Containers run by podman (with runc), with the profile ukeyctl
-// seccomp-profile makes from podman's own default: docs/containers.md's recipe
-// as a user follows it. Each container adds and finds its own keys and
-// sees none of another's; the kernel's keyrings gain nothing.
+// seccomp-profile makes from podman's own default and keyring = false in
+// containers.conf: docs/containers.md's recipe as a user follows it. Each
+// container adds and finds its own keys and sees none of another's; the
+// kernel's keyrings gain nothing, not even a session keyring.
 func TestPodmanContainers(t *testing.T) {
 	ukeystest.NeedRoot(t, "podman runs containers as root here")
 	podman, err := exec.LookPath("podman")
@@ -51,15 +52,24 @@ func TestPodmanContainers(t *testing.T) {
 	if err := os.WriteFile(profile, out, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The recipe's containers.conf, the test's own: podman reads
+	// CONTAINERS_CONF in place of the host's.
+	conf := filepath.Join(dir, "containers.conf")
+	if err := os.WriteFile(conf, []byte("[containers]\nkeyring = false\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cid := func(name string) string { return filepath.Join(dir, name+".cid") }
 	podmanWith := func(seccomp, name string, args ...string) *exec.Cmd {
-		return exec.Command(podman, append([]string{
+		cmd := exec.Command(podman, append([]string{
 			"--root", filepath.Join(dir, "storage"), "--runroot", filepath.Join(dir, "runroot"),
 			"--storage-driver", "vfs", "--runtime", "runc", "--cgroup-manager", "cgroupfs", "--events-backend", "file",
-			"run", "--rm", "--name", fmt.Sprintf("ukeys-test-%d-%s", os.Getpid(), name), "--net", "none",
+			"run", "--rm", "--name", fmt.Sprintf("ukeys-test-%d-%s", os.Getpid(), name), "--cidfile", cid(name), "--net", "none",
 			// Within this host's limits (podman asks for more than
 			// a host may allow).
 			"--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
 			"--security-opt", "seccomp=" + seccomp, "--rootfs", rootfs, "/keyprog"}, args...)...)
+		cmd.Env = append(os.Environ(), "CONTAINERS_CONF="+conf)
+		return cmd
 	}
 	podmanRun := func(name string, args ...string) *exec.Cmd { return podmanWith(profile, name, args...) }
 	// A host where podman cannot run a container at all (its cgroups,
@@ -67,7 +77,10 @@ func TestPodmanContainers(t *testing.T) {
 	if out, err := podmanWith("unconfined", "plain", "search", "none").CombinedOutput(); err != nil {
 		t.Skipf("podman cannot run a container here, even without the profile: %v\n%s", err, out)
 	}
-	twoContainers(t, "podman", "podman-shared", podmanRun)
+	twoContainers(t, "podman", "podman-shared", podmanRun, func(name string) string {
+		b, _ := os.ReadFile(cid(name))
+		return strings.TrimSpace(string(b))
+	})
 }
 
 // awaitProcessesNaming waits, 30 s at most, until no process's command

@@ -32,6 +32,9 @@ func TestRuncContainers(t *testing.T) {
 	// runc reads the bundle's config when it starts the container: give
 	// a's runc its moment before b's config is written.
 	wait(id("a"))
+	if made := sessionKeyrings(id("a")); len(made) > 0 {
+		t.Errorf("runc made a kernel session keyring for container a:\n%s", strings.Join(made, "\n"))
+	}
 	configure(profile, "search", "shared-name")
 	b := run(id("b"))
 	wg.Wait()
@@ -73,7 +76,8 @@ func id(name string) string { return fmt.Sprintf("ukeys-test-%d-%s", os.Getpid()
 
 // runcBundle makes a bundle in dir whose root holds keyprog, and
 // returns how to configure it (its seccomp profile and keyprog's
-// arguments) and to run it as a container.
+// arguments) and to run it as a container, with no kernel session
+// keyring of its own (--no-new-keyring): its key calls go to ukeys.
 func runcBundle(t *testing.T, runc, gobin, dir string) (configure func(seccomp map[string]any, args ...string), run func(id string) string) {
 	t.Helper()
 	bundle := filepath.Join(dir, "bundle")
@@ -108,7 +112,7 @@ func runcBundle(t *testing.T, runc, gobin, dir string) (configure func(seccomp m
 	}
 	run = func(id string) string {
 		t.Helper()
-		cmd := exec.Command(runc, "--root", filepath.Join(dir, "runc"), "run", "--bundle", bundle, id)
+		cmd := exec.Command(runc, "--root", filepath.Join(dir, "runc"), "run", "--no-new-keyring", "--bundle", bundle, id)
 		out, err := cmd.CombinedOutput()
 		if err != nil {
 			if strings.Contains(string(out), "seccomp") && strings.Contains(string(out), "not supported") {
