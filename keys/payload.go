@@ -109,7 +109,7 @@ func newPayload(data []byte) *Payload {
 // NewPayload returns a payload holding a copy of data, in memory that is
 // never swapped or dumped and is wiped when the payload's key is done
 // with it: what a type's Preparse returns for a payload that is its bytes
-// alone. A payload with state of its own is made by NewPayloadExtra, or
+// alone. A payload with state of its own is made by [NewPayloadExtra], or
 // is a [Payload] literal with Extra set, whose Data, if any, the type
 // allocates.
 func NewPayload(data []byte) *Payload { return newPayload(data) }
@@ -117,7 +117,7 @@ func NewPayload(data []byte) *Payload { return newPayload(data) }
 // NewPayloadExtra returns a payload holding extra, the type's state, and
 // a copy of data in memory that is never swapped or dumped: for a type
 // whose parsed state sits beside secret bytes (an asymmetric key's
-// PKCS#8 DER), which are wiped with the payload as NewPayload's are.
+// PKCS#8 DER), which are wiped with the payload as [NewPayload]'s are.
 func NewPayloadExtra(data []byte, extra any) *Payload { return newPayloadExtra(data, extra) }
 
 // newPayloadExtra returns a payload holding a copy of data and extra,

@@ -12,9 +12,9 @@ import (
 // Type is a key type: how keys of the type validate, store, read and
 // describe their payloads. The built-in types are "user", "logon",
 // "keyring" and "encrypted"; a package of its own adds a type to every
-// Service (Register, as package keys/bigkey adds "big_key" and
+// [Service] ([Register], as package keys/bigkey adds "big_key" and
 // keys/asymmetric "asymmetric"), a program to one Service
-// (Service.RegisterType).
+// ([Service.RegisterType]).
 type Type struct {
 	// Name is the type's name, 1 to 31 bytes. Names starting with '.' are
 	// internal: callers cannot create such keys.
@@ -200,8 +200,8 @@ var registered struct {
 	types []*Type
 }
 
-// Register makes t one of the types every Service made afterwards by New
-// has, as image.RegisterFormat makes a format known to image.Decode: a
+// Register makes t one of the types every [Service] made afterwards by [New]
+// has, as [image.RegisterFormat] makes a format known to [image.Decode]: a
 // package that implements a type registers it in its init, and a program
 // that wants the type imports that package, for its effect alone if it
 // uses nothing else of it. It panics if t is malformed or its name is
@@ -254,8 +254,8 @@ func checkTypeName(name string) error {
 	return nil
 }
 
-// RegisterType adds a key type. It fails with EEXIST if the name is taken
-// and EINVAL if the type is malformed.
+// RegisterType adds a key type. It fails with [EEXIST] if the name is taken
+// and [EINVAL] if the type is malformed.
 func (s *Service) RegisterType(t *Type) error {
 	if t == nil || t.Name == "" || len(t.Name) > MaxTypeName {
 		return EINVAL
