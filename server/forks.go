@@ -229,12 +229,11 @@ func (s *Server) forked(f forks.Event) {
 
 // The daemon follows forks only while it keeps a process: the connector
 // reports every process of the host to every subscriber, and the kernel
-// builds and queues each report in the forking process. A daemon that
-// followed forks while it kept nobody made the kernel's own keyctl run
-// 4-12% slower in a shell loop (2.74-3.06 ms a pair of processes against
-// 2.61-2.69 ms with no daemon). With no process kept, no fork can inherit
-// anything from the daemon: a process it meets later learns its ancestry
-// when it connects.
+// builds and queues each report in the forking process, so following
+// forks while keeping nobody would slow every fork of the host for no one
+// (TestForksFollowedWhileProcessesKept). With no process kept, no fork
+// can inherit anything from the daemon: a process it meets later learns
+// its ancestry when it connects.
 
 // forksIdleAfter is how long the daemon goes on following forks once it
 // keeps no process (and no exited one waits for its exit event): a

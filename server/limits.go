@@ -51,9 +51,9 @@ const (
 	smallAnswer = sock.KeepMax
 )
 
-// Limits are the bounds a Server enforces. Zero fields take defaults
+// Limits are the bounds a [Server] enforces. Zero fields take defaults
 // derived from the process's descriptor limit (RLIMIT_NOFILE) and from
-// GOMAXPROCS; see DefaultLimits.
+// GOMAXPROCS; see [DefaultLimits].
 type Limits struct {
 	// MaxConns bounds the connections open at once; MaxConnsPerUID those
 	// of one uid.
@@ -118,9 +118,9 @@ func NoFile() int {
 	return int(rl.Cur)
 }
 
-// WithDefaults returns l with its zero fields filled from DefaultLimits
-// for the process's descriptor limit, as New fills them: the seccomp
-// agent bounds each container's Server within them.
+// WithDefaults returns l with its zero fields filled from [DefaultLimits]
+// for the process's descriptor limit, as [New] fills them: the seccomp
+// agent bounds each container's [Server] within them.
 func (l Limits) WithDefaults() Limits {
 	d := DefaultLimits(NoFile())
 	fill := func(v *int, def int) {
@@ -271,7 +271,8 @@ func bound(mine, all, perUID, total int) keys.Errno {
 // (ukeyctl run, its listener, the programs it runs) are counted as
 // root's processes and connections: without a bound per requester, a
 // few users asking for keys whose handlers are slow (a DNS or CIFS
-// lookup) filled root's share, and root's own processes were refused.
+// lookup) would fill root's share, and root's own processes would be
+// refused (TestUpcallsBoundedPerRequester).
 func (t *usageTable) maxUpcallsPerUID() int { return max(1, t.lim.MaxProcsPerUID/32) }
 
 // admitUpcall counts a helper starting for a request of uid's, charged
@@ -454,8 +455,8 @@ func (s *Server) expensive(uid uint32, f func()) error {
 	return nil
 }
 
-// Stats is a snapshot of what callers hold of a Server, against its
-// Limits.
+// Stats is a snapshot of what callers hold of a [Server], against its
+// [Limits].
 type Stats struct {
 	Conns            int // connections open
 	Procs            int // client processes whose keyrings the server keeps

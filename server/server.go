@@ -17,7 +17,7 @@ import (
 	"github.com/ukeys/ukeys/wire"
 )
 
-// Config tunes a Server. The zero value is usable: every field has a
+// Config tunes a [Server]. The zero value is usable: every field has a
 // default.
 type Config struct {
 	// Logger receives structured logs; never payloads.
@@ -86,7 +86,7 @@ type Config struct {
 	Expensive *Slots
 }
 
-// Server serves a keys.Service to clients on Unix sockets.
+// Server serves a [keys.Service] to clients on Unix sockets.
 //
 // Its state is in tables, each in its file with the records it hands
 // over (handover.go) and restores (takeover.go) beside it: procs (the
@@ -186,14 +186,14 @@ func New(svc *keys.Service, cfg Config) *Server {
 	return s
 }
 
-// ErrClosed is returned by Serve after Shutdown.
+// ErrClosed is returned by [Server.Serve] after [Server.Shutdown].
 var ErrClosed = errors.New("server: closed")
 
-// Serve accepts connections on ln until Shutdown. It returns ErrClosed
-// after a shutdown, or the listener's error once the listener is closed
-// by someone else. Any other error of accept (a full descriptor table,
-// EMFILE, above all) never ends the service: Serve backs off, from 5 ms
-// up to a second, and tries again, as net/http does, while the
+// Serve accepts connections on ln until [Server.Shutdown]. It returns
+// [ErrClosed] after a shutdown, or the listener's error once the listener is
+// closed by someone else. Any other error of accept (a full descriptor
+// table, EMFILE, above all) never ends the service: Serve backs off, from 5
+// ms up to a second, and tries again, as net/http does, while the
 // connections it serves go on and free what the table needs.
 func (s *Server) Serve(ln *net.UnixListener) error {
 	s.mu.Lock()
