@@ -28,9 +28,10 @@ import (
 // daemon's, which belongs to whoever made it. Every user has 65,536
 // subordinate uids (/etc/subuid) that the setuid newuidmap maps into a
 // namespace of the user's, each a uid of its own to SO_PEERCRED: charged
-// each as itself, 32 of them held every connection of the daemon. They
-// are all charged to their user; the keys package's quotas (keys and
-// bytes per uid) stay the kernel's, by the uid as seen.
+// each as itself, a few dozen of them would hold every connection of the
+// daemon. They are all charged to their user
+// (TestSubordinateUIDsChargedToTheirUser); the keys package's quotas
+// (keys and bytes per uid) stay the kernel's, by the uid as seen.
 
 // fdReserve is how many descriptors the daemon keeps for itself: the
 // listeners, its log, the metrics endpoint (its listener and at most
