@@ -256,11 +256,12 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 // listenerBudget charges the descriptors a seccomp listener keeps of its
 // callers (a thread's /proc status, a process's memory, up to 256 of
 // each) to the uid it serves, as processes kept: without it, one uid's
-// listeners, each with threads that made a call and exited, held
-// descriptors no bound counted, until accept failed for every uid. They
-// may take only half the uid's bound, so that a busy listener never
-// keeps its own user's next process from connecting; over it, a
-// listener serves its callers without keeping any.
+// listeners, each with threads that made a call and exited, would hold
+// descriptors no bound counts, until accept failed for every uid
+// (TestListenerDescriptorsAreChargedToTheirUID). They may take only half
+// the uid's bound, so that a busy listener never keeps its own user's
+// next process from connecting; over it, a listener serves its callers
+// without keeping any.
 type listenerBudget struct {
 	s   *Server
 	uid uint32

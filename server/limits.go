@@ -233,8 +233,8 @@ func (t *usageTable) of(uid uint32) *usage {
 }
 
 // forget drops uid's usage once it holds nothing. An expensive operation
-// only runs on a connection, so with no connection nothing holds a slot
-// of its channel.
+// runs only for a caller counted here (a connection, or an intercepted
+// process kept), so with neither nothing holds a slot of its channel.
 func (t *usageTable) forget(uid uint32) {
 	if u := t.byUID[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.upcalls == 0 && u.buffered == 0 && !u.cpu.owes(time.Now()) {
 		delete(t.byUID, uid)
