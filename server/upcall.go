@@ -39,7 +39,7 @@ type Helper struct {
 
 // Upcaller returns the [keys.Upcaller] that runs h for s. A program that
 // builds its [keys.Service] before its [Server] gives the Service a
-// *[Helper] instead ([keys.WithUpcall](h)) and the Server the same one
+// [*Helper] instead ([keys.WithUpcall](h)) and the Server the same one
 // ([Config.Helper]), which [New] binds to it.
 func (s *Server) Upcaller(h Helper) keys.Upcaller {
 	h.server = s
