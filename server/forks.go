@@ -127,8 +127,9 @@ func (t *processTable) apply(ev forks.Event, now time.Time) (execd *keys.Caller,
 		delete(t.exitSeen, ev.PID)
 		// A new program: the kernel drops the process's thread and
 		// process keyrings at exec (it keeps the session). Without
-		// this, a process the daemon keeps by pid and start time met its
-		// keyrings again when the new program connected.
+		// this, a process the daemon keeps by pid and start time would
+		// meet its keyrings again when the new program connects
+		// (TestExecDropsProcessAndThreadKeyrings).
 		if p := t.lookup(ev.PID); p != nil {
 			execd = p.caller
 			// Its intercepted threads go at its next call.
@@ -199,7 +200,8 @@ func (s *Server) forked(f forks.Event) {
 	// Charged to the uid the child has now, not its parent's: a child
 	// that has setuid since (a root process starting another user's
 	// program) and forks on would otherwise count its processes against
-	// the root's bound, until root's own were refused.
+	// the root's bound, until root's own were refused
+	// (TestGhostsAreChargedToTheirOwnUID).
 	if st, ok := procfs.ReadStatus(f.ChildPid); ok {
 		cred.UID, cred.GID = st.UIDs[1], st.GIDs[1]
 	}
