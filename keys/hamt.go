@@ -28,8 +28,8 @@ import (
 // without scanning it and reaches the keys once, through the registry, in
 // the order they were allocated: a pointer in each leaf, in the trie's
 // hash order, would make the mark of a million keys in one keyring half
-// as long again (BenchmarkMillionKeys). Every trie
-// function takes the index whose registry its leaves name.
+// as long again (BenchmarkMillionKeys). Every trie function takes the
+// index whose registry its leaves name.
 
 var hashSeed = maphash.MakeSeed()
 
