@@ -157,14 +157,14 @@ func (s *Service) addLock(ring *Key) *sync.Mutex {
 	return &s.adding[uint32(ring.serial)%uint32(len(s.adding))]
 }
 
-// AddKeyCheck returns the error that AddKey would return for a payload
-// of plen bytes, as far as that error does not depend on the payload's
-// bytes: the description, the keyring and the caller's right to write to
-// it, the type, and a length the type refuses whatever the bytes (its
-// MaxSize). It returns nil where AddKey would go on to look at the bytes.
-// A client holding a large payload asks first, so that a payload the
-// daemon would refuse is never sent (the kernel, which receives the
-// payload by pointer, copies it before it looks).
+// AddKeyCheck returns the error that [Caller.AddKey] would return for a
+// payload of plen bytes, as far as that error does not depend on the
+// payload's bytes: the description, the keyring and the caller's right to
+// write to it, the type, and a length the type refuses whatever the bytes
+// (its MaxSize). It returns nil where AddKey would go on to look at the
+// bytes. A client holding a large payload asks first, so that a payload the
+// daemon would refuse is never sent (the kernel, which receives the payload
+// by pointer, copies it before it looks).
 func (c *Caller) AddKeyCheck(typ, desc string, plen int, ring Serial) error {
 	r, _, err := c.addTarget(typ, desc, plen, ring)
 	if err != nil {

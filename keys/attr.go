@@ -189,7 +189,7 @@ func (d Description) String() string {
 
 // Describe returns a key's attributes (KEYCTL_DESCRIBE). A request-key
 // helper holding the authorisation for the key may describe it without
-// View permission.
+// [View] permission.
 func (c *Caller) Describe(id Serial) (Description, error) {
 	r, err := c.lookupUserKey(id, lookupPartial, View)
 	if err == EACCES {

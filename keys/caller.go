@@ -43,8 +43,8 @@ func (c *Cred) inGroup(gid uint32) bool {
 
 // Caller is one client of the service with its credentials and its
 // process-scoped keyrings: what the kernel keeps in a task's cred. The
-// daemon makes one per client process; Release drops its keyrings when
-// the process goes away. A Caller is safe for concurrent use.
+// daemon makes one per client process; [Caller.Release] drops its keyrings
+// when the process goes away. A Caller is safe for concurrent use.
 type Caller struct {
 	s *Service
 	// cred is replaced whole when the caller's credentials change
@@ -227,7 +227,8 @@ func (c *Caller) OwnSession() bool {
 }
 
 // InLogin reports whether the caller's session keyring is one the daemon
-// made for a login (LoginSession) rather than one the process chose.
+// made for a login ([Service.LoginSession]) rather than one the process
+// chose.
 func (c *Caller) InLogin() bool {
 	k := c.session.Load()
 	return k != nil && k.has(flagLogin)

@@ -8,10 +8,11 @@ import (
 // LoginSession makes a session keyring for a login of cred's user, as
 // pam_keyinit does when a user logs in: a new anonymous session keyring
 // (_ses) owned by the user, charged to the user's quota (which, as for a
-// process without a session, it may overrun), with the user keyring
-// linked into it so that a search from the session finds the user's keys.
-// The keyring comes with one reference: the daemon gives the keyring to
-// the processes of the login (SetSession, Inherit) and then puts it.
+// process without a session, it may overrun), with the user keyring linked
+// into it so that a search from the session finds the user's keys. The
+// keyring comes with one reference: the daemon gives the keyring to the
+// processes of the login ([Caller.SetSession], [Caller.Inherit]) and then
+// puts it.
 func (s *Service) LoginSession(cred Cred) (*Key, error) {
 	user, _, err := s.userKeyrings(cred.UID)
 	if err != nil {
@@ -33,7 +34,8 @@ func (s *Service) LoginSession(cred Cred) (*Key, error) {
 	return k, nil
 }
 
-// Put drops a reference to k that the caller was given (LoginSession).
+// Put drops a reference to k that the caller was given
+// ([Service.LoginSession]).
 func (k *Key) Put() { k.put() }
 
 // newKeyring allocates and instantiates an empty keyring.
@@ -209,7 +211,7 @@ func (c *Caller) joinSession(name *string) (Serial, error) {
 
 // RevokeSession gives the caller a revoked session keyring in place of
 // its own, as a process whose session keyring was revoked has: every use
-// of @s then fails with EKEYREVOKED, and searches find nothing there,
+// of @s then fails with [EKEYREVOKED], and searches find nothing there,
 // until the process joins or starts another session. The daemon uses it
 // for a process that presents a session token naming no live session
 // (the daemon restarted, say): falling back to a fresh session instead

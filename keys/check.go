@@ -5,7 +5,8 @@ import "fmt"
 // Check verifies the invariants that every sequence of operations must
 // keep, and returns the first one broken:
 //
-//   - the serial index holds exactly Keys() keys, each with a reference;
+//   - the serial index holds exactly [Service.Keys]() keys, each with a
+//     reference;
 //   - each user's quota record counts exactly the keys and bytes of the
 //     live keys it owns (quota used equals the sum over live keys);
 //   - no keyring links a key that has been destroyed or left the index;
@@ -14,8 +15,8 @@ import "fmt"
 //     followed, as the cycle check does not follow them).
 //
 // Its answer is exact only on a quiet service: no operation in flight and
-// WaitGC returned. Soak and fault tests call it after their load stops;
-// it walks every key, so it is not for a busy daemon's hot path.
+// [Service.WaitGC] returned. Soak and fault tests call it after their load
+// stops; it walks every key, so it is not for a busy daemon's hot path.
 func (s *Service) Check() error {
 	idx := map[Serial]*Key{}
 	for k := range s.index.all() {

@@ -15,7 +15,7 @@ import (
 const NegativeTimeout = keyctl.NegativeTimeout
 
 // DefaultUpcallTimeout is how long a request-key helper may run before the
-// key is negated and the helper is killed (WithUpcallTimeout changes it).
+// key is negated and the helper is killed ([WithUpcallTimeout] changes it).
 const DefaultUpcallTimeout = 60 * time.Second
 
 // Upcall is one construction request handed to the helper: the kernel's
@@ -56,20 +56,20 @@ func (u *Upcall) Args() []string {
 		fmt.Sprint(u.Thread), fmt.Sprint(u.Process), fmt.Sprint(u.Session)}
 }
 
-// Upcaller runs construction helpers. Upcall returns when the helper is
-// done; if the key is still uninstantiated then, it is negated for
-// NegativeTimeout. The requester that started the construction then gets
-// the Errno (or syscall.Errno) that Upcall returned, meaning the helper
-// could not be run (as ENOENT when /sbin/request-key is missing), or
-// ENOKEY for any other outcome; later requesters see the negative key.
-// ctx is cancelled once the upcall timeout (WithUpcallTimeout) has passed,
-// after the key has been negated; Service.Close waits for every Upcall to
+// Upcaller runs construction helpers. [Upcaller.Upcall] returns when the
+// helper is done; if the key is still uninstantiated then, it is negated for
+// [NegativeTimeout]. The requester that started the construction then gets
+// the [Errno] (or [syscall.Errno]) that Upcall returned, meaning the helper
+// could not be run (as [ENOENT] when /sbin/request-key is missing), or
+// [ENOKEY] for any other outcome; later requesters see the negative key. ctx
+// is cancelled once the upcall timeout ([WithUpcallTimeout]) has passed,
+// after the key has been negated; [Service.Close] waits for every Upcall to
 // return.
 type Upcaller interface {
 	Upcall(ctx context.Context, u *Upcall) error
 }
 
-// UpcallFunc adapts a function to Upcaller.
+// UpcallFunc adapts a function to [Upcaller].
 type UpcallFunc func(ctx context.Context, u *Upcall) error
 
 // Upcall calls f.
@@ -447,7 +447,7 @@ func (s *Service) linkPrecheck(ring, k *Key) error {
 
 // Instantiate gives the key under construction its payload and links it
 // into ringID (KEYCTL_INSTANTIATE). Only the helper holding the key's
-// authorisation (see AssumeAuthority) may.
+// authorisation (see [Caller.AssumeAuthority]) may.
 func (c *Caller) Instantiate(id Serial, payload []byte, ringID Serial) error {
 	return wrap("keyctl_instantiate", id, c.instantiate(id, payload, ringID))
 }
@@ -496,7 +496,7 @@ func (c *Caller) instantiate(id Serial, payload []byte, ringID Serial) error {
 }
 
 // Negate makes the key under construction negative for timeout seconds
-// (KEYCTL_NEGATE): requesters get ENOKEY until it expires.
+// (KEYCTL_NEGATE): requesters get [ENOKEY] until it expires.
 func (c *Caller) Negate(id Serial, timeout uint32, ringID Serial) error {
 	return wrap("keyctl_negate", id, c.reject(id, timeout, ENOKEY, ringID))
 }

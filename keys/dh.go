@@ -22,7 +22,7 @@ type DHParams struct {
 	Base    Serial // the generator, or the other side's public value
 }
 
-// KDFParams asks DHCompute to pass the shared secret through the
+// KDFParams asks [Caller.DHCompute] to pass the shared secret through the
 // kernel's key derivation function, as struct keyctl_kdf_params does.
 type KDFParams struct {
 	// Hash names the digest as the kernel's crypto API does: "sha256",
@@ -117,20 +117,20 @@ func lookupDHHash(name string) (dhHash, error) {
 //
 // Without kdf, buflen is the size of the caller's buffer: 0 asks only for
 // the length the result needs (n, no bytes); a smaller buffer than that
-// fails with EOVERFLOW. The result is as long as the prime, rounded up to
+// fails with [EOVERFLOW]. The result is as long as the prime, rounded up to
 // whole 64-bit words as the kernel rounds it, with leading zero bytes.
 //
-// With kdf, the result is exactly buflen bytes (at most MaxKDFOutput) of
+// With kdf, the result is exactly buflen bytes (at most [MaxKDFOutput]) of
 // the SP800-56A/SP800-108 counter KDF over the zero-padded shared secret
 // followed by kdf.OtherInfo.
 //
-// Errors are the kernel's, in its order: EMSGSIZE for a KDF output or
-// OtherInfo over the limits, EINVAL for a hash name over 127 bytes,
-// ENOENT for a hash it does not know; then, for the prime, the base and
-// the private key in that order, ENOKEY if the key cannot be found, read
-// or used (missing, negative, revoked, expired or without Read
+// Errors are the kernel's, in its order: [EMSGSIZE] for a KDF output or
+// OtherInfo over the limits, [EINVAL] for a hash name over 127 bytes,
+// [ENOENT] for a hash it does not know; then, for the prime, the base and
+// the private key in that order, [ENOKEY] if the key cannot be found, read
+// or used (missing, negative, revoked, expired or without [Read]
 // permission: the kernel folds every lookup failure into ENOKEY) and
-// EOPNOTSUPP if it is not a "user" key; EINVAL for a prime that is zero
+// [EOPNOTSUPP] if it is not a "user" key; EINVAL for a prime that is zero
 // or shorter than 1536 bits, a base or private value longer than the
 // prime, or an operand of more than 16384 significant bits.
 //

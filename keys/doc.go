@@ -6,27 +6,31 @@
 //
 // # Model
 //
-// A Service owns every key: the serial index, the registry of key types
+// A [Service] owns every key: the serial index, the registry of key types
 // ("user", "logon", "keyring", "encrypted" built in; more through
-// Register, such as package keys/bigkey's "big_key" and package
+// [Register], such as package keys/bigkey's "big_key" and package
 // keys/asymmetric's "asymmetric"), the per-user quota records and the
-// tunables of /proc/sys/kernel/keys. A Caller is one client process: its
+// tunables of /proc/sys/kernel/keys. A [Caller] is one client process: its
 // credentials (uid, gid, groups, pid) and its thread, process and session
 // keyrings, exactly what the kernel keeps in a task's cred. Operations are
-// Caller methods named and numbered after keyctl(2): AddKey, RequestKey,
-// Read, Update, Revoke, Invalidate, SetTimeout, Link, Unlink, Move,
-// Search, Clear, Describe, SetPerm, Chown, Instantiate, Negate, Reject,
-// JoinSessionKeyring, GetPersistent, RestrictKeyring, WatchKey. Special
-// ids (ThreadKeyring … RequestorKeyring) name the caller's keyrings as
+// [Caller] methods named and numbered after keyctl(2): [Caller.AddKey],
+// [Caller.RequestKey], [Caller.Read], [Caller.Update], [Caller.Revoke],
+// [Caller.Invalidate], [Caller.SetTimeout], [Caller.Link],
+// [Caller.Unlink], [Caller.Move], [Caller.Search], [Caller.Clear],
+// [Caller.Describe], [Caller.SetPerm], [Caller.Chown],
+// [Caller.Instantiate], [Caller.Negate], [Caller.Reject],
+// [Caller.JoinSessionKeyring], [Caller.GetPersistent],
+// [Caller.RestrictKeyring], [Caller.WatchKey]. Special ids
+// ([ThreadKeyring] … [RequestorKeyring]) name the caller's keyrings as
 // KEY_SPEC_* do.
 //
-// Errors are Errno values with the kernel's numbers and the C library's
-// texts (ENOKEY, EKEYEXPIRED, EKEYREVOKED, EKEYREJECTED, EDQUOT, EACCES,
-// ENOTDIR, EDEADLK, ELOOP…), wrapped with the operation and comparable
-// with errors.Is. The order in which the kernel checks things is kept:
-// a revoked or expired key reports that before any permission failure,
-// and searches prefer EKEYREVOKED over EKEYEXPIRED over ENOKEY as the
-// kernel does.
+// Errors are [Errno] values with the kernel's numbers and the C library's
+// texts ([ENOKEY], [EKEYEXPIRED], [EKEYREVOKED], [EKEYREJECTED], [EDQUOT],
+// [EACCES], [ENOTDIR], [EDEADLK], [ELOOP]…), wrapped with the operation and
+// comparable with [errors.Is]. The order in which the kernel checks things
+// is kept: a revoked or expired key reports that before any permission
+// failure, and searches prefer EKEYREVOKED over EKEYEXPIRED over ENOKEY as
+// the kernel does.
 //
 // # Permissions and possession
 //
@@ -51,18 +55,18 @@
 // removed, its last holder released) leaves the serial index and is
 // destroyed after a grace period: payload wiped, quota returned. A link
 // removed from a keyring (unlinked, displaced, cleared) keeps holding its
-// key for DefaultReleaseDelay, until the collector drops it, as the
+// key for [DefaultReleaseDelay], until the collector drops it, as the
 // kernel's removed link does until its RCU callback: in that window the
 // key is still found by serial, possessed by no one (gc_release.go).
 //
 // # Hand-over
 //
-// A Service writes everything it holds as a state stream (Export:
-// state.go, export.go), which a Service made anew reads (Import,
-// restore.go): every key with its serial, owner, permissions, flags,
+// A Service writes everything it holds as a state stream ([Service.Export]:
+// state_export.go), which a Service made anew reads ([Import],
+// state_import.go): every key with its serial, owner, permissions, flags,
 // state, expiry and payload, every keyring's links slot for slot, the
 // restrictions and the special keyrings; callers come back through
-// Restore.Caller. The stream is versioned (StateVersion; every earlier
+// [Restore.Caller]. The stream is versioned ([StateVersion]; every earlier
 // version reads), written key by key as each key's place is known, so
 // that a reader at the other end of a pipe keeps pace, and read as
 // hostile input: bounded, every reference checked, no loop of keyrings,
@@ -72,26 +76,26 @@
 // # Garbage collection
 //
 // The collector (gc.go) reaps keys: it prunes the links to keys that have
-// died and destroys keys that nothing references any more. It runs as
-// one work item on a workqueue (its own, or the one WithGCTuning names), which never
-// runs concurrently with itself, and every item does a bounded amount of
-// work, at most the chunk size (DefaultChunkSize; WithGCTuning changes it for benchmarks) in units
-// of keys examined, links visited or pruned and keys destroyed, then
-// reschedules itself if work is left. Its state (a cursor into the
-// serial index, the sweeps under way, the batch waiting to be destroyed)
-// lives between items, and no lock is held across them, so that a pass
-// over a million keys never stalls the workqueue or a writer. Every loop
-// reports an rcu quiescent state per key or node, so that grace periods
-// do not wait for an item to end.
+// died and destroys keys that nothing references any more. It runs as one
+// work item on a workqueue (its own, or the one [WithGCTuning] names), which
+// never runs concurrently with itself, and every item does a bounded amount
+// of work, at most the chunk size ([DefaultChunkSize]; WithGCTuning changes
+// it for benchmarks) in units of keys examined, links visited or pruned and
+// keys destroyed, then reschedules itself if work is left. Its state (a
+// cursor into the serial index, the sweeps under way, the batch waiting to
+// be destroyed) lives between items, and no lock is held across them, so
+// that a pass over a million keys never stalls the workqueue or a writer.
+// Every loop reports an rcu quiescent state per key or node, so that grace
+// periods do not wait for an item to end.
 //
 // A key dies when it is invalidated, when its type is unregistered, or,
-// gc_delay (Tunables.GCDelay) after it expired or was revoked; ReapReason
-// names why. A pass is asked for by whoever makes a key die (invalidation
-// and unregistration at once, expiry through a timer armed for the
-// earliest expiry plus gc_delay) and by whoever buries a key; a request
-// made during a pass is remembered and served by the next. The references
-// of links removed by callers are dropped by the collector too, a chunk
-// at a time, once their release delay has passed (gc_release.go).
+// gc_delay ([Tunables.GCDelay]) after it expired or was revoked;
+// [ReapReason] names why. A pass is asked for by whoever makes a key die
+// (invalidation and unregistration at once, expiry through a timer armed for
+// the earliest expiry plus gc_delay) and by whoever buries a key; a request
+// made during a pass is remembered and served by the next. The references of
+// links removed by callers are dropped by the collector too, a chunk at a
+// time, once their release delay has passed (gc_release.go).
 //
 // A pass has three phases, one file each:
 //
@@ -112,7 +116,7 @@
 //     of a million links every node on that path is a cache miss, so while
 //     few of its links are known dead they are deferred and pruned one by
 //     one after the scan, and once at least one in sweepShare is dead the
-//     keyring is swept instead (sweep.go): a walk over its trie that
+//     keyring is swept instead (gc_sweep.go): a walk over its trie that
 //     touches each node once and drops whole subtrees whose links all
 //     died without copying them, the kernel's keyring_gc done in bounded
 //     steps. A step resumes at a position in the trie's in-order walk;
@@ -131,11 +135,11 @@
 //     owners, gathered per owner so that each chunk takes an owner's lock
 //     once.
 //
-// Unregistering a type (Service.UnregisterType) takes three passes, as
+// Unregistering a type ([Service.UnregisterType]) takes three passes, as
 // in the kernel: the first marks the type's keys dead and clears their
 // permissions, the second prunes links that appeared while the first
 // ran, and the third takes the payloads of keys still referenced, which
 // then remain as keys of the type ".dead". UnregisterType returns after
-// the third. Service.WaitGC waits until every key buried so far has been
-// destroyed; GCStats reports the collector's counters and latencies.
+// the third. [Service.WaitGC] waits until every key buried so far has been
+// destroyed; [GCStats] reports the collector's counters and latencies.
 package keys

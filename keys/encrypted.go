@@ -277,7 +277,7 @@ func newEncPayload(secret []byte, m *encMeta) (*Payload, int) {
 }
 
 // PayloadLen is an encrypted key's length as the kernel reserves it for a
-// secret of n bytes (Payload.Len).
+// secret of n bytes ([Payload.Len]).
 func (m *encMeta) PayloadLen(n int) int {
 	size := n
 	if m.format == "ecryptfs" {

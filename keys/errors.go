@@ -8,7 +8,7 @@ import (
 )
 
 // Errno is an error number with the Linux kernel's value and the C
-// library's text (keyctl.Errno).
+// library's text ([keyctl.Errno]).
 type Errno = keyctl.Errno
 
 // The errno values that the key retention service returns.
@@ -63,7 +63,7 @@ func (e *opError) Error() string {
 func (e *opError) Unwrap() error { return e.err }
 
 // ErrnoOf extracts the errno from an error returned by this package, or
-// returns EIO for anything else (nil for nil).
+// returns [EIO] for anything else (nil for nil).
 func ErrnoOf(err error) (Errno, bool) {
 	if err == nil {
 		return 0, false

@@ -23,13 +23,13 @@ import (
 const DefaultChunkSize = 1024
 
 // ReapReason is why the collector reaps a key: why it prunes the links
-// to it, and so why the key may lose its last reference. GCStats.Pruned
+// to it, and so why the key may lose its last reference. [GCStats.Pruned]
 // counts links by it.
 type ReapReason int
 
-// Reasons a key is reaped. The constants are untyped so that they still
-// fit where callers used plain ints before ReapReason existed (tables of
-// metric labels, say); the collector itself passes ReapReason.
+// Reasons a key is reaped. The constants are untyped so that they also
+// fit where a plain int is wanted (tables of metric labels, say); the
+// collector itself passes a [ReapReason].
 const (
 	ReapUnused      = iota // no reference left: not a pruning reason
 	ReapExpired            // its expiry and gc_delay have passed
@@ -367,8 +367,8 @@ func (g *collector) run(t *rcu.Task) {
 		// Outside a pass, what the releases bury is destroyed as they
 		// go, half the budget each: the graveyard then holds a few
 		// blocks, reused, instead of a million keys' worth (16 MB)
-		// allocated by the items, which Go's collector charged to them
-		// as mark assists (5.7 ms of CPU at p99.9, in ukeybench gc).
+		// allocated by the items, which Go's collector would charge to
+		// them as mark assists (ukeybench gc shows the items' CPU).
 		interleave := !g.scan.active
 		relBudget := budget
 		if interleave && g.destroy.active {

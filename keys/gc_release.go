@@ -22,15 +22,15 @@ import (
 // unlink on average, 10 to 40 ms mostly, more under load). A script that
 // unlinks and then looks gets those answers, not ENOKEY at once.
 //
-// Here the foreground does only what makes the link gone (the keyring's
-// next version, the key's reverse link, the keyring owner's link quota)
-// and queues the reference for the collector, which drops it
-// releaseDelay later, a chunk at a time; a key that loses its last
-// reference then leaves the serial index and is destroyed as any other.
-// The unlink no longer takes the key out of the index, so it does less
-// than it did. Links that the collector itself prunes (invalidated,
-// expired, revoked or dead keys) and those of a destroyed keyring are
-// dropped as the collector removes them.
+// Here the foreground does only what makes the link gone (the keyring's next
+// version, the key's reverse link, the keyring owner's link quota) and
+// queues the reference for the collector, which drops it releaseDelay later,
+// a chunk at a time; a key that loses its last reference then leaves the
+// serial index and is destroyed as any other. The unlink never takes the key
+// out of the index itself, which keeps its cost to the caller that of the
+// link alone. Links that the collector itself prunes (invalidated, expired,
+// revoked or dead keys) and those of a destroyed keyring are dropped as the
+// collector removes them.
 
 // DefaultReleaseDelay is how long a link removed from a keyring keeps
 // holding its key before the collector drops the reference: about the
@@ -120,11 +120,10 @@ func (g *collector) armPendingRelease() {
 // once. The kernel swaps in an empty associative array and drops the old
 // one's references in an RCU callback, so the caller returns at once; here
 // the keyring publishes an empty trie and hands the old one to the
-// collector, which drops a chunk of its references per work item. Clearing
-// a keyring of a million keys used to walk, unparent and put all of them
-// in the caller: 0.4 s of a processor, more than a scheduler slice, in
-// which a foreground caller's goroutine was one more contending for the
-// processors.
+// collector, which drops a chunk of its references per work item:
+// walking, unparenting and putting a million keys in the caller would take
+// far more than a scheduler slice of a foreground goroutine
+// (TestGCClearReleasesLater pins that the caller does not).
 //
 // Until the collector gets to a key, its reverse links still name the
 // keyring. Every reader of them copes: the collector's routing of a dead
@@ -305,7 +304,7 @@ func (g *collector) putChunk(t *rcu.Task, max int) (int, int) {
 // more for each key that lost its last and left the index, a removal
 // that costs more than the rest together (a table probe in a random
 // shard, a miss in any cache: with both counted as one, an item of 1,024
-// took 1.3-1.8 ms of CPU, where other items take under one).
+// would take more CPU than any other item).
 func (g *collector) releaseChunk(t *rcu.Task, budget int) int {
 	work := 0
 	for work < budget {

@@ -26,10 +26,10 @@ import (
 // A leaf names its key by position in the service's registry (see
 // keyRegistry), not by pointer, so that Go's collector marks a leaf
 // without scanning it and reaches the keys once, through the registry, in
-// the order they were allocated: with a pointer in each leaf, in the
-// trie's hash order, a million keys in one keyring cost 1.4 to 1.5 times
-// the mark (BenchmarkMillionKeys: 322-344 ms against 235 ms). Every trie
-// function takes the index whose registry its leaves name.
+// the order they were allocated: a pointer in each leaf, in the trie's
+// hash order, would make the mark of a million keys in one keyring half
+// as long again (BenchmarkMillionKeys). Every trie function takes the
+// index whose registry its leaves name.
 
 var hashSeed = maphash.MakeSeed()
 
@@ -102,10 +102,9 @@ func (x *serialIndex) mustKey(e *leaf) *Key {
 }
 
 // Nodes have 32 positions, each level indexed by 5 bits of the hash. With
-// 16, a path copy of a large keyring allocated about a fifth less, but Go's
-// collector took 1.7 times the CPU to mark a million-key keyring
-// (BenchmarkMillionKeys: 586-657 ms against 342-369 ms), and a search
-// walks one level more.
+// 16, a path copy of a large keyring would allocate a little less, but Go's
+// collector would take far more CPU to mark a million-key keyring
+// (BenchmarkMillionKeys), and a search would walk one level more.
 const (
 	hamtBits  = 5
 	hamtWidth = 1 << hamtBits

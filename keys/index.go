@@ -16,7 +16,7 @@ func (s *Service) Keys() int { return int(s.count.Load()) }
 func (s *Service) lookup(id Serial) *Key { return s.index.load(id) }
 
 // LookupKey returns the key id, whoever owns it and whatever its
-// permissions, with a reference the caller drops (Key.Put); ENOKEY if
+// permissions, with a reference the caller drops ([Key.Put]); [ENOKEY] if
 // there is none. It is the kernel's key_lookup, for a type's code that
 // names keys by serial (a restriction key_or_keyring:ID); a caller's
 // operations check permissions instead.
@@ -68,9 +68,8 @@ type serialIndex struct {
 	// Shrinking a table that has emptied is left to a goroutine of its
 	// own (shrinker), started when a removal finds one due: the removal
 	// is most often the collector's, and a new table allocated in its
-	// work item while Go's collector marks charged the item a mark assist
-	// (one rebuild of an 8,192-slot table took 6 ms of CPU there, others
-	// 0.15 ms), which every item queued behind it waited for. shrinkDue
+	// work item while Go's collector marks would charge the item a mark
+	// assist, which every item queued behind it would wait for. shrinkDue
 	// has a bit for each shard waiting; mu guards running and closed.
 	shrinkDue [indexShards / 64]atomic.Uint64
 	mu        sync.Mutex
@@ -103,8 +102,8 @@ type indexTable struct {
 	// Guarded by the shard's mu. serials holds the serial of the key in
 	// each slot, for writers: probing and rebuilding a table then reads
 	// two arrays in order instead of every key it passes, each a cache
-	// miss in a large index (a rebuild of a 4,096-key shard took 200 µs
-	// that way, and a mass reap crosses every shard's threshold at once).
+	// miss in a large index (a mass reap crosses every shard's threshold
+	// at once, so every rebuild counts).
 	serials []Serial
 	used    int // slots not nil
 	live    int // slots holding keys
@@ -357,9 +356,9 @@ func (x *serialIndex) close() {
 // shrinkFactor is how empty a shard's table gets before it is rebuilt
 // smaller: when fewer than one slot in 8 to 15 holds a key, the fraction
 // depending on the shard. Keys spread evenly over the shards, so with one
-// fraction for all, a mass reap emptied every shard past it within a few
-// thousand removals, and the collector's work item that made them
-// rebuilt dozens of tables: 1.3-2.9 ms of CPU where the others took 0.4.
+// fraction for all, a mass reap would empty every shard past it within a
+// few thousand removals, and the collector's work item that made them
+// would rebuild dozens of tables, several times an item's usual CPU.
 func shrinkFactor(shard int) int { return 8 + shard>>5 }
 
 // tooEmpty reports whether t, shard's table, is due to shrink.

@@ -10,9 +10,9 @@ import (
 // kernel's key_jar, in spirit. The serial index's tables and the leaves
 // of the keyrings' tries hold positions, not pointers, so the registry is
 // how Go's collector reaches the keys, block by block in the order they
-// were allocated, which lets it mark the keys of one span together: with
-// pointers in the tables (in hash order) a million keys cost 1.7 times
-// the mark, and with pointers in the trie's leaves 1.4 to 1.5 times
+// were allocated, which lets it mark the keys of one span together:
+// pointers in the tables or in the trie's leaves (in hash order) would
+// make the mark of a million keys half as long again or more
 // (BenchmarkMillionKeys).
 //
 // A position freed by a removal goes back to its shard (indexShard.free)

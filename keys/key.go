@@ -10,7 +10,7 @@ import (
 	"unsafe"
 )
 
-// Serial identifies a key (keyctl.Serial). Positive serials name keys;
+// Serial identifies a key ([keyctl.Serial]). Positive serials name keys;
 // the negative values below name the caller's special keyrings.
 type Serial = keyctl.Serial
 
@@ -85,15 +85,15 @@ const (
 )
 
 // Key is one key or keyring. Its exported methods return snapshots; all
-// changes go through the Caller operations, which check permissions.
+// changes go through the [Caller] operations, which check permissions.
 type Key struct {
 	// A Key holds its pointers, its serial and its description's length,
 	// and its other scalars are in a record that holds no pointer
 	// (keyRec): Go's collector scans the 64 bytes of a Key and only marks
-	// its record, where one 128-byte object cost each mark all 128 (the
-	// collector counts an object whole when it scans a span's objects
-	// together). Over a million keys that was most of what a mark
-	// scanned (BenchmarkMillionKeys).
+	// its record, where one 128-byte object would cost each mark all 128
+	// (the collector counts an object whole when it scans a span's
+	// objects together): over a million keys, most of what a mark scans
+	// (BenchmarkMillionKeys).
 
 	typ atomic.Pointer[Type]
 	// content is a keyring's links (*ringSnap) or any other key's payload
@@ -268,9 +268,9 @@ func (k *Key) IsKeyring() bool { return k.isKeyring() }
 
 // Payload returns k's payload, nil for a keyring and for a key that has
 // none, for a type's own code (a restriction's check reads the key it
-// judges). The payload may be replaced and wiped after a grace period:
-// the caller must be in a read section of the Service's Domain, and must
-// not use the payload after it ends, unless the type's state keeps
+// judges). The payload may be replaced and wiped after a grace period: the
+// caller must be in a read section of the [Service]'s [Service.Domain], and
+// must not use the payload after it ends, unless the type's state keeps
 // itself usable (as a [Type.Pkey] hook's does).
 func (k *Key) Payload() *Payload { return k.loadPayload() }
 
@@ -280,13 +280,13 @@ func (k *Key) Payload() *Payload { return k.loadPayload() }
 func (k *Key) Revoked() bool { return k.has(flagRevoked) }
 
 // Builtin reports whether k was added as a built-in trusted key
-// (AddBuiltinTrustedKey), which is what the restriction builtin_trusted
-// trusts.
+// ([Service.AddBuiltinTrustedKey]), which is what the restriction
+// builtin_trusted trusts.
 func (k *Key) Builtin() bool { return k.has(flagBuiltin) }
 
-// Validate is the kernel's key_validate at the Service's clock, for a
-// type's code that relies on a key it found (a signer): ENOKEY if k was
-// invalidated, EKEYREVOKED if it was revoked or is dead, EKEYEXPIRED if
+// Validate is the kernel's key_validate at the [Service]'s clock, for a
+// type's code that relies on a key it found (a signer): [ENOKEY] if k was
+// invalidated, [EKEYREVOKED] if it was revoked or is dead, [EKEYEXPIRED] if
 // it has expired, nil otherwise.
 func (s *Service) Validate(k *Key) error { return k.validate(s.now()) }
 

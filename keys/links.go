@@ -39,7 +39,7 @@ func (c *Caller) link(id, ringID Serial) error {
 	return nil
 }
 
-// Unlink removes a key's link from a keyring (KEYCTL_UNLINK). Only Write
+// Unlink removes a key's link from a keyring (KEYCTL_UNLINK). Only [Write]
 // on the keyring is needed, not any permission on the key.
 func (c *Caller) Unlink(id, ringID Serial) error {
 	return wrap("keyctl_unlink", id, c.unlink(id, ringID))
@@ -59,10 +59,11 @@ func (c *Caller) unlink(id, ringID Serial) error {
 	return c.s.unlinkFrom(ring.key, r.key)
 }
 
-// Move flags.
+// [Caller.Move] flags.
 const (
-	// MoveExcl makes Move fail with EEXIST rather than displace a key of
-	// the same type and description in the destination (KEYCTL_MOVE_EXCL).
+	// MoveExcl makes [Caller.Move] fail with [EEXIST] rather than displace a
+	// key of the same type and description in the destination
+	// (KEYCTL_MOVE_EXCL).
 	MoveExcl = keyctl.MoveExcl
 )
 

@@ -7,11 +7,11 @@ import (
 	"github.com/ukeys/ukeys/keyctl"
 )
 
-// NotifyKind is a key notification subtype (keyctl.NotifyKind).
+// NotifyKind is a key notification subtype ([keyctl.NotifyKind]).
 type NotifyKind = keyctl.NotifyKind
 
-// Notification subtypes, numbered as the kernel's NOTIFY_KEY_* values;
-// NotifyRemoved stands for the watch queue's removal record.
+// [Notification] subtypes, numbered as the kernel's NOTIFY_KEY_* values;
+// [NotifyRemoved] stands for the watch queue's removal record.
 const (
 	NotifyInstantiated = keyctl.NotifyInstantiated
 	NotifyUpdated      = keyctl.NotifyUpdated
@@ -60,9 +60,9 @@ func NewWatchQueue(size int) *WatchQueue {
 	return q
 }
 
-// NewWatchSink returns a queue that hands each notification to deliver
-// as it is posted, one at a time and in the order posted, rather than
-// keeping them for Next: deliver must not block, nor call back into the
+// NewWatchSink returns a queue that hands each notification to deliver as it
+// is posted, one at a time and in the order posted, rather than keeping them
+// for [WatchQueue.Next]: deliver must not block, nor call back into the
 // queue.
 func NewWatchSink(deliver func(Notification)) *WatchQueue {
 	q := NewWatchQueue(1)
@@ -104,8 +104,8 @@ func (q *WatchQueue) Next() (n Notification, ok bool) {
 	return n, true
 }
 
-// NextTimeout is Next with a bound on the wait: ok is false if nothing
-// arrived within d or the queue is closed and drained.
+// NextTimeout is [WatchQueue.Next] with a bound on the wait: ok is false if
+// nothing arrived within d or the queue is closed and drained.
 func (q *WatchQueue) NextTimeout(d time.Duration) (n Notification, ok bool) {
 	t := time.AfterFunc(d, func() {
 		q.mu.Lock()
@@ -128,8 +128,8 @@ func (q *WatchQueue) NextTimeout(d time.Duration) (n Notification, ok bool) {
 	return n, true
 }
 
-// Interrupt ends the waits of NextTimeout under way, empty-handed (a
-// daemon handing its connections over wakes its readers so).
+// Interrupt ends the waits of [WatchQueue.NextTimeout] under way,
+// empty-handed (a daemon handing its connections over wakes its readers so).
 func (q *WatchQueue) Interrupt() {
 	q.mu.Lock()
 	q.kicks++
@@ -152,7 +152,7 @@ type WatchedKey struct {
 	ID  uint8  `json:"id"`
 }
 
-// State returns what a daemon hands over of q (Restore.WatchQueue).
+// State returns what a daemon hands over of q ([Restore.WatchQueue]).
 func (q *WatchQueue) State() WatchState {
 	q.mu.Lock()
 	defer q.mu.Unlock()
@@ -164,7 +164,7 @@ func (q *WatchQueue) State() WatchState {
 }
 
 // WatchQueue makes a queue of size again from what a daemon handed over
-// of one (WatchQueue.State): its watches on keys of the stream (a watch
+// of one ([WatchQueue.State]): its watches on keys of the stream (a watch
 // on a key not in it is dropped, as the key's removal would have dropped
 // it), its unread notifications and its count of lost ones.
 func (rs *Restore) WatchQueue(st WatchState, size int) *WatchQueue {
@@ -185,7 +185,7 @@ func (rs *Restore) WatchQueue(st WatchState, size int) *WatchQueue {
 	return q
 }
 
-// WatchSink makes a sink (NewWatchSink) again from what a daemon handed
+// WatchSink makes a sink ([NewWatchSink]) again from what a daemon handed
 // over of one: its watches on keys of the stream.
 func (rs *Restore) WatchSink(st WatchState, deliver func(Notification)) *WatchQueue {
 	q := NewWatchSink(deliver)
@@ -216,8 +216,8 @@ func (q *WatchQueue) Lost() uint64 {
 	return q.lost
 }
 
-// Close stops the queue and removes its watches; Next returns what is
-// buffered, then reports the end.
+// Close stops the queue and removes its watches; [WatchQueue.Next] returns
+// what is buffered, then reports the end.
 func (q *WatchQueue) Close() {
 	q.mu.Lock()
 	if q.closed {
@@ -328,7 +328,7 @@ func dropWatch(k *Key, q *WatchQueue) error {
 // WatchKey adds (watchID 0..255) or removes (watchID -1) a watch of q on a
 // key (KEYCTL_WATCH_KEY).
 //
-// A nil q is a descriptor that is no watch queue: EINVAL, once the key
+// A nil q is a descriptor that is no watch queue: [EINVAL], once the key
 // is found, as the kernel looks the key up before the queue.
 func (c *Caller) WatchKey(id Serial, q *WatchQueue, watchID int) error {
 	if watchID < -1 || watchID > 255 {

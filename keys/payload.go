@@ -89,15 +89,16 @@ const payloadHeader = unsafe.Sizeof(Payload{})
 // limit allows and never dumped, and wiped when the payload is released
 // (release, which every payload's end goes through). One chunk is one
 // cache miss instead of two for every cold read, and for the wipe when
-// the key is destroyed, which is what a mass reap spends most of its
-// time on; and Go's collector neither scans nor even marks it: a million
-// user keys' payloads were 48 MB of the heap each collection scanned
-// (BenchmarkMillionKeys). The only pointer in the payload, Data's, is
-// into the chunk itself. Writing a pointer into Go's heap into such a
-// payload would hide it from the collector, which is why Extra must stay
-// nil: a type with state of its own uses newPayloadExtra. Where the
-// arena has no room (or the system no arena), the chunk is a pointer-free
-// allocation of Go's heap, as before.
+// the key is destroyed, which is what a mass reap spends most of its time
+// on; and Go's collector neither scans nor even marks it, where a million
+// user keys' payloads in the heap would be tens of megabytes that each
+// collection scans (BenchmarkMillionKeys). The only pointer in the
+// payload, Data's, is into the chunk itself. Writing a pointer into Go's
+// heap into such a payload would hide it from the collector, which is why
+// Extra must stay nil: a type with state of its own uses newPayloadExtra.
+// Where the arena has no room (or the system no arena), the chunk is a
+// pointer-free allocation of Go's heap instead, which the collector marks
+// but does not scan.
 func newPayload(data []byte) *Payload {
 	mem := secmem.Alloc(int(payloadHeader) + len(data))
 	p := (*Payload)(unsafe.Pointer(&mem[0]))
@@ -109,7 +110,7 @@ func newPayload(data []byte) *Payload {
 // NewPayload returns a payload holding a copy of data, in memory that is
 // never swapped or dumped and is wiped when the payload's key is done
 // with it: what a type's Preparse returns for a payload that is its bytes
-// alone. A payload with state of its own is made by NewPayloadExtra, or
+// alone. A payload with state of its own is made by [NewPayloadExtra], or
 // is a [Payload] literal with Extra set, whose Data, if any, the type
 // allocates.
 func NewPayload(data []byte) *Payload { return newPayload(data) }
@@ -117,7 +118,7 @@ func NewPayload(data []byte) *Payload { return newPayload(data) }
 // NewPayloadExtra returns a payload holding extra, the type's state, and
 // a copy of data in memory that is never swapped or dumped: for a type
 // whose parsed state sits beside secret bytes (an asymmetric key's
-// PKCS#8 DER), which are wiped with the payload as NewPayload's are.
+// PKCS#8 DER), which are wiped with the payload as [NewPayload]'s are.
 func NewPayloadExtra(data []byte, extra any) *Payload { return newPayloadExtra(data, extra) }
 
 // newPayloadExtra returns a payload holding a copy of data and extra,

@@ -2,11 +2,11 @@ package keys
 
 import "github.com/ukeys/ukeys/keyctl"
 
-// Perm is a key's permission mask (keyctl.Perm): four bytes for the
+// Perm is a key's permission mask ([keyctl.Perm]): four bytes for the
 // possessor, the owning user, the owning group and everyone else.
 type Perm = keyctl.Perm
 
-// Rights within one byte of a Perm.
+// Rights within one byte of a [Perm].
 const (
 	View    = keyctl.View
 	Read    = keyctl.Read
@@ -17,7 +17,7 @@ const (
 	All     = keyctl.All
 )
 
-// Shifts of the four classes within a Perm.
+// Shifts of the four classes within a [Perm].
 const (
 	PossessorShift = keyctl.PossessorShift
 	UserShift      = keyctl.UserShift
@@ -44,8 +44,8 @@ const (
 	PermRegister      = keyctl.PermRegister
 )
 
-// NoGID marks a key without a group (the kernel's INVALID_GID), shown as
-// OverflowID in descriptions; OverflowID is what the kernel shows for an
+// [NoGID] marks a key without a group (the kernel's INVALID_GID), shown as
+// [OverflowID] in descriptions; OverflowID is what the kernel shows for an
 // id that has no mapping.
 const (
 	NoGID      = keyctl.NoGID

@@ -118,8 +118,8 @@ func parsePkeyParams(info string) (PkeyParams, error) {
 }
 
 // PkeyQuery reports what the key id can do with the parameter string
-// info (KEYCTL_PKEY_QUERY). The caller needs Search permission; keys of
-// types without the operations fail with EOPNOTSUPP.
+// info (KEYCTL_PKEY_QUERY). The caller needs [Search] permission; keys of
+// types without the operations fail with [EOPNOTSUPP].
 func (c *Caller) PkeyQuery(id Serial, info string) (PkeyQuery, error) {
 	var q PkeyQuery
 	err := c.withPkey(id, info, func(k PkeyKey, p PkeyParams) error {
@@ -165,7 +165,7 @@ func (c *Caller) withPkey(id Serial, info string, fn func(k PkeyKey, p PkeyParam
 }
 
 // PkeyEncrypt encrypts in with the key id, answering at most outLen
-// bytes (KEYCTL_PKEY_ENCRYPT). See PkeyQuery for info.
+// bytes (KEYCTL_PKEY_ENCRYPT). See [Caller.PkeyQuery] for info.
 func (c *Caller) PkeyEncrypt(id Serial, info string, in []byte, outLen int) ([]byte, error) {
 	out, err := c.pkeyEDS(id, info, PkeyOpEncrypt, in, outLen)
 	return out, wrap("keyctl_pkey_encrypt", id, err)
@@ -185,7 +185,7 @@ func (c *Caller) PkeySign(id Serial, info string, in []byte, outLen int) ([]byte
 }
 
 // PkeyVerify checks that sig is the key id's signature of the digest
-// data (KEYCTL_PKEY_VERIFY): nil if it is, EKEYREJECTED if it is not.
+// data (KEYCTL_PKEY_VERIFY): nil if it is, [EKEYREJECTED] if it is not.
 func (c *Caller) PkeyVerify(id Serial, info string, data, sig []byte) error {
 	err := c.withPkey(id, info, func(k PkeyKey, p PkeyParams) error {
 		q, err := k.Query(p)

@@ -11,7 +11,7 @@ import (
 
 // ProcKeys renders the keys the caller may view in the format of the
 // kernel's /proc/keys, in ascending serial order. Possession is tested
-// only for keys whose possessor bits grant View, as the kernel does.
+// only for keys whose possessor bits grant [View], as the kernel does.
 func (c *Caller) ProcKeys() string {
 	var b strings.Builder
 	for _, k := range c.s.sortedKeys() {

@@ -4,7 +4,7 @@ import "github.com/ukeys/ukeys/internal/secmem"
 
 // Read returns a key's payload (KEYCTL_READ); for a keyring, the serials
 // of its links in listing order. Any failure to find the key reads as
-// ENOKEY, as in the kernel.
+// [ENOKEY], as in the kernel.
 func (c *Caller) Read(id Serial) ([]byte, error) {
 	b, err := c.read(id, heapBytes)
 	return b, wrap("keyctl_read", id, err)

@@ -101,7 +101,7 @@ func (c *Caller) findOrConstruct(t *Type, desc string, callout []byte, dest ref)
 
 // SetReqKeyKeyring sets where request_key links keys it constructs when no
 // destination is given (KEYCTL_SET_REQKEY_KEYRING) and returns the
-// previous setting; ReqKeyNoChange only reads it.
+// previous setting; [ReqKeyNoChange] only reads it.
 func (c *Caller) SetReqKeyKeyring(n int) (int, error) {
 	switch n {
 	case ReqKeyNoChange:
@@ -134,8 +134,8 @@ func (c *Caller) SetReqKeyKeyring(n int) (int, error) {
 type reqKeyDest int8
 
 // Request-key default destinations (KEY_REQKEY_DEFL_*). They are untyped:
-// SetReqKeyKeyring takes and returns them as the int of the wire protocol;
-// a Caller keeps its setting as a reqKeyDest.
+// [Caller.SetReqKeyKeyring] takes and returns them as the int of the wire
+// protocol; a [Caller] keeps its setting as a reqKeyDest.
 const (
 	ReqKeyNoChange    = -1
 	ReqKeyDefault     = 0

@@ -32,9 +32,9 @@ var rejectAll = &restriction{Restriction: Restriction{Check: func(*Key, *Key) er
 
 // RestrictKeyring restricts the keyring id once and for all
 // (KEYCTL_RESTRICT_KEYRING). With typ nil (and restriction nil) every
-// future link is refused with EPERM. A type offers schemes of its own
+// future link is refused with [EPERM]. A type offers schemes of its own
 // through [Type.LookupRestriction] (the "asymmetric" type of package
-// keys/asymmetric the kernel's); naming a type without fails with ENOENT.
+// keys/asymmetric the kernel's); naming a type without fails with [ENOENT].
 func (c *Caller) RestrictKeyring(id Serial, typ, restrictionSpec *string) error {
 	return wrap("keyctl_restrict_keyring", id, c.restrictKeyring(id, typ, restrictionSpec))
 }

@@ -328,13 +328,13 @@ func (c *Caller) searchKey(ringID Serial, typ, desc string, destID Serial) (Seri
 	return k.serial, nil
 }
 
-// SearchKeyring finds a key of type typ whose payload match accepts in
-// ring or the keyrings it links, as a possessor, with no permission
-// checked and revoked, expired and negative keys skipped: the kernel's
-// keyring_search with KEYRING_SEARCH_NO_CHECK_PERM, for a type's code
-// that looks for a key its own way (a restriction's signer). The caller
-// must be in a read section of the Service's Domain; the key is not
-// referenced. It fails with ENOKEY if none is found.
+// SearchKeyring finds a key of type typ whose payload match accepts in ring
+// or the keyrings it links, as a possessor, with no permission checked and
+// revoked, expired and negative keys skipped: the kernel's keyring_search
+// with KEYRING_SEARCH_NO_CHECK_PERM, for a type's code that looks for a key
+// its own way (a restriction's signer). The caller must be in a read section
+// of the [Service]'s [Service.Domain]; the key is not referenced. It fails
+// with [ENOKEY] if none is found.
 func (s *Service) SearchKeyring(ring *Key, typ string, match func(p *Payload) bool) (*Key, error) {
 	sc := &search{typ: typ, stateCheck: true, recurse: true, now: s.now(), match: match}
 	k, err := sc.tree(ring, true)

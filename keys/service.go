@@ -46,7 +46,7 @@ func (t Tunables) valid() bool {
 		t.PersistentExpiry >= 0 && t.PersistentExpiry <= intMax*time.Second
 }
 
-// Option configures a Service.
+// Option configures a [Service].
 type Option func(*Service)
 
 // WithTunables sets the initial tunables.
@@ -176,7 +176,7 @@ func withItemCPUTime() Option { return func(s *Service) { s.itemCPU = true } }
 
 // WithUpcall sets what runs when request_key must construct a key: the
 // daemon runs the request-key helper program. Without one, construction
-// fails with ENOENT, as the kernel's does when /sbin/request-key is
+// fails with [ENOENT], as the kernel's does when /sbin/request-key is
 // missing.
 func WithUpcall(u Upcaller) Option { return func(s *Service) { s.upcall = u } }
 
@@ -185,7 +185,7 @@ func WithUpcall(u Upcaller) Option { return func(s *Service) { s.upcall = u } }
 func WithUpcallTimeout(d time.Duration) Option { return func(s *Service) { s.upcallWait = d } }
 
 // New creates a service with the built-in key types and those registered
-// (Register) so far.
+// ([Register]) so far.
 func New(opts ...Option) *Service {
 	s := &Service{
 		upcallWait: DefaultUpcallTimeout,
@@ -289,7 +289,7 @@ func (s *Service) Domain() *rcu.Domain { return s.dom }
 // Tunables returns the current tunables.
 func (s *Service) Tunables() Tunables { return *s.tun.Load() }
 
-// SetTunables replaces the tunables. Out-of-range values fail with EINVAL,
+// SetTunables replaces the tunables. Out-of-range values fail with [EINVAL],
 // as writes to /proc/sys/kernel/keys do.
 func (s *Service) SetTunables(t Tunables) error {
 	if !t.valid() {
@@ -304,16 +304,17 @@ func (s *Service) SetTunables(t Tunables) error {
 	return nil
 }
 
-// WithTunablesChanged calls fn with the tunables each time SetTunables
-// replaces them (a sysctl write, a restore), one call at a time in the
-// order they took effect: ukeyd sizes its memory limit from the quotas.
+// WithTunablesChanged calls fn with the tunables each time
+// [Service.SetTunables] replaces them (a sysctl write, a restore), one call
+// at a time in the order they took effect: ukeyd sizes its memory limit from
+// the quotas.
 func WithTunablesChanged(fn func(Tunables)) Option {
 	return func(s *Service) { s.onTunables = fn }
 }
 
 // DestroyedKeys is how many keys the service has destroyed (payload
 // wiped, quota returned) since it started: one atomic load, cheap enough
-// to poll, unlike GCStats, which summarises histograms.
+// to poll, unlike [GCStats], which summarises histograms.
 func (s *Service) DestroyedKeys() int64 { return s.destroyed.Load() }
 
 // keySpec describes a key to allocate.

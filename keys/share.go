@@ -5,19 +5,19 @@ import (
 	"sync/atomic"
 )
 
-// A Share bounds what the keys of one Service hold together, whoever
+// A Share bounds what the keys of one [Service] hold together, whoever
 // owns them, and, through its parent, what the keys of several Services
 // hold: the seccomp agent gives each container's key namespace a Share
 // whose parent is one for every container, so that one container (or
 // one uid in it) at its bound costs nobody else. Without one, a
 // Service is bounded only by its per-uid quotas and the process's
-// big_key file bound (SetBigKeyFileLimit), which every container's
+// big_key file bound ([SetBigKeyFileLimit]), which every container's
 // namespace would otherwise each have whole.
 //
 // It counts the keys and bytes charged to quotas (as maxkeys and
 // maxbytes count them) and the big_key payload files; a charge that
-// any share up the chain cannot take fails (EDQUOT for keys and bytes,
-// EMFILE for files, EDQUOT for one uid's files) and takes nothing.
+// any share up the chain cannot take fails ([EDQUOT] for keys and bytes,
+// [EMFILE] for files, EDQUOT for one uid's files) and takes nothing.
 type Share struct {
 	parent *Share
 	lim    ShareLimits
@@ -30,7 +30,7 @@ type Share struct {
 	detached bool // Detach has given everything back
 }
 
-// ShareLimits are a Share's bounds; zero is no bound.
+// ShareLimits are a [Share]'s bounds; zero is no bound.
 type ShareLimits struct {
 	Keys, Bytes int
 	// BigKeyFiles bounds the big_key payload files; BigKeyFilesPerUID
@@ -43,10 +43,10 @@ func NewShare(parent *Share, lim ShareLimits) *Share {
 	return &Share{parent: parent, lim: lim, filesOf: make(map[uint32]int)}
 }
 
-// WithShare makes a Service's keys count against sh.
+// WithShare makes a [Service]'s keys count against sh.
 func WithShare(sh *Share) Option { return func(s *Service) { s.share = sh } }
 
-// ShareUsage is what a Share holds.
+// ShareUsage is what a [Share] holds.
 type ShareUsage struct{ Keys, Bytes, BigKeyFiles int }
 
 // Usage returns what sh holds now.
@@ -139,7 +139,7 @@ func (sh *Share) giveFile(uid uint32) bool {
 }
 
 // Detach gives back to sh's parents (and to the process's bound on
-// big_key files) everything sh still holds, for a Service closed with
+// big_key files) everything sh still holds, for a [Service] closed with
 // keys in it: Close wipes their payloads but destroys no key (a
 // container's user and persistent keyrings outlive its processes), and
 // their charges would otherwise stay with the parents for good. The service must be closed; what its
@@ -191,7 +191,7 @@ var payloadFiles struct {
 // SetBigKeyFileLimit bounds how many payload files (a big_key's, above
 // its inline size) this process keeps at once (n <= 0: no bound) and
 // returns the previous bound. Adding or updating a key whose payload
-// would need one more file fails with EMFILE (Account.TakeFile).
+// would need one more file fails with [EMFILE] ([Account.TakeFile]).
 // (Each non-root uid is bounded already by its key quota, maxkeys.)
 func SetBigKeyFileLimit(n int) int {
 	return int(payloadFiles.limit.Swap(int64(max(n, 0))))
@@ -213,18 +213,19 @@ func takeProcessFile() bool {
 	}
 }
 
-// An Account is whom a key type charges what a payload holds outside
-// the heap (Type.PreparseFor): the uid that adds the key, within its
-// Service's Share, and always the process's bound (SetBigKeyFileLimit).
-// The zero Account charges the process's bound alone.
+// An Account is whom a key type charges what a payload holds outside the
+// heap ([Type.PreparseFor]): the uid that adds the key, within its
+// [Service]'s [Share], and always the process's bound
+// ([SetBigKeyFileLimit]). The zero Account charges the process's bound
+// alone.
 type Account struct {
 	share *Share
 	uid   uint32
 }
 
 // TakeFile counts one payload file, or fails with the bound it would
-// pass: EDQUOT for the uid's in a share, EMFILE for a share's or the
-// process's. A file taken is given back with GiveFile once closed.
+// pass: [EDQUOT] for the uid's in a share, [EMFILE] for a share's or the
+// process's. A file taken is given back with [Account.GiveFile] once closed.
 func (a Account) TakeFile() error {
 	// The share first: a tenant at its own bound never takes, even for
 	// a moment, one of the process's files that another could use.
@@ -238,7 +239,7 @@ func (a Account) TakeFile() error {
 	return nil
 }
 
-// GiveFile gives back a file TakeFile counted, once it is closed.
+// GiveFile gives back a file [Account.TakeFile] counted, once it is closed.
 func (a Account) GiveFile() {
 	if a.share.giveFile(a.uid) {
 		payloadFiles.open.Add(-1)

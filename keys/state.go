@@ -28,11 +28,11 @@ const StateVersion = 1
 // stateMagic opens every stream.
 const stateMagic = "ukeys state\n"
 
-// ErrStateVersion is returned by Import for a stream of a version it
+// ErrStateVersion is returned by [Import] for a stream of a version it
 // does not read.
 var ErrStateVersion = errors.New("keys: state stream of an unknown version")
 
-// ErrStateCorrupt wraps what Import finds wrong in a stream.
+// ErrStateCorrupt wraps what [Import] finds wrong in a stream.
 var ErrStateCorrupt = errors.New("keys: corrupt state stream")
 
 // corrupt returns an ErrStateCorrupt saying what.

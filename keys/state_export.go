@@ -13,7 +13,7 @@ const exportedFlags = flagRevoked | flagInvalidated | flagUIDKeyring | flagBuilt
 // CallerState is what a daemon hands over of one caller: its credentials
 // and the serials of its keyrings (0 for none), its request_key default
 // destination, and its assumed authority (which does not survive a
-// hand-over: see Restore.Caller).
+// hand-over: see [Restore.Caller]).
 type CallerState struct {
 	Cred                     Cred
 	Thread, Process, Session Serial
@@ -21,7 +21,7 @@ type CallerState struct {
 	ReqKeyDefault            int
 }
 
-// State returns what a daemon hands over of c (Restore.Caller).
+// State returns what a daemon hands over of c ([Restore.Caller]).
 func (c *Caller) State() CallerState {
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -38,15 +38,15 @@ func (c *Caller) State() CallerState {
 	return st
 }
 
-// Export writes the service's state to w as a state stream (StateVersion):
+// Export writes the service's state to w as a state stream ([StateVersion]):
 // the tunables, every key with its owner, permissions, flags, state,
 // expiry (which is also when a revoked key's gc_delay runs from) and
 // payload, every keyring's links in listing order, the restrictions, and
-// the special keyrings. The caller's records (CallerState) go after it,
+// the special keyrings. The caller's records ([CallerState]) go after it,
 // written by the daemon.
 //
 // The service must be quiescent: the daemon stops serving first. Export
-// fails with EBUSY while a key is under construction (its request-key
+// fails with [EBUSY] while a key is under construction (its request-key
 // helper could not finish it in the daemon that takes over). Request-key
 // authorisation keys are not written: they die with their construction.
 // Export wipes its buffers before it returns; what it wrote to w is the

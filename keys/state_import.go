@@ -9,9 +9,9 @@ import (
 	"time"
 )
 
-// Restore is a Service being made again from a state stream (Import):
+// Restore is a [Service] being made again from a state stream ([Import]):
 // the daemon that takes over gives its callers their keyrings back
-// (Caller), then ends the restore (Done).
+// ([Restore.Caller]), then ends the restore ([Restore.Done]).
 type Restore struct {
 	s *Service
 	// byPos is the keys read, in the stream's order: the stream refers
@@ -21,8 +21,8 @@ type Restore struct {
 	done  bool
 }
 
-// Import reads a state stream (Service.Export, of this version or an
-// earlier one) into a new Service made with opts, and returns it to be
+// Import reads a state stream ([Service.Export], of this version or an
+// earlier one) into a new [Service] made with opts, and returns it to be
 // restored. Every key keeps its serial, owner, permissions, flags, state,
 // expiry and payload (a type with an Import hook makes its payload again;
 // the others go through Preparse), every keyring its links in listing
@@ -62,7 +62,7 @@ func (rs *Restore) key(id Serial) *Key {
 }
 
 // Caller makes a caller from what a daemon handed over of one
-// (Caller.State): its credentials, and its thread, process and session
+// ([Caller.State]): its credentials, and its thread, process and session
 // keyrings, which must be keyrings of the stream. An assumed request-key
 // authority does not survive a hand-over (its construction has ended),
 // and is dropped.

@@ -69,9 +69,9 @@ func (s *Service) trusted() (*trustedRings, error) {
 	return t, t.err
 }
 
-// BuiltinTrustedKeyring and SecondaryTrustedKeyring return the serials of
-// the system keyrings (.builtin_trusted_keys, .secondary_trusted_keys),
-// as the kernel's /proc/keys shows them.
+// BuiltinTrustedKeyring and [Service.SecondaryTrustedKeyring] return the
+// serials of the system keyrings (.builtin_trusted_keys,
+// .secondary_trusted_keys), as the kernel's /proc/keys shows them.
 func (s *Service) BuiltinTrustedKeyring() (Serial, error) {
 	t, err := s.trusted()
 	if err != nil {
@@ -80,7 +80,7 @@ func (s *Service) BuiltinTrustedKeyring() (Serial, error) {
 	return t.builtin.serial, nil
 }
 
-// SecondaryTrustedKeyring: see BuiltinTrustedKeyring.
+// SecondaryTrustedKeyring: see [Service.BuiltinTrustedKeyring].
 func (s *Service) SecondaryTrustedKeyring() (Serial, error) {
 	t, err := s.trusted()
 	if err != nil {
@@ -91,7 +91,7 @@ func (s *Service) SecondaryTrustedKeyring() (Serial, error) {
 
 // TrustedKeyrings returns the system keyrings themselves, for a type's
 // restriction to search (the kernel's restrict_link_by_builtin_trusted
-// and _and_secondary_trusted): they live as long as the Service, and
+// and _and_secondary_trusted): they live as long as the [Service], and
 // the caller takes no reference.
 func (s *Service) TrustedKeyrings() (builtin, secondary *Key, err error) {
 	t, err := s.trusted()
@@ -104,7 +104,7 @@ func (s *Service) TrustedKeyrings() (builtin, secondary *Key, err error) {
 // AddBuiltinTrustedKey adds a key of type t with description desc and
 // payload p (charge the bytes its Preparse counted) to
 // .builtin_trusted_keys as a built-in key: owned by root, charged to no
-// one, marked built-in (Key.Builtin), which is what the kernel compiles
+// one, marked built-in ([Key.Builtin]), which is what the kernel compiles
 // in. The type's package makes the payload (package keys/asymmetric's
 // AddBuiltinTrusted, from a certificate); the key is the model's to make.
 // p is the key's from then on, released if the add fails. It returns the

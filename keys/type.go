@@ -12,9 +12,9 @@ import (
 // Type is a key type: how keys of the type validate, store, read and
 // describe their payloads. The built-in types are "user", "logon",
 // "keyring" and "encrypted"; a package of its own adds a type to every
-// Service (Register, as package keys/bigkey adds "big_key" and
+// [Service] ([Register], as package keys/bigkey adds "big_key" and
 // keys/asymmetric "asymmetric"), a program to one Service
-// (Service.RegisterType).
+// ([Service.RegisterType]).
 type Type struct {
 	// Name is the type's name, 1 to 31 bytes. Names starting with '.' are
 	// internal: callers cannot create such keys.
@@ -40,9 +40,9 @@ type Type struct {
 	// differently for each caller (an encrypted key's blob is sealed
 	// with the master key the reader's keyrings hold).
 	ReadAs func(c *Caller, p *Payload) ([]byte, error)
-	// MaxSize, if not 0, is the longest payload Preparse accepts: it
-	// refuses a longer one with EINVAL whatever its bytes, so that a
-	// caller can be refused before its payload is sent (AddKeyCheck).
+	// MaxSize, if not 0, is the longest payload Preparse accepts: it refuses
+	// a longer one with EINVAL whatever its bytes, so that a caller can be
+	// refused before its payload is sent ([Caller.AddKeyCheck]).
 	MaxSize int
 	// Updatable reports whether keys of the type can be updated in place
 	// (add_key on an existing key, KEYCTL_UPDATE).
@@ -67,7 +67,7 @@ type Type struct {
 	// match by description; an error fails the search.
 	MatchPreparse func(desc string) (func(p *Payload) bool, error)
 	// Export, if set, hands write what Import needs to make the payload
-	// again in the daemon that takes over (Service.Export), and wipes
+	// again in the daemon that takes over ([Service.Export]), and wipes
 	// whatever copy it made; without it, the payload's Data is written.
 	Export func(p *Payload, write func([]byte)) error
 	// Import, if set, makes a payload from what Export wrote, with the
@@ -77,14 +77,14 @@ type Type struct {
 	// than the rest (a certificate's signature is checked): the kernel
 	// charges that to the caller's own task, a daemon that serves every
 	// caller must bound it, and tells such calls apart by it before it
-	// runs them (CostlyType, CostlyKey).
+	// runs them ([Service.CostlyType], [Caller.CostlyKey]).
 	Costly bool
 	// Pkey, if set, opens a payload of the type for the public-key
-	// operations (KEYCTL_PKEY_*; the kernel's asym_* hooks). It is called
-	// in a read section, where the payload is not wiped yet, and what it
-	// returns must stay usable outside the section until its Release: an
-	// operation can take milliseconds, too long to hold grace periods.
-	// Without it those operations fail with EOPNOTSUPP.
+	// operations (KEYCTL_PKEY_*; the kernel's asym_* hooks). It is called in
+	// a read section, where the payload is not wiped yet, and what it
+	// returns must stay usable outside the section until its
+	// [PkeyKey.Release]: an operation can take milliseconds, too long to
+	// hold grace periods. Without it those operations fail with EOPNOTSUPP.
 	Pkey func(p *Payload) (PkeyKey, error)
 	// LookupRestriction, if set, makes a keyring restriction of the
 	// type from the restriction string a caller gives
@@ -200,8 +200,8 @@ var registered struct {
 	types []*Type
 }
 
-// Register makes t one of the types every Service made afterwards by New
-// has, as image.RegisterFormat makes a format known to image.Decode: a
+// Register makes t one of the types every [Service] made afterwards by [New]
+// has, as [image.RegisterFormat] makes a format known to [image.Decode]: a
 // package that implements a type registers it in its init, and a program
 // that wants the type imports that package, for its effect alone if it
 // uses nothing else of it. It panics if t is malformed or its name is
@@ -254,8 +254,8 @@ func checkTypeName(name string) error {
 	return nil
 }
 
-// RegisterType adds a key type. It fails with EEXIST if the name is taken
-// and EINVAL if the type is malformed.
+// RegisterType adds a key type. It fails with [EEXIST] if the name is taken
+// and [EINVAL] if the type is malformed.
 func (s *Service) RegisterType(t *Type) error {
 	if t == nil || t.Name == "" || len(t.Name) > MaxTypeName {
 		return EINVAL

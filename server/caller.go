@@ -9,9 +9,9 @@ import (
 )
 
 // caller is who a request is served for, whatever brought the request:
-// a client's socket ([conn], which has one), an intercepted thread's
+// a client's socket (a conn, which has one), an intercepted thread's
 // system call (intercept.go: a caller per thread, kept with its process),
-// or a program's in-process calls ([Local]). [caller.dispatch] serves
+// or a program's in-process calls ([Local]). Its dispatch method serves
 // its requests. It holds the [keys.Caller] that the keys package checks
 // every request against and what the daemon keeps beside it: the
 // credentials, the process, a helper's grant, the watches and the buffer

@@ -18,7 +18,7 @@ import (
 // conn is one client's socket connection: the socket, its reader and
 // writer, the state its serving goroutine shares with Shutdown and a
 // hand-over, and the buffer space it holds beyond its allowance. Who
-// calls through it is its [caller], which serves its requests.
+// calls through it is its caller, which serves its requests.
 type conn struct {
 	caller // who calls through the connection; its conn is this one
 	uc     *net.UnixConn
@@ -400,8 +400,8 @@ const coalesceMax = 64 << 10
 // pipeline, or a request is buffered), it then waits for the next request
 // without trying to read it first (sock.Conn.FlushAndWait): right after
 // an answer the next request of a client that sends one at a time is
-// never there yet, and that failed read was one of the three system calls
-// a round trip cost the daemon.
+// never there yet, and the read would fail: one system call in three of a
+// round trip.
 func (c *conn) answer(more bool) (quit bool, err error) {
 	if more {
 		if err := c.flush(); err != nil {

@@ -7,16 +7,15 @@ import (
 
 // An expensive operation (a signature check, dh_compute, pkey_*) runs
 // under two bounds of how many at once (Limits.MaxExpensive and
-// MaxExpensivePerUID), which keep processors free, but a bound of how many
-// at once still lets one account keep a processor busy for as long as it
-// asks: refused P-521 certificates, sent without pause, held one of two
-// processors, and another user's p99 rose eightfold. So each account (as
-// chargeUID counts them) also pays for what it used: its operations may
-// take a quarter of one processor's time over time, in bursts; an
-// account that used more waits before its next one, and its wait is the
-// only one. The kernel charges the same work to the calling task, its
-// cgroup and its nice level; the daemon runs it at the lowest priority
-// too ([nice.Run]).
+// MaxExpensivePerUID), which keep processors free, but a bound of how
+// many at once still lets one account keep a processor busy for as long
+// as it asks, at the cost of every other user's latency
+// (TestExpensiveOperationsPayForTheirTime). So each account (as chargeUID
+// counts them) also pays for what it used: its operations may take a
+// quarter of one processor's time over time, in bursts; an account that
+// used more waits before its next one, and its wait is the only one. The
+// kernel charges the same work to the calling task, its cgroup and its
+// nice level; the daemon runs it at the lowest priority too ([nice.Run]).
 
 // cpuShare: an account's expensive operations may take one nanosecond in
 // cpuShare of the time that passes.

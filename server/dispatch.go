@@ -95,8 +95,9 @@ func (c *caller) run(a wire.Args) *wire.Response {
 // restricted keyring (keys/cost.go): an add_key of the asymmetric type,
 // an instantiate or update of an asymmetric key, a link or move into a
 // keyring restricted by a check. Refused or not, such a call costs the
-// daemon that CPU, and quota is charged only on success: one uid sending
-// them on eight connections held the daemon at 1.9 of 2 processors.
+// daemon that CPU, and quota is charged only on success, so without a
+// bound one uid could keep every processor of the daemon busy
+// (TestCostlyAddKeyBounded).
 func (c *caller) costly(a wire.Args) bool {
 	cl := c.kc
 	switch a.Op() {

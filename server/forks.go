@@ -127,8 +127,9 @@ func (t *processTable) apply(ev forks.Event, now time.Time) (execd *keys.Caller,
 		delete(t.exitSeen, ev.PID)
 		// A new program: the kernel drops the process's thread and
 		// process keyrings at exec (it keeps the session). Without
-		// this, a process the daemon keeps by pid and start time met its
-		// keyrings again when the new program connected.
+		// this, a process the daemon keeps by pid and start time would
+		// meet its keyrings again when the new program connects
+		// (TestExecDropsProcessAndThreadKeyrings).
 		if p := t.lookup(ev.PID); p != nil {
 			execd = p.caller
 			// Its intercepted threads go at its next call.
@@ -199,7 +200,8 @@ func (s *Server) forked(f forks.Event) {
 	// Charged to the uid the child has now, not its parent's: a child
 	// that has setuid since (a root process starting another user's
 	// program) and forks on would otherwise count its processes against
-	// the root's bound, until root's own were refused.
+	// the root's bound, until root's own were refused
+	// (TestGhostsAreChargedToTheirOwnUID).
 	if st, ok := procfs.ReadStatus(f.ChildPid); ok {
 		cred.UID, cred.GID = st.UIDs[1], st.GIDs[1]
 	}
@@ -229,12 +231,11 @@ func (s *Server) forked(f forks.Event) {
 
 // The daemon follows forks only while it keeps a process: the connector
 // reports every process of the host to every subscriber, and the kernel
-// builds and queues each report in the forking process. A daemon that
-// followed forks while it kept nobody made the kernel's own keyctl run
-// 4-12% slower in a shell loop (2.74-3.06 ms a pair of processes against
-// 2.61-2.69 ms with no daemon). With no process kept, no fork can inherit
-// anything from the daemon: a process it meets later learns its ancestry
-// when it connects.
+// builds and queues each report in the forking process, so following
+// forks while keeping nobody would slow every fork of the host for no one
+// (TestForksFollowedWhileProcessesKept). With no process kept, no fork
+// can inherit anything from the daemon: a process it meets later learns
+// its ancestry when it connects.
 
 // forksIdleAfter is how long the daemon goes on following forks once it
 // keeps no process (and no exited one waits for its exit event): a

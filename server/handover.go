@@ -71,8 +71,8 @@ var HandoverTimeout = 10 * time.Second
 // clients only that long before the old daemon serves on.
 var handoverStallTimeout = 30 * time.Second
 
-// ErrHandedOver is returned by Serve once the daemon has handed over to
-// another: the process is to exit without shutting anything down.
+// ErrHandedOver is returned by [Server.Serve] once the daemon has handed
+// over to another: the process is to exit without shutting anything down.
 var ErrHandedOver = errors.New("server: handed over to another daemon")
 
 // handover is a hand-over under way, on the old daemon's side.
@@ -109,7 +109,7 @@ type parkedConn struct {
 
 // HandedOver is closed once the daemon has handed everything over to
 // another daemon, which now serves its clients: the process exits then,
-// without Shutdown (which would close the clients' connections).
+// without [Server.Shutdown] (which would close the clients' connections).
 func (s *Server) HandedOver() <-chan struct{} { return s.handedOver }
 
 // pausedBy reports whether a read that ended with err (nil: no read) was
@@ -689,14 +689,14 @@ func (s *Server) writeState(w io.Writer, rec *handoverRecords) error {
 }
 
 // Freeze hands everything over to a daemon that does not run yet: as a
-// hand-over does, it parks every connection and seccomp listener between
-// two requests, and writes the keys and the records to w; it returns the
+// hand-over does, it parks every connection and seccomp listener between two
+// requests, and writes the keys and the records to w; it returns the
 // descriptors the records name (the connections' and listeners', not the
-// listening sockets', which the caller keeps by other means), for the
-// caller to keep where the next daemon finds them (Thaw): ukeyd stores
-// them in systemd's file-descriptor store when systemd stops it for a
-// restart. After Freeze the server serves no more, and HandedOver is
-// closed; if it fails, everything serves on.
+// listening sockets', which the caller keeps by other means), for the caller
+// to keep where the next daemon finds them ([Thaw]): ukeyd stores them in
+// systemd's file-descriptor store when systemd stops it for a restart. After
+// Freeze the server serves no more, and [Server.HandedOver] is closed; if it
+// fails, everything serves on.
 func (s *Server) Freeze(w io.Writer) ([]int, error) {
 	ho, errno := s.beginHandover(nil)
 	if errno != 0 {

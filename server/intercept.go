@@ -158,18 +158,18 @@ func (c *caller) intercept() error {
 }
 
 // ServeListener serves the key system calls that the seccomp listener fd
-// receives (intercept.Install), as a client's OpIntercept does, until
-// every process under its filter has exited or the server shuts down.
+// receives ([intercept.Install]), as a client's [wire.OpIntercept] does,
+// until every process under its filter has exited or the server shuts down.
 // It takes fd. The seccomp agent (package agent) serves each container's
-// listeners this way, on a Server of the container's own.
+// listeners this way, on a [Server] of the container's own.
 func (s *Server) ServeListener(fd int) error { return s.serveListener(fd, false) }
 
-// ServeNotifyListener is ServeListener for a listener whose filter hands
-// the daemon its programs' notification pipes too (intercept.Filter's
-// pipe2 and watch-queue ioctls): their key watches are then served, and
-// KEYCTL_CAPABILITIES says there are notifications. It exists for the
-// seccomp agent, which serves a container's listener so when the
-// container's profile says so in its listenerMetadata (ukeyctl
+// ServeNotifyListener is [Server.ServeListener] for a listener whose filter
+// hands the daemon its programs' notification pipes too
+// ([intercept.Filter]'s pipe2 and watch-queue ioctls): their key watches are
+// then served, and KEYCTL_CAPABILITIES says there are notifications. It
+// exists for the seccomp agent, which serves a container's listener so when
+// the container's profile says so in its listenerMetadata (ukeyctl
 // seccomp-profile writes it).
 func (s *Server) ServeNotifyListener(fd int) error { return s.serveListener(fd, true) }
 
@@ -256,11 +256,12 @@ func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-
 // listenerBudget charges the descriptors a seccomp listener keeps of its
 // callers (a thread's /proc status, a process's memory, up to 256 of
 // each) to the uid it serves, as processes kept: without it, one uid's
-// listeners, each with threads that made a call and exited, held
-// descriptors no bound counted, until accept failed for every uid. They
-// may take only half the uid's bound, so that a busy listener never
-// keeps its own user's next process from connecting; over it, a
-// listener serves its callers without keeping any.
+// listeners, each with threads that made a call and exited, would hold
+// descriptors no bound counts, until accept failed for every uid
+// (TestListenerDescriptorsAreChargedToTheirUID). They may take only half
+// the uid's bound, so that a busy listener never keeps its own user's
+// next process from connecting; over it, a listener serves its callers
+// without keeping any.
 type listenerBudget struct {
 	s   *Server
 	uid uint32

@@ -28,9 +28,10 @@ import (
 // daemon's, which belongs to whoever made it. Every user has 65,536
 // subordinate uids (/etc/subuid) that the setuid newuidmap maps into a
 // namespace of the user's, each a uid of its own to SO_PEERCRED: charged
-// each as itself, 32 of them held every connection of the daemon. They
-// are all charged to their user; the keys package's quotas (keys and
-// bytes per uid) stay the kernel's, by the uid as seen.
+// each as itself, a few dozen of them would hold every connection of the
+// daemon. They are all charged to their user
+// (TestSubordinateUIDsChargedToTheirUser); the keys package's quotas
+// (keys and bytes per uid) stay the kernel's, by the uid as seen.
 
 // fdReserve is how many descriptors the daemon keeps for itself: the
 // listeners, its log, the metrics endpoint (its listener and at most
@@ -51,9 +52,9 @@ const (
 	smallAnswer = sock.KeepMax
 )
 
-// Limits are the bounds a Server enforces. Zero fields take defaults
+// Limits are the bounds a [Server] enforces. Zero fields take defaults
 // derived from the process's descriptor limit (RLIMIT_NOFILE) and from
-// GOMAXPROCS; see DefaultLimits.
+// GOMAXPROCS; see [DefaultLimits].
 type Limits struct {
 	// MaxConns bounds the connections open at once; MaxConnsPerUID those
 	// of one uid.
@@ -118,9 +119,9 @@ func NoFile() int {
 	return int(rl.Cur)
 }
 
-// WithDefaults returns l with its zero fields filled from DefaultLimits
-// for the process's descriptor limit, as New fills them: the seccomp
-// agent bounds each container's Server within them.
+// WithDefaults returns l with its zero fields filled from [DefaultLimits]
+// for the process's descriptor limit, as [New] fills them: the seccomp
+// agent bounds each container's [Server] within them.
 func (l Limits) WithDefaults() Limits {
 	d := DefaultLimits(NoFile())
 	fill := func(v *int, def int) {
@@ -232,8 +233,8 @@ func (t *usageTable) of(uid uint32) *usage {
 }
 
 // forget drops uid's usage once it holds nothing. An expensive operation
-// only runs on a connection, so with no connection nothing holds a slot
-// of its channel.
+// runs only for a caller counted here (a connection, or an intercepted
+// process kept), so with neither nothing holds a slot of its channel.
 func (t *usageTable) forget(uid uint32) {
 	if u := t.byUID[uid]; u != nil && u.conns == 0 && u.procs == 0 && u.upcalls == 0 && u.buffered == 0 && !u.cpu.owes(time.Now()) {
 		delete(t.byUID, uid)
@@ -271,7 +272,8 @@ func bound(mine, all, perUID, total int) keys.Errno {
 // (ukeyctl run, its listener, the programs it runs) are counted as
 // root's processes and connections: without a bound per requester, a
 // few users asking for keys whose handlers are slow (a DNS or CIFS
-// lookup) filled root's share, and root's own processes were refused.
+// lookup) would fill root's share, and root's own processes would be
+// refused (TestUpcallsBoundedPerRequester).
 func (t *usageTable) maxUpcallsPerUID() int { return max(1, t.lim.MaxProcsPerUID/32) }
 
 // admitUpcall counts a helper starting for a request of uid's, charged
@@ -454,8 +456,8 @@ func (s *Server) expensive(uid uint32, f func()) error {
 	return nil
 }
 
-// Stats is a snapshot of what callers hold of a Server, against its
-// Limits.
+// Stats is a snapshot of what callers hold of a [Server], against its
+// [Limits].
 type Stats struct {
 	Conns            int // connections open
 	Procs            int // client processes whose keyrings the server keeps

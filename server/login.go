@@ -174,17 +174,16 @@ func (s *Server) settleSession(p *proc) {
 	s.joinLogin(p)
 }
 
-// loginHolds reports whether c's session is a keyring of login id of
-// uid (inherited from an ancestor, whatever that ancestor's anchor). A
-// login keyring the daemon has lost track of (none of the logins it
-// keeps has it: no process it keeps held it) is taken to be that
-// login's, and kept from then on under the caller's name (name, read only
-// then); one that
+// loginHolds reports whether c's session is a keyring of login id of uid
+// (inherited from an ancestor, whatever that ancestor's anchor). A login
+// keyring the daemon has lost track of (none of the logins it keeps has
+// it: no process it keeps held it) is taken to be that login's, and kept
+// from then on under the caller's name (name, read only then); one that
 // another login has is not: a process that left its parent's login
 // (setsid, where no audit session joins the two) has a login of its own,
 // as it would were the parent unknown to the daemon, so that what a
-// process sees as @s never depends on whether its parent happened to be
-// a client.
+// process sees as @s never depends on whether its parent happened to be a
+// client.
 func (s *Server) loginHolds(c *keys.Caller, uid uint32, id loginID, name func() procID) bool {
 	if !c.InLogin() {
 		return false

@@ -7,7 +7,7 @@ import (
 )
 
 // Observer receives the server's events for metrics. A nil Observer in
-// Config observes nothing; package server/metrics implements one for
+// [Config] observes nothing; package server/metrics implements one for
 // Prometheus.
 type Observer interface {
 	Observe(op wire.Op, errno uint16, d time.Duration)

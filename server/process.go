@@ -164,9 +164,8 @@ func (s *Server) linger(p *proc) {
 
 // awaitExit waits, parked on the runtime's poller, until p's process
 // exits (its pidfd, or on the BSDs its kqueue, turns readable) or the
-// handle is closed, and releases
-// its keyrings if it has no connection then; otherwise its last close
-// will.
+// handle is closed, and releases its keyrings if it has no connection
+// then; otherwise its last close will.
 func (s *Server) awaitExit(p *proc, f *os.File) {
 	defer s.watchers.Done()
 	raw, err := f.SyscallConn()
@@ -192,9 +191,9 @@ func (s *Server) awaitExit(p *proc, f *os.File) {
 }
 
 // reapProcs checks, every ProcessPoll, whether the processes without a
-// connection and without a handle on the poller still exist, and releases the keyrings
-// of those that do not. It ends when no such process is left, or at
-// Shutdown.
+// connection and without a handle on the poller still exist, and releases
+// the keyrings of those that do not. It ends when no such process is
+// left, or at Shutdown.
 func (s *Server) reapProcs() {
 	defer s.watchers.Done()
 	t := time.NewTicker(s.cfg.ProcessPoll)

@@ -17,7 +17,7 @@ import (
 	"github.com/ukeys/ukeys/wire"
 )
 
-// Config tunes a Server. The zero value is usable: every field has a
+// Config tunes a [Server]. The zero value is usable: every field has a
 // default.
 type Config struct {
 	// Logger receives structured logs; never payloads.
@@ -30,20 +30,20 @@ type Config struct {
 	// 10 seconds): a client that stops reading loses its connection
 	// instead of pinning it.
 	WriteTimeout time.Duration
-	// Spin is how long a connection whose client polls (wire.Polls)
+	// Spin is how long a connection whose client polls ([wire.Polls])
 	// polls for the client's next request before its goroutine sleeps
-	// (sock.Conn.SetSpin), once a request has come within it: a client
+	// ([sock.Conn.SetSpin]), once a request has come within it: a client
 	// calling in a tight loop then costs no sleep and wake-up of the
-	// daemon's thread per call. Default sock.DefaultSpin; negative:
+	// daemon's thread per call. Default [sock.DefaultSpin]; negative:
 	// never.
 	Spin time.Duration
 	// Limits bounds what callers can make the daemon hold; zero fields
-	// take DefaultLimits for the process's descriptor limit.
+	// take [DefaultLimits] for the process's descriptor limit.
 	Limits Limits
 	// Metrics, if set, observes operation counts and latencies.
 	Metrics Observer
 	// Helper, if set, is the request-key helper that the keys.Service was
-	// given (keys.WithUpcall): New binds it to the server, which serves
+	// given ([keys.WithUpcall]): [New] binds it to the server, which serves
 	// its helpers' tokens. It must be given to New before any request_key
 	// can reach the Service.
 	Helper *Helper
@@ -61,7 +61,7 @@ type Config struct {
 	// its seccomp agent serves containers, whose namespaces are not
 	// handed over.
 	CanHandOver func() error
-	// BeforeTakeover, if set, runs when TakeOver has everything the old
+	// BeforeTakeover, if set, runs when [TakeOver] has everything the old
 	// daemon handed over and is about to tell it to let go: ukeyd tells
 	// systemd there that it is the service's main process now, before
 	// the old one exits.
@@ -74,19 +74,19 @@ type Config struct {
 	// listener their calls come through.
 	Member func(pid int) bool
 	// Pool, if set, is what the server's tracked processes and listeners
-	// count against besides Limits.MaxProcs, shared with other Servers
+	// count against besides [Limits.MaxProcs], shared with other Servers
 	// ([Pool]): the seccomp agent's bound for every container's
 	// namespace together.
 	Pool *Pool
 	// Expensive, if set, are the slots the server's expensive operations
 	// take, shared with other Servers ([Slots]; the seccomp agent's
 	// containers take the daemon's); they then bound them, not
-	// Limits.MaxExpensive. Default: slots of the server's own,
+	// [Limits.MaxExpensive]. Default: slots of the server's own,
 	// Limits.MaxExpensive of them.
 	Expensive *Slots
 }
 
-// Server serves a keys.Service to clients on Unix sockets.
+// Server serves a [keys.Service] to clients on Unix sockets.
 //
 // Its state is in tables, each in its file with the records it hands
 // over (handover.go) and restores (takeover.go) beside it: procs (the
@@ -186,14 +186,14 @@ func New(svc *keys.Service, cfg Config) *Server {
 	return s
 }
 
-// ErrClosed is returned by Serve after Shutdown.
+// ErrClosed is returned by [Server.Serve] after [Server.Shutdown].
 var ErrClosed = errors.New("server: closed")
 
-// Serve accepts connections on ln until Shutdown. It returns ErrClosed
-// after a shutdown, or the listener's error once the listener is closed
-// by someone else. Any other error of accept (a full descriptor table,
-// EMFILE, above all) never ends the service: Serve backs off, from 5 ms
-// up to a second, and tries again, as net/http does, while the
+// Serve accepts connections on ln until [Server.Shutdown]. It returns
+// [ErrClosed] after a shutdown, or the listener's error once the listener is
+// closed by someone else. Any other error of accept (a full descriptor
+// table, EMFILE, above all) never ends the service: Serve backs off, from 5
+// ms up to a second, and tries again, as net/http does, while the
 // connections it serves go on and free what the table needs.
 func (s *Server) Serve(ln *net.UnixListener) error {
 	s.mu.Lock()

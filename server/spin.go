@@ -8,14 +8,15 @@ import (
 )
 
 // A client that asks for it (protocol version 3, wire.Polls) has the
-// daemon poll for its next request instead of sleeping (sock.SetSpin):
-// a processor's time, given to whoever asks. One connection sending a
-// request every ~60 µs kept the daemon polling a whole processor for it,
-// and another user's p99 went from 103 µs to 4.0 ms. So the poll is
-// granted from a budget of the account the connection is charged to
-// (chargeUID), shared by all its connections: a quarter of a processor,
-// in bursts of at most spinBurst; and it is not granted, or is cut
-// short, while another connection's request is being served.
+// daemon poll for its next request instead of sleeping (sock.SetSpin): a
+// processor's time, given to whoever asks: unbounded, one connection
+// sending a request every few tens of microseconds would keep the daemon
+// polling a whole processor for it, at the cost of every other user's
+// latency (TestSpinCappedPerUID, TestSpinStopsWhileOthersAreServed). So
+// the poll is granted from a budget of the account the connection is
+// charged to (chargeUID), shared by all its connections: a quarter of a
+// processor, in bursts of at most spinBurst; and it is not granted, or is
+// cut short, while another connection's request is being served.
 
 // spinShare: an account's polls may take one nanosecond in spinShare of
 // the time that passes.

@@ -22,9 +22,9 @@ import (
 	"github.com/ukeys/ukeys/wire"
 )
 
-// TakeoverResult is what a daemon took over (TakeOver): its service, its
+// TakeoverResult is what a daemon took over ([TakeOver]): its service, its
 // server, serving the connections it was handed already, and the
-// listening sockets, for the caller to Serve.
+// listening sockets, for the caller to [Server.Serve].
 type TakeoverResult struct {
 	Service   *keys.Service
 	Server    *Server
@@ -33,7 +33,7 @@ type TakeoverResult struct {
 	Keys, Procs, Conns int
 }
 
-// ErrNothingToTakeOver is returned by TakeOver when no daemon answers at
+// ErrNothingToTakeOver is returned by [TakeOver] when no daemon answers at
 // the socket.
 var ErrNothingToTakeOver = errors.New("server: no daemon to take over from")
 
@@ -46,14 +46,14 @@ const maxRecords = 256 << 20
 // TakeOver takes over from the daemon serving the socket at path
 // (handover.go): it receives its listeners, its clients' connections,
 // every key (into a service made with keyOpts) and its records, and
-// serves the connections with a Server configured by cfg. The caller
-// serves the listeners (Serve). The old daemon exits once TakeOver
+// serves the connections with a [Server] configured by cfg. The caller
+// serves the listeners ([Server.Serve]). The old daemon exits once TakeOver
 // returns; if TakeOver fails, the old daemon serves on, untouched.
 func TakeOver(path string, keyOpts []keys.Option, cfg Config) (*TakeoverResult, error) {
 	return takeOver(path, keyOpts, cfg, takeoverFault{})
 }
 
-// ErrVersions is returned by TakeOver when the old daemon's state is of a
+// ErrVersions is returned by [TakeOver] when the old daemon's state is of a
 // later version than this daemon reads.
 var ErrVersions = errors.New("server: the old daemon's state is of a later version than this daemon reads (versions too far apart): not taking over")
 
@@ -166,7 +166,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	return res, nil
 }
 
-// Thaw makes a server again from what Freeze wrote (r) and the
+// Thaw makes a server again from what [Server.Freeze] wrote (r) and the
 // descriptors it returned (fds, taken), serving the connections at once;
 // the caller serves the listening sockets, which it has by other means.
 func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverResult, error) {

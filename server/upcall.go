@@ -17,7 +17,7 @@ import (
 // the authority to construct the key (and with nothing else).
 const HelperEnv = endpoint.HelperEnv
 
-// Helper runs request-key helper programs for a Server: the daemon's
+// Helper runs request-key helper programs for a [Server]: the daemon's
 // equivalent of the kernel calling /sbin/request-key.
 type Helper struct {
 	// Path and Args start the program; the kernel's seven arguments
@@ -37,10 +37,10 @@ type Helper struct {
 	server    *Server
 }
 
-// Upcaller returns the keys.Upcaller that runs h for s. A program that
-// builds its keys.Service before its Server gives the Service a *Helper
-// instead (keys.WithUpcall(h)) and the Server the same one
-// (Config.Helper), which New binds to it.
+// Upcaller returns the [keys.Upcaller] that runs h for s. A program that
+// builds its [keys.Service] before its [Server] gives the Service a
+// [*Helper] instead ([keys.WithUpcall](h)) and the Server the same one
+// ([Config.Helper]), which [New] binds to it.
 func (s *Server) Upcaller(h Helper) keys.Upcaller {
 	h.server = s
 	return &h

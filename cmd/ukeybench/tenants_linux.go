@@ -833,7 +833,7 @@ func costlyAttacker() error {
 }
 
 // spinAttacker asks the daemon to poll for its requests (version 3,
-// client.WithSpin) and sends one every UKEYBENCH_SPIN_EVERY.
+// [client.WithSpin]) and sends one every UKEYBENCH_SPIN_EVERY.
 func spinAttacker() error {
 	c, err := client.Dial(os.Getenv("UKEYS_SOCKET"), client.WithSpin(client.DefaultSpin))
 	if err != nil {

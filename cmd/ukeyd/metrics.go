@@ -16,16 +16,15 @@ import (
 	"github.com/ukeys/ukeys/server"
 )
 
-// The metrics endpoint is served where only its scraper can reach it,
-// and bounded. Open to every local user with no bound (-metrics
-// 127.0.0.1:PORT, with only a header timeout), 20,000 keep-alive
-// connections held every descriptor of the daemon, whose key socket's
-// accept then failed with EMFILE, and pipelined gzip scrapes on four
-// connections took 1.8 processors. Now:
+// The metrics endpoint is served where only its scraper can reach it, and
+// bounded: open to every local user with no bound, keep-alive connections
+// would take every descriptor of the daemon, so that its key socket's
+// accept would fail with EMFILE, and pipelined gzip scrapes would take
+// its processors (TestMetricsEndpointBounded). So:
 //
 //   - `-metrics unix:PATH` serves it on a Unix socket of mode 0600: only
 //     the daemon's user (and root) can connect;
-//   - on TCP, at most server.MetricsConns connections are open at once
+//   - on TCP, at most [server.MetricsConns] connections are open at once
 //     (counted in the daemon's descriptor reserve); one more is closed
 //     as soon as it is accepted;
 //   - every connection has read, write and idle timeouts and a bound on
@@ -45,7 +44,7 @@ const (
 // listenMetrics listens on addr: "unix:PATH" for a Unix socket of mode
 // 0600 (a stale socket left at PATH is replaced, one that answers is
 // not), anything else a TCP address. A TCP listener closes the
-// connections beyond server.MetricsConns.
+// connections beyond [server.MetricsConns].
 func listenMetrics(addr string) (net.Listener, error) {
 	path, ok := strings.CutPrefix(addr, "unix:")
 	if !ok {

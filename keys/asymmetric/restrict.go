@@ -31,7 +31,7 @@ import (
 
 // AddBuiltinTrusted adds a certificate (DER or PEM) to s's
 // .builtin_trusted_keys as a built-in key, owned by root and charged to
-// no one: what the kernel compiles in (keys.Service.AddBuiltinTrustedKey
+// no one: what the kernel compiles in ([keys.Service.AddBuiltinTrustedKey]
 // makes the key). A private key is refused with EINVAL. It returns the
 // key's serial.
 func AddBuiltinTrusted(s *keys.Service, cert []byte) (keys.Serial, error) {

@@ -30,7 +30,7 @@ type sealed struct {
 	acct keys.Account
 }
 
-// PayloadLen is the sealed plaintext's length (keys.Payload.Len).
+// PayloadLen is the sealed plaintext's length ([keys.Payload.Len]).
 func (b *sealed) PayloadLen(int) int { return b.size }
 
 // Wipe forgets the key (so the file's contents can never be opened

@@ -13,7 +13,8 @@ import (
 )
 
 // Metrics are ukeyd's Prometheus collectors; they implement
-// server.Observer. A nil *Metrics records nothing. No label or value ever carries a description or payload.
+// [server.Observer]. A nil *Metrics records nothing. No label or value
+// ever carries a description or payload.
 type Metrics struct {
 	ops     *prometheus.CounterVec
 	latency *prometheus.HistogramVec
@@ -118,8 +119,8 @@ func (m *Metrics) RegisterService(reg prometheus.Registerer, svc *keys.Service) 
 
 // RegisterServer adds gauges read from srv at scrape time: what callers
 // hold of it (client processes, buffered bytes, expensive operations
-// running) beside the bounds, and the big_key files open. Connections
-// are counted by the Observer (ukeyd_connections).
+// running) beside the bounds, and the big_key files open. Connections are
+// counted by the [server.Observer] (ukeyd_connections).
 func (m *Metrics) RegisterServer(reg prometheus.Registerer, srv *server.Server) {
 	gauge := func(name, help string, f func(server.Stats) int) prometheus.Collector {
 		return prometheus.NewGaugeFunc(prometheus.GaugeOpts{Namespace: "ukeyd", Name: name, Help: help},
