@@ -6,6 +6,9 @@
 //	keyprog search DESC           search @u for it
 //	keyprog watch                 watch a keyring through a notification
 //	                              pipe, link a key into it, read the record
+//	keyprog proc DESC [SECONDS]   add a user key DESC to @u, wait, then print
+//	                              /proc/keys, /proc/key-users and maxkeys,
+//	                              set maxkeys to 321 and print it again
 package main
 
 import (
@@ -34,6 +37,9 @@ func main() {
 		_, _, e = unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, userKeyring, cstr("user"), cstr(os.Args[2]), 0, 0)
 	case "watch":
 		watch()
+		return
+	case "proc":
+		proc()
 		return
 	}
 	if e != 0 {
@@ -106,4 +112,28 @@ func watch() {
 		return
 	}
 	fmt.Println("watch link ok")
+}
+
+// proc adds a user key, waits, and prints what the container sees of
+// its keys in /proc: its keys, its key-users, its maxkeys (which it
+// then sets, as its root may, and prints again).
+func proc() {
+	const userKeyring = 0xfffffffc
+	v := []byte("v")
+	if _, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr(os.Args[2]), uintptr(unsafe.Pointer(&v[0])), 1, userKeyring, 0); e != 0 {
+		fmt.Println("add", e)
+		return
+	}
+	if len(os.Args) > 3 {
+		s, _ := strconv.Atoi(os.Args[3])
+		time.Sleep(time.Duration(s) * time.Second)
+	}
+	const maxkeys = "/proc/sys/kernel/keys/maxkeys"
+	for _, p := range []string{"/proc/keys", "/proc/key-users", maxkeys} {
+		b, err := os.ReadFile(p)
+		fmt.Printf("%s: %v\n%s", p, err, b)
+	}
+	err := os.WriteFile(maxkeys, []byte("321\n"), 0)
+	b, _ := os.ReadFile(maxkeys)
+	fmt.Printf("write %s: %v\n%s", maxkeys, err, b)
 }
