@@ -14,7 +14,7 @@ type Namespace struct {
 	Keys *keys.Service
 	// ProcKeys renders /proc/keys for thread tid of the reading process
 	// cred.PID, with the keyrings the namespace keeps for that process
-	// ([server.Server.ProcKeys]).
+	// ([github.com/ukeys/ukeys/server.Server.ProcKeys]).
 	ProcKeys func(cred keys.Cred, tid int) (string, error)
 }
 

@@ -22,7 +22,7 @@ import (
 type Config struct {
 	// Lookup returns the key namespace whose member process pid (in the
 	// daemon's pid namespace) is, or false for none
-	// ([agent.Agent.NamespaceOf]). The process is pinned while it runs.
+	// ([github.com/ukeys/ukeys/agent.Agent.NamespaceOf]). The process is pinned while it runs.
 	Lookup func(pid int) (Namespace, bool)
 	// Host, if set, is what a host process (in the daemon's own pid and
 	// mount namespaces) that is in no key namespace sees: the daemon's
