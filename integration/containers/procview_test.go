@@ -117,6 +117,14 @@ func TestRuncContainersSeeTheirOwnProcKeys(t *testing.T) {
 			t.Errorf("container %s's root setting its maxkeys:\n%s", name, out)
 		}
 	}
+	// Possession counts, as the kernel's: a key only its possessor may
+	// view is seen by the process whose process keyring holds it, and
+	// not by its child, of the same uid in the same container.
+	configure(profile, "possess", "key-of-c")
+	bind()
+	if c := run(id("proc-c")); c != "possess sees it: true <nil>\npeek sees it: false <nil>\n<nil>" {
+		t.Errorf("a possessor-only key in /proc/keys, of its possessor and of its child:\n%s", c)
+	}
 	// The containers' writes were theirs: the daemon's own is as it was.
 	if s, err := cl.Sysctl(); err != nil || !strings.Contains(s, "maxkeys = 200\n") {
 		t.Errorf("the daemon's own tunables after the containers' writes: %v\n%s", err, s)

@@ -9,12 +9,17 @@
 //	keyprog proc DESC [SECONDS]   add a user key DESC to @u, wait, then print
 //	                              /proc/keys, /proc/key-users and maxkeys,
 //	                              set maxkeys to 321 and print it again
+//	keyprog possess DESC          add a user key DESC to @p that only its
+//	                              possessor may view, say whether it and a
+//	                              child of it (keyprog peek) see it in /proc/keys
 package main
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -40,6 +45,9 @@ func main() {
 		return
 	case "proc":
 		proc()
+		return
+	case "possess", "peek":
+		possess()
 		return
 	}
 	if e != 0 {
@@ -136,4 +144,30 @@ func proc() {
 	err := os.WriteFile(maxkeys, []byte("321\n"), 0)
 	b, _ := os.ReadFile(maxkeys)
 	fmt.Printf("write %s: %v\n%s", maxkeys, err, b)
+}
+
+// possess adds a key to its process keyring that only a possessor may
+// view (peek only looks), and says whether it sees the key in
+// /proc/keys; then runs itself as peek, a child, which has no process
+// keyring of its parent's and must not.
+func possess() {
+	desc := os.Args[2]
+	if os.Args[1] == "possess" {
+		const processKeyring = 0xfffffffe
+		v := []byte("v")
+		id, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr(desc), uintptr(unsafe.Pointer(&v[0])), 1, processKeyring, 0)
+		if e == 0 {
+			_, _, e = unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_SETPERM, id, 0x3f000000)
+		}
+		if e != 0 {
+			fmt.Println("add", e)
+			return
+		}
+	}
+	b, err := os.ReadFile("/proc/keys")
+	fmt.Printf("%s sees it: %v %v\n", os.Args[1], strings.Contains(string(b), " "+desc+": "), err)
+	if os.Args[1] == "possess" {
+		out, err := exec.Command(os.Args[0], "peek", desc).CombinedOutput()
+		fmt.Printf("%s%v\n", out, err)
+	}
 }
