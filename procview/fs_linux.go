@@ -3,6 +3,7 @@ package procview
 import (
 	"context"
 	"log/slog"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -34,8 +35,13 @@ type Config struct {
 
 // Server is the files mounted in a directory ([Mount]).
 type Server struct {
-	srv  *fuse.Server
-	dir  string
+	srv *fuse.Server
+	dir string
+	// ino is the mount's root's inode number, drawn at random: a later
+	// Mount at dir (a new daemon's) detaches this one, and Close must
+	// then leave dir's alone. (The device number is no identity: a
+	// detached mount's is free for the next.)
+	ino  uint64
 	once sync.Once
 	err  error
 }
@@ -48,7 +54,9 @@ func Mount(dir string, cfg Config) (*Server, error) {
 	detachStale(dir)
 	v := newView(cfg)
 	root := &dirNode{build: v.tree}
+	ino := rand.Uint64() | 1<<63
 	srv, err := fs.Mount(dir, root, &fs.Options{
+		RootStableAttr: &fs.StableAttr{Ino: ino},
 		MountOptions: fuse.MountOptions{
 			AllowOther:        true,
 			DirectMount:       true,
@@ -61,7 +69,7 @@ func Mount(dir string, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Server{srv: srv, dir: dir}, nil
+	return &Server{srv: srv, dir: dir, ino: ino}, nil
 }
 
 // detachStale detaches the files a daemon before this one mounted at
@@ -113,9 +121,15 @@ func (s *Server) Dir() string { return s.dir }
 
 // Close unmounts the files (lazily, where a reader holds one open or a
 // container's bind mount holds the mount: those then read ENOTCONN) and
-// waits until they are no longer served.
+// waits until they are no longer served. Files another Mount has
+// detached since (a new daemon's, at a hand-over) are left as they are:
+// dir is the new one's, and these end with the process.
 func (s *Server) Close() error {
 	s.once.Do(func() {
+		var st syscall.Stat_t
+		if err := syscall.Stat(s.dir, &st); err != nil || st.Ino != s.ino {
+			return
+		}
 		if s.err = s.srv.Unmount(); s.err != nil {
 			// Busy: detached now, gone when the last user lets go.
 			if err := syscall.Unmount(s.dir, syscall.MNT_DETACH); err == nil {

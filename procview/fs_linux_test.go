@@ -39,7 +39,7 @@ func store(t *testing.T, desc string, maxkeys int) Namespace {
 
 // mount mounts the files with cfg in a directory every user may
 // reach, or skips the test where FUSE or root is missing.
-func mount(t *testing.T, cfg Config) string {
+func mount(t *testing.T, cfg Config) (string, *Server) {
 	t.Helper()
 	ukeystest.NeedRoot(t, "mounting a FUSE file system")
 	if _, err := os.Stat("/dev/fuse"); err != nil {
@@ -60,7 +60,7 @@ func mount(t *testing.T, cfg Config) string {
 			t.Error(err)
 		}
 	})
-	return dir
+	return dir, s
 }
 
 // readers maps the pids of the test's readers to their namespaces.
@@ -120,7 +120,7 @@ func (r *readers) read(t *testing.T, ns *Namespace, attr *syscall.SysProcAttr, s
 func TestFilesAnswerEachReaderFromItsNamespace(t *testing.T) {
 	a, b, host := store(t, "key-of-a", 111), store(t, "key-of-b", 222), store(t, "key-of-host", 333)
 	rs := &readers{ns: map[int]Namespace{}}
-	dir := mount(t, Config{Lookup: rs.lookup, Host: &host})
+	dir, _ := mount(t, Config{Lookup: rs.lookup, Host: &host})
 	f := func(name string) string { return filepath.Join(dir, name) }
 	maxkeys := f("sys/kernel/keys/maxkeys")
 
@@ -224,5 +224,40 @@ func TestResolveWhoReads(t *testing.T) {
 	}
 	if _, _, errno := gone.resolve(child.Process.Pid); !errors.Is(errno, syscall.ENOENT) {
 		t.Errorf("a pid no process has: %v", errno)
+	}
+}
+
+// A second Mount at the same directory (a new daemon's, at a hand-over)
+// takes the directory from the first, and the first's Close leaves the
+// second's mounted.
+func TestMountTakesTheDirectoryOver(t *testing.T) {
+	a, b := store(t, "key-of-the-old", 1), store(t, "key-of-the-new", 2)
+	none := func(int) (Namespace, bool) { return Namespace{}, false }
+	dir, first := mount(t, Config{Lookup: none, Host: &a})
+	second, err := Mount(dir, Config{Lookup: none, Host: &b})
+	if err != nil {
+		t.Fatal(err)
+	}
+	read := func() string {
+		got, err := os.ReadFile(filepath.Join(dir, "keys"))
+		if err != nil {
+			return err.Error()
+		}
+		return string(got)
+	}
+	if got := read(); !strings.Contains(got, "key-of-the-new") {
+		t.Fatalf("after the second mount: %q", got)
+	}
+	if err := first.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); !strings.Contains(got, "key-of-the-new") {
+		t.Errorf("the first closed: %q", got)
+	}
+	if err := second.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if got := read(); !strings.Contains(got, "no such file") {
+		t.Errorf("both closed, the directory still shows: %q", got)
 	}
 }
