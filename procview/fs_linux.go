@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/hanwen/go-fuse/v2/fs"
 	"github.com/hanwen/go-fuse/v2/fuse"
@@ -55,8 +56,13 @@ func Mount(dir string, cfg Config) (*Server, error) {
 	v := newView(cfg)
 	root := &dirNode{build: v.tree}
 	ino := rand.Uint64() | 1<<63
+	// The names and attributes never change (only what an open reads
+	// does): the kernel may keep them, and a path costs no lookup.
+	forever := time.Hour
 	srv, err := fs.Mount(dir, root, &fs.Options{
 		RootStableAttr: &fs.StableAttr{Ino: ino},
+		EntryTimeout:   &forever,
+		AttrTimeout:    &forever,
 		MountOptions: fuse.MountOptions{
 			AllowOther:        true,
 			DirectMount:       true,
