@@ -543,6 +543,27 @@ func (a *Agent) Containers() []string {
 	return ids
 }
 
+// NamespaceOf returns the key namespace whose container holds process
+// pid (in the daemon's pid namespace): its [keys.Service] and
+// [server.Server], or false for a process of no container the agent
+// serves. A namespace whose container's init has exited holds nobody:
+// the namespaces that identify it may be another's by now. pid is only
+// a name: the caller keeps a handle of the process (a pidfd) across the
+// call and trusts the answer only if the process still lives after it
+// (package procview does).
+func (a *Agent) NamespaceOf(pid int) (*keys.Service, *server.Server, bool) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	// Under a.mu: a namespace leaves the map before its init's handle
+	// is closed (leave).
+	for _, ns := range a.nss {
+		if ns.who.Holds(pid) && !ns.init.Exited() {
+			return ns.svc, ns.srv, true
+		}
+	}
+	return nil, nil, false
+}
+
 // Shutdown stops accepting runtimes, stops serving every container (their
 // pending calls fail), destroys their keys, and waits.
 func (a *Agent) Shutdown(ctx context.Context) error {

@@ -12,7 +12,15 @@ import (
 // ProcKeys renders the keys the caller may view in the format of the
 // kernel's /proc/keys, in ascending serial order. Possession is tested
 // only for keys whose possessor bits grant [View], as the kernel does.
-func (c *Caller) ProcKeys() string {
+func (c *Caller) ProcKeys() string { return c.procKeys(c.cr()) }
+
+// ProcKeysAs is [Caller.ProcKeys] for a reader with credentials cred and c's
+// keyrings: a process reading /proc/keys is checked with the
+// credentials it has at the moment (the kernel's file's f_cred), which
+// may be newer than those its last key call left on c.
+func (c *Caller) ProcKeysAs(cred Cred) string { return c.procKeys(&cred) }
+
+func (c *Caller) procKeys(cr *Cred) string {
 	var b strings.Builder
 	for _, k := range c.s.sortedKeys() {
 		if !k.tryGet() {
@@ -23,7 +31,7 @@ func (c *Caller) ProcKeys() string {
 		if perm&(View<<PossessorShift) != 0 {
 			possessed = c.possesses(k)
 		}
-		if permitted(k, c.cr(), possessed, View) {
+		if permitted(k, cr, possessed, View) {
 			c.s.procLine(&b, k, 1)
 		}
 		k.put()

@@ -27,6 +27,7 @@ import (
 	"github.com/ukeys/ukeys/internal/endpoint"
 	"github.com/ukeys/ukeys/internal/procs"
 	"github.com/ukeys/ukeys/keys"
+	"github.com/ukeys/ukeys/procview"
 	"github.com/ukeys/ukeys/server"
 	"github.com/ukeys/ukeys/server/metrics"
 )
@@ -60,6 +61,7 @@ func run(args []string) int {
 	helperIntercept := fs.Bool("request-key-intercept", envBool("UKEYD_REQUEST_KEY_INTERCEPT", true), "run the request-key helper under ukeyctl run, so that its own key system calls (the stock /sbin/request-key, request-key.conf's keyctl lines) act on ukeys with the upcall's authority, where seccomp user notification is to be had (env UKEYD_REQUEST_KEY_INTERCEPT)")
 	trustedDir := fs.String("trusted-certs", envOr("UKEYD_TRUSTED_CERTS", ""), "directory of X.509 certificates (DER or PEM, *.der, *.crt, *.pem) loaded at start into .builtin_trusted_keys, which the asymmetric restrictions builtin_trusted and builtin_and_secondary_trusted trust (env UKEYD_TRUSTED_CERTS; empty: none)")
 	agentPath := fs.String("seccomp-agent", envOr("UKEYD_SECCOMP_AGENT", ""), "also serve container runtimes as an OCI seccomp agent on this Unix socket (linux.seccomp.listenerPath), each container a key namespace of its own (env UKEYD_SECCOMP_AGENT)")
+	procDir := fs.String("proc-dir", envOr("UKEYD_PROC_DIR", ""), "serve a key namespace's own /proc/keys, /proc/key-users and /proc/sys/kernel/keys/* through FUSE in this directory, for containers to bind over the kernel's: each reader sees its container's keys (the seccomp agent's), a host process the daemon's; unmounted on exit, and left to the new daemon at a hand-over (env UKEYD_PROC_DIR)")
 	takeover := fs.Bool("takeover", envBool("UKEYD_TAKEOVER", false), "take over from the ukeyd serving -socket (an upgrade): its listening socket, its clients' connections, every key, session and process record, with no client refused; it exits once this one serves, and serves on if this one fails (env UKEYD_TAKEOVER)")
 	fdstoreState := fs.Bool("fdstore-state", envBool("UKEYD_FDSTORE_STATE", false), "under systemd, on SIGTERM keep every key, record and connection in systemd's file-descriptor store (a sealed memfd beside the descriptors; FileDescriptorStoreMax must hold them), so that a restart loses nothing; the next daemon takes them back (env UKEYD_FDSTORE_STATE)")
 	detach := fs.Bool("detach", false, "with -takeover: start the new daemon in the background and exit once it has taken over (0) or failed (1), as systemd's ExecReload needs")
@@ -312,6 +314,19 @@ func run(args []string) int {
 		log.Info("ukeyd: seccomp agent for container runtimes", "socket", *agentPath)
 	}
 
+	// The /proc files are unmounted when the daemon stops; at a
+	// hand-over the new daemon has put its own in their place
+	// (procview.Mount), and these go with this process.
+	var pv *procview.Server
+	if *procDir != "" {
+		if pv, err = mountProcFiles(*procDir, ag, svc, srv, log); err != nil {
+			log.Error("ukeyd: cannot mount the /proc files", "dir", *procDir, "err", err)
+			ln.Close()
+			return 1
+		}
+		log.Info("ukeyd: the /proc files of key namespaces", "dir", *procDir)
+	}
+
 	sigs := make(chan os.Signal, 4)
 	signal.Notify(sigs, syscall.SIGTERM, syscall.SIGINT, syscall.SIGHUP)
 	served := make(chan error, len(lns))
@@ -370,6 +385,9 @@ func run(args []string) int {
 				}
 			}
 			log.Info("ukeyd: stopping", "signal", sig.String())
+			if pv != nil {
+				pv.Close()
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			err := srv.Shutdown(ctx)
 			if ag != nil {

@@ -72,16 +72,17 @@ func ukeyd(t *testing.T) string {
 	return bin.path
 }
 
-// agentDaemon starts ukeyd with its seccomp agent in a directory of the
-// test's own, waits until it serves, and returns the directory and the
-// agent's socket. The daemon is killed when the test ends.
-func agentDaemon(t *testing.T) (dir, agent string) {
+// agentDaemon starts ukeyd with its seccomp agent (and flags extra) in a
+// directory of the test's own, waits until it serves, and returns the
+// directory and the agent's socket. The daemon is killed when the test
+// ends.
+func agentDaemon(t *testing.T, extra ...string) (dir, agent string) {
 	t.Helper()
 	dir = t.TempDir()
 	agent = filepath.Join(dir, "agent.sock")
 	socket := filepath.Join(dir, "run", "ukeyd.sock")
-	cmd := exec.Command(ukeyd(t), "-socket", socket, "-request-key", "", "-metrics", "127.0.0.1:0",
-		"-log-level", "debug", "-seccomp-agent", agent)
+	cmd := exec.Command(ukeyd(t), append([]string{"-socket", socket, "-request-key", "", "-metrics", "127.0.0.1:0",
+		"-log-level", "debug", "-seccomp-agent", agent}, extra...)...)
 	stderr := &testutil.Buffer{}
 	cmd.Stderr = stderr
 	if err := cmd.Start(); err != nil {

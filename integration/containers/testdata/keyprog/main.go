@@ -6,12 +6,20 @@
 //	keyprog search DESC           search @u for it
 //	keyprog watch                 watch a keyring through a notification
 //	                              pipe, link a key into it, read the record
+//	keyprog proc DESC [SECONDS]   add a user key DESC to @u, wait, then print
+//	                              /proc/keys, /proc/key-users and maxkeys,
+//	                              set maxkeys to 321 and print it again
+//	keyprog possess DESC          add a user key DESC to @p that only its
+//	                              possessor may view, say whether it and a
+//	                              child of it (keyprog peek) see it in /proc/keys
 package main
 
 import (
 	"fmt"
 	"os"
+	"os/exec"
 	"strconv"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -34,6 +42,12 @@ func main() {
 		_, _, e = unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, userKeyring, cstr("user"), cstr(os.Args[2]), 0, 0)
 	case "watch":
 		watch()
+		return
+	case "proc":
+		proc()
+		return
+	case "possess", "peek":
+		possess()
 		return
 	}
 	if e != 0 {
@@ -106,4 +120,54 @@ func watch() {
 		return
 	}
 	fmt.Println("watch link ok")
+}
+
+// proc adds a user key, waits, and prints what the container sees of
+// its keys in /proc: its keys, its key-users, its maxkeys (which it
+// then sets, as its root may, and prints again).
+func proc() {
+	const userKeyring = 0xfffffffc
+	v := []byte("v")
+	if _, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr(os.Args[2]), uintptr(unsafe.Pointer(&v[0])), 1, userKeyring, 0); e != 0 {
+		fmt.Println("add", e)
+		return
+	}
+	if len(os.Args) > 3 {
+		s, _ := strconv.Atoi(os.Args[3])
+		time.Sleep(time.Duration(s) * time.Second)
+	}
+	const maxkeys = "/proc/sys/kernel/keys/maxkeys"
+	for _, p := range []string{"/proc/keys", "/proc/key-users", maxkeys} {
+		b, err := os.ReadFile(p)
+		fmt.Printf("%s: %v\n%s", p, err, b)
+	}
+	err := os.WriteFile(maxkeys, []byte("321\n"), 0)
+	b, _ := os.ReadFile(maxkeys)
+	fmt.Printf("write %s: %v\n%s", maxkeys, err, b)
+}
+
+// possess adds a key to its process keyring that only a possessor may
+// view (peek only looks), and says whether it sees the key in
+// /proc/keys; then runs itself as peek, a child, which has no process
+// keyring of its parent's and must not.
+func possess() {
+	desc := os.Args[2]
+	if os.Args[1] == "possess" {
+		const processKeyring = 0xfffffffe
+		v := []byte("v")
+		id, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr(desc), uintptr(unsafe.Pointer(&v[0])), 1, processKeyring, 0)
+		if e == 0 {
+			_, _, e = unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_SETPERM, id, 0x3f000000)
+		}
+		if e != 0 {
+			fmt.Println("add", e)
+			return
+		}
+	}
+	b, err := os.ReadFile("/proc/keys")
+	fmt.Printf("%s sees it: %v %v\n", os.Args[1], strings.Contains(string(b), " "+desc+": "), err)
+	if os.Args[1] == "possess" {
+		out, err := exec.Command(os.Args[0], "peek", desc).CombinedOutput()
+		fmt.Printf("%s%v\n", out, err)
+	}
 }

@@ -1,0 +1,115 @@
+package procview
+
+import (
+	"errors"
+	"strconv"
+	"time"
+
+	"github.com/ukeys/ukeys/keys"
+)
+
+// Namespace is one key namespace as the files show it.
+type Namespace struct {
+	// Keys is the namespace's store: its key-users and its tunables.
+	Keys *keys.Service
+	// ProcKeys renders /proc/keys for thread tid of the reading process
+	// cred.PID, with the keyrings the namespace keeps for that process
+	// ([github.com/ukeys/ukeys/server.Server.ProcKeys]).
+	ProcKeys func(cred keys.Cred, tid int) (string, error)
+}
+
+// Sysctls are the files of /proc/sys/kernel/keys that keyctl and
+// keyutils read, in the kernel's order.
+var Sysctls = []string{"gc_delay", "maxbytes", "maxkeys", "persistent_keyring_expiry", "root_maxbytes", "root_maxkeys"}
+
+// SysctlValue returns tunable name of t as its file shows it.
+func SysctlValue(t keys.Tunables, name string) (int64, bool) {
+	switch name {
+	case "gc_delay":
+		return int64(t.GCDelay / time.Second), true
+	case "maxkeys":
+		return int64(t.MaxKeys), true
+	case "maxbytes":
+		return int64(t.MaxBytes), true
+	case "root_maxkeys":
+		return int64(t.RootMaxKeys), true
+	case "root_maxbytes":
+		return int64(t.RootMaxBytes), true
+	case "persistent_keyring_expiry":
+		return int64(t.PersistentExpiry / time.Second), true
+	}
+	return 0, false
+}
+
+// SysctlText is the content of sysctl name's file: the value and a
+// newline, as the kernel's proc_dointvec prints it.
+func SysctlText(t keys.Tunables, name string) (string, bool) {
+	v, ok := SysctlValue(t, name)
+	if !ok {
+		return "", false
+	}
+	return strconv.FormatInt(v, 10) + "\n", true
+}
+
+// SetSysctl sets tunable name of svc to v; out of range fails EINVAL
+// ([keys.Service.SetTunables]).
+func SetSysctl(svc *keys.Service, name string, v int64) error {
+	t := svc.Tunables()
+	const intMax = 1<<31 - 1
+	if v < -intMax-1 || v > intMax {
+		return keys.EINVAL
+	}
+	switch name {
+	case "gc_delay":
+		t.GCDelay = time.Duration(v) * time.Second
+	case "maxkeys":
+		t.MaxKeys = int(v)
+	case "maxbytes":
+		t.MaxBytes = int(v)
+	case "root_maxkeys":
+		t.RootMaxKeys = int(v)
+	case "root_maxbytes":
+		t.RootMaxBytes = int(v)
+	case "persistent_keyring_expiry":
+		t.PersistentExpiry = time.Duration(v) * time.Second
+	default:
+		return keys.ENOENT
+	}
+	return svc.SetTunables(t)
+}
+
+var errNotInt = errors.New("not one decimal integer")
+
+// ParseInt parses what a writer wrote to a sysctl file as the kernel's
+// proc_dointvec does for a file of one int: blanks around it, an
+// optional minus, decimal digits, and nothing else.
+func ParseInt(b []byte) (int64, error) {
+	blank := func(c byte) bool { return c == ' ' || c == '\t' || c == '\n' || c == '\v' || c == '\f' || c == '\r' }
+	for len(b) > 0 && blank(b[0]) {
+		b = b[1:]
+	}
+	for len(b) > 0 && blank(b[len(b)-1]) {
+		b = b[:len(b)-1]
+	}
+	neg := len(b) > 0 && b[0] == '-'
+	if neg {
+		b = b[1:]
+	}
+	if len(b) == 0 || len(b) > 20 {
+		return 0, errNotInt
+	}
+	var v int64
+	for _, c := range b {
+		if c < '0' || c > '9' {
+			return 0, errNotInt
+		}
+		if v > (1<<62)/5 {
+			return 0, errNotInt
+		}
+		v = v*10 + int64(c-'0')
+	}
+	if neg {
+		v = -v
+	}
+	return v, nil
+}
