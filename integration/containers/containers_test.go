@@ -77,6 +77,13 @@ func ukeyd(t *testing.T) string {
 // agent's socket. The daemon is killed when the test ends.
 func agentDaemon(t *testing.T) (dir, agent string) {
 	t.Helper()
+	dir, agent, _ = agentDaemonLog(t)
+	return dir, agent
+}
+
+// agentDaemonLog is agentDaemon, and returns the daemon's log too.
+func agentDaemonLog(t *testing.T) (dir, agent string, log *testutil.Buffer) {
+	t.Helper()
 	dir = t.TempDir()
 	agent = filepath.Join(dir, "agent.sock")
 	socket := filepath.Join(dir, "run", "ukeyd.sock")
@@ -108,7 +115,7 @@ func agentDaemon(t *testing.T) (dir, agent string) {
 		_, err = cl.Status()
 		return err == nil
 	})
-	return dir, agent
+	return dir, agent, stderr
 }
 
 // notifyKeyCalls is a config.json seccomp section that hands the key

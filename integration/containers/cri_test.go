@@ -23,16 +23,26 @@ import (
 // (crictl speaks the CRI as the kubelet does): a pod sandbox from a
 // locally made pause image, containers with a localhost seccomp profile
 // that names ukeyd's agent (made by ukeyctl seccomp-profile from
-// podman's default where it is installed). Each pod's containers add
-// and find their own keys, see none of another pod's, and the kernel's
-// keyrings gain nothing.
+// podman's default where it is installed). A pod is a key namespace: a
+// key its sidecar adds its main container finds, and so does a
+// container started once the sidecar has exited while the main one
+// runs; a container of another pod does not, nor one of the same pod
+// whose profile asks for a namespace of its own (ukeys:per-container);
+// once the pod's last container has exited its keys are gone. The
+// kernel's keyrings gain nothing.
 func TestCRIPods(t *testing.T) {
 	cri := startCRI(t)
 	a := cri.runPod("a")
 	b := cri.runPod("b")
 
-	ca := cri.start(a, "adder", "add", "cri-shared", "3")
+	ca := cri.start(a, "sidecar", "add", "cri-shared", "5")
 	cri.waitFor(ca, "add ok\n")
+	main := cri.start(a, "main", "search", "cri-shared", "12")
+	cri.waitFor(main, "search ok\n")
+	own := cri.startWith(a, cri.perContainer, "own", "search", "cri-shared")
+	if got := cri.wait(own); got != "search required key not available\n" {
+		t.Errorf("a container of pod a with a key namespace of its own found the pod's key: %q", got)
+	}
 	// runc joins a new kernel session keyring, _ses.<id>, for every
 	// container it starts (the sandboxes' pause too), unless told not to:
 	// that is the quota a node runs out of. Containers whose key calls
@@ -45,7 +55,30 @@ func TestCRIPods(t *testing.T) {
 		t.Errorf("a container of pod b found pod a's key: %q", got)
 	}
 	if got := cri.wait(ca); got != "add ok\nsearch ok\n" {
-		t.Errorf("pod a's container: %q", got)
+		t.Errorf("pod a's sidecar: %q", got)
+	}
+	// The sidecar has exited, the main container runs: the pod's keys
+	// stay.
+	late := cri.start(a, "late", "search", "cri-shared")
+	if got := cri.wait(late); got != "search ok\n" {
+		t.Errorf("a container of pod a started once its sidecar had exited: %q", got)
+	}
+	if got := cri.wait(main); got != "search ok\nsearch ok\n" {
+		t.Errorf("pod a's main container: %q", got)
+	}
+	// The pod's last container has exited (its sandbox's pause is not
+	// served): its keys go, and a container started then has none.
+	testutil.Eventually(t, "pod a's keys to go", func() bool {
+		for _, l := range strings.Split(cri.log.String(), "\n") {
+			if strings.Contains(l, "pod's last process has exited; its keys are gone") && strings.Contains(l, "pod="+a.id) {
+				return true
+			}
+		}
+		return false
+	})
+	again := cri.start(a, "again", "search", "cri-shared")
+	if got := cri.wait(again); got != "search required key not available\n" {
+		t.Errorf("a container of pod a once its keys had gone: %q", got)
 	}
 	if pk, err := os.ReadFile("/proc/keys"); err == nil && strings.Contains(string(pk), "cri-shared") {
 		t.Errorf("the kernel holds the pods' key:\n%s", pk)
@@ -63,6 +96,10 @@ type criRig struct {
 	crictl  string
 	sock    string
 	profile string
+	// perContainer is the profile with ukeys:per-container in its
+	// listenerMetadata; log the daemon's log.
+	perContainer string
+	log          *testutil.Buffer
 }
 
 // startCRI starts the rig, or skips the test where root, containerd,
@@ -85,8 +122,8 @@ func startCRI(t *testing.T) *criRig {
 		}
 		paths[cmd] = p
 	}
-	dir, agent := agentDaemon(t)
-	r := &criRig{t: t, dir: dir, crictl: paths["crictl"], sock: filepath.Join(dir, "containerd.sock")}
+	dir, agent, ukeydLog := agentDaemonLog(t)
+	r := &criRig{t: t, dir: dir, crictl: paths["crictl"], sock: filepath.Join(dir, "containerd.sock"), log: ukeydLog}
 
 	// The images: a pause program for the sandboxes and keyprog for the
 	// containers, each one static binary in a docker-archive that ctr
@@ -115,6 +152,16 @@ func startCRI(t *testing.T) *criRig {
 	if err := os.WriteFile(r.profile, profile, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The same, with the word that asks for a container's own key
+	// namespace, as docs/containers.md makes it.
+	var fields map[string]any
+	if err := json.Unmarshal(profile, &fields); err != nil {
+		t.Fatal(err)
+	}
+	meta, _ := fields["listenerMetadata"].(string)
+	fields["listenerMetadata"] = strings.TrimSpace(meta + " ukeys:per-container")
+	r.perContainer = filepath.Join(dir, "profile-per-container.json")
+	r.writeJSON(r.perContainer, fields)
 
 	config := filepath.Join(dir, "containerd.toml")
 	if err := os.WriteFile(config, []byte(criConfig(dir, r.sock)), 0o644); err != nil {
@@ -292,6 +339,12 @@ func (r *criRig) runPod(name string) criPod {
 // keyprog with args under the rig's profile, and returns its id.
 func (r *criRig) start(pod criPod, name string, args ...string) string {
 	r.t.Helper()
+	return r.startWith(pod, r.profile, name, args...)
+}
+
+// startWith is start with the seccomp profile at profile.
+func (r *criRig) startWith(pod criPod, profile, name string, args ...string) string {
+	r.t.Helper()
 	config := filepath.Join(r.dir, "container-"+pod.id[:12]+"-"+name+".json")
 	r.writeJSON(config, map[string]any{
 		"metadata": map[string]any{"name": name},
@@ -299,7 +352,7 @@ func (r *criRig) start(pod criPod, name string, args ...string) string {
 		"args":     args,
 		"log_path": name + ".log",
 		"linux": map[string]any{"security_context": map[string]any{
-			"seccomp": map[string]any{"profile_type": 2, "localhost_ref": r.profile}}},
+			"seccomp": map[string]any{"profile_type": 2, "localhost_ref": profile}}},
 	})
 	id := r.must("create", pod.id, config, pod.config)
 	r.must("start", id)
