@@ -20,24 +20,3 @@ func (Identity) Holds(int) bool { return false }
 func Of(pid, initPid int) (process.Handle, Identity, bool, error) {
 	return process.Handle{}, Identity{}, false, errors.New("containers are told apart only on Linux")
 }
-
-// Pod is what the containers of one pod share: on Linux, their IPC and
-// network namespaces. Elsewhere no container is admitted.
-type Pod struct{}
-
-// PodOf: pods are told apart only on Linux.
-func PodOf(*process.Handle) (Pod, error) {
-	return Pod{}, errors.New("pods are told apart only on Linux")
-}
-
-// Shared: no pod shares anything here.
-func (Pod) Shared() bool { return false }
-
-// Same: no pod is another's here.
-func (Pod) Same(Pod) bool { return false }
-
-// Close: nothing is held.
-func (*Pod) Close() {}
-
-// HoldsAny: no process is a container's here.
-func HoldsAny([]Identity, int) bool { return false }
