@@ -515,7 +515,10 @@ func (a *Agent) handle(uc *net.UnixConn, cred peer.Cred, v verdict) {
 // A pod's namespace is bound to the IPC and network namespaces of the
 // container that made it ([container.Pod]), held open while it lives;
 // a container naming its sandbox from others is refused, whoever hands
-// it in: the sandbox id is only a name in the state.
+// it in: the sandbox id is only a name in the state. An unread runtime
+// may hand in a container whose pid namespace is already a container's
+// of the pod it joins (the pod's containers share their pids), whose
+// processes that namespace serves already.
 func (a *Agent) join(id string, who container.Identity, init process.Handle, unread, hostMade bool, sandbox string, pod container.Pod) (*member, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
@@ -528,6 +531,12 @@ func (a *Agent) join(id string, who container.Identity, init process.Handle, unr
 		return refuse("")
 	}
 	m := a.ctrs[id]
+	// The pod's namespace the container would join, if its sandbox's
+	// is bound to the container's IPC and network namespaces.
+	var inPod *namespace
+	if ns := a.pods[sandbox]; sandbox != "" && ns != nil && ns.bind.Same(pod) {
+		inPod = ns
+	}
 	if unread {
 		why := ""
 		switch {
@@ -536,8 +545,12 @@ func (a *Agent) join(id string, who container.Identity, init process.Handle, unr
 		case m != nil && !m.init.Exited():
 			why = "a runtime gone before it could be read, handing a listener under a live container's id"
 		default:
+			// A pod's containers may share a pid namespace
+			// (shareProcessNamespace): one that is already a
+			// container's of the pod the container joins gives
+			// nothing its processes do not have.
 			for _, other := range a.ctrs {
-				if other.who == who {
+				if other.who == who && (inPod == nil || other.ns != inPod) {
 					why = "a runtime gone before it could be read, handing a namespace that is already a container's"
 					break
 				}

@@ -45,7 +45,8 @@ func init() {
 // own program under a filter of its own (agentChild: UKEYS_TEST_OP,
 // UKEYS_TEST_DESC), in the daemon's namespaces or, as UKEYS_TEST_NS
 // says, in new pid and mount namespaces ("pid") or those in a user
-// namespace of its own too ("userpid"), hands the program's listener to
+// namespace of its own too ("userpid"), or in those of process PID
+// ("enter:PID"), hands the program's listener to
 // the agent at UKEYS_AGENT in a state naming container UKEYS_TEST_ID and
 // process UKEYS_TEST_NAME (or its program), from a child that exits at
 // once (agentSendChild), says "sent" once that child has been reaped
@@ -61,10 +62,15 @@ func agentForgerChild() {
 	prog := exec.Command(os.Args[0], "-test.run=^$")
 	prog.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent")
 	prog.ExtraFiles = []*os.File{theirs}
-	switch os.Getenv("UKEYS_TEST_NS") {
-	case "pid":
+	switch ns := os.Getenv("UKEYS_TEST_NS"); {
+	case strings.HasPrefix(ns, "enter:"):
+		// In the pid, mount, IPC and network namespaces of that
+		// process (its pid namespace's child of nsenter).
+		prog.Args = append([]string{"nsenter", "-t", strings.TrimPrefix(ns, "enter:"), "-p", "-m", "-i", "-n"}, prog.Args...)
+		prog.Path, _ = exec.LookPath("nsenter")
+	case ns == "pid":
 		prog.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
-	case "userpid":
+	case ns == "userpid":
 		// No uid mapped in it: mapping uid 0 needs CAP_SETFCAP.
 		prog.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
 	}
@@ -113,13 +119,17 @@ func agentForgerChild() {
 }
 
 // agentSendChild connects to the agent at UKEYS_AGENT and sends a state
-// naming container UKEYS_TEST_ID and process UKEYS_TEST_PID, with the
-// listener it was given (fd 3), and exits.
+// naming container UKEYS_TEST_ID (in pod sandbox UKEYS_TEST_SANDBOX, if
+// set) and process UKEYS_TEST_PID, with the listener it was given (fd 3),
+// and exits.
 func agentSendChild() {
 	pid, _ := strconv.Atoi(os.Getenv("UKEYS_TEST_PID"))
 	var st agent.ContainerProcessState
 	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, pid
 	st.State.ID, st.State.Status, st.State.Pid = os.Getenv("UKEYS_TEST_ID"), "creating", pid
+	if pod := os.Getenv("UKEYS_TEST_SANDBOX"); pod != "" {
+		st.State.Annotations = criPod(pod, false)
+	}
 	msg, _ := json.Marshal(st)
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: os.Getenv("UKEYS_AGENT"), Net: "unix"})
 	if err != nil {
@@ -562,6 +572,7 @@ type forgery struct {
 	id      string // the container its state names
 	name    int    // the process its state names (0: its program)
 	zombie  bool   // its sending child exited, not yet reaped, when the agent accepts
+	sandbox string // the pod sandbox its state's annotations name
 	op      string // what its program does (agentChild)
 	desc    string
 }
@@ -589,13 +600,16 @@ func forge(t *testing.T, a *agent.Agent, dir, bin string, f forgery) string {
 	} else {
 		cmd = exec.Command(bin, "-test.run=^$")
 	}
-	cmd.Env = []string{"GORACE=atexit_sleep_ms=0", "UKEYS_TEST_CHILD=agent-forger", "UKEYS_AGENT=" + late, "UKEYS_TEST_ID=" + f.id,
+	cmd.Env = []string{"GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH"), "UKEYS_TEST_CHILD=agent-forger", "UKEYS_AGENT=" + late, "UKEYS_TEST_ID=" + f.id,
 		"UKEYS_TEST_NS=" + f.ns, "UKEYS_TEST_OP=" + f.op, "UKEYS_TEST_DESC=" + f.desc}
 	if f.name != 0 {
 		cmd.Env = append(cmd.Env, "UKEYS_TEST_NAME="+strconv.Itoa(f.name))
 	}
 	if f.zombie {
 		cmd.Env = append(cmd.Env, "UKEYS_TEST_ZOMBIE=1")
+	}
+	if f.sandbox != "" {
+		cmd.Env = append(cmd.Env, "UKEYS_TEST_SANDBOX="+f.sandbox)
 	}
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -915,4 +929,45 @@ func TestAgentPodIsAKeyNamespace(t *testing.T) {
 	sb.exit()
 	b1.exit()
 	testutil.Eventually(t, "every pod's keys to go", func() bool { return len(a.Pods()) == 0 && len(a.Containers()) == 0 })
+}
+
+// A pod's containers may share one pid namespace (shareProcessNamespace):
+// a runtime gone before it could be read that hands in such a container
+// of pod a is served from pod a's namespace, though its pid namespace is
+// already a container's. The same container handed in as no pod's, or as
+// pod b's, is refused: a pid namespace is bound once, and pod b's
+// sandbox to pod b's namespaces.
+func TestAgentPodSharesItsPids(t *testing.T) {
+	ukeystest.NeedRoot(t, "to give pods namespaces of their own")
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Skip("needs nsenter (util-linux)")
+	}
+	dir := t.TempDir()
+	a, sock := agentTest(t, dir, agent.Config{})
+	sa := startInContainer(t, sock, "pod-a", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-a", true)})
+	if got := sa.result(t); got != "required key not available" {
+		t.Fatalf("pod a's sandbox: %s", got)
+	}
+	side := startInContainer(t, sock, "a-side", "add", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false)})
+	if got := side.result(t); got != "ok" {
+		t.Fatalf("pod a's sidecar: %s", got)
+	}
+	sb := startInContainer(t, sock, "pod-b", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-b", true)})
+	if got := sb.result(t); got != "required key not available" {
+		t.Fatalf("pod b's sandbox: %s", got)
+	}
+	enter := "enter:" + strconv.Itoa(side.init)
+	for _, c := range []struct {
+		sandbox, want string
+	}{
+		{"pod-a", "ok"},
+		{"", "function not implemented"},
+		{"pod-b", "function not implemented"},
+	} {
+		f := forgery{id: "a-main-" + c.sandbox, ns: enter, name: side.init, sandbox: c.sandbox, op: "search", desc: "ticket"}
+		if got := forge(t, a, dir, os.Args[0], f); got != c.want {
+			t.Fatalf("a runtime gone before it was read, handing a container in pod a's sidecar's pid namespace as pod %q's: %s, want %s",
+				c.sandbox, got, c.want)
+		}
+	}
 }
