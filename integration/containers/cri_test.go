@@ -28,8 +28,9 @@ import (
 // container started once the sidecar has exited while the main one
 // runs; a container of another pod does not, nor one of the same pod
 // whose profile asks for a namespace of its own (ukeys:per-container);
-// once the pod's last container has exited its keys are gone. The
-// kernel's keyrings gain nothing.
+// once the pod's last container has exited its keys are gone, unless
+// the pod's pause is under the profile too. The kernel's keyrings gain
+// nothing.
 func TestCRIPods(t *testing.T) {
 	cri := startCRI(t)
 	a := cri.runPod("a")
@@ -69,16 +70,23 @@ func TestCRIPods(t *testing.T) {
 	// The pod's last container has exited (its sandbox's pause is not
 	// served): its keys go, and a container started then has none.
 	testutil.Eventually(t, "pod a's keys to go", func() bool {
-		for _, l := range strings.Split(cri.log.String(), "\n") {
-			if strings.Contains(l, "pod's last process has exited; its keys are gone") && strings.Contains(l, "pod="+a.id) {
-				return true
-			}
-		}
-		return false
+		return cri.logged("pod's last process has exited; its keys are gone", "pod="+a.id)
 	})
 	again := cri.start(a, "again", "search", "cri-shared")
 	if got := cri.wait(again); got != "search required key not available\n" {
 		t.Errorf("a container of pod a once its keys had gone: %q", got)
+	}
+	// A pod whose sandbox's pause is under the profile too: its keys
+	// live as long as the pod, past every container's exit.
+	c := cri.runPodWith("c", cri.profile)
+	testutil.Eventually(t, "pod c's pause to be served", func() bool {
+		return cri.logged("serving a container's key calls", "container="+c.id, "pod="+c.id)
+	})
+	if got := cri.wait(cri.start(c, "first", "add", "cri-pod")); got != "add ok\n" {
+		t.Errorf("pod c's first container: %q", got)
+	}
+	if got := cri.wait(cri.start(c, "second", "search", "cri-pod")); got != "search ok\n" {
+		t.Errorf("pod c's second container, once the first had exited: %q", got)
 	}
 	if pk, err := os.ReadFile("/proc/keys"); err == nil && strings.Contains(string(pk), "cri-shared") {
 		t.Errorf("the kernel holds the pods' key:\n%s", pk)
@@ -326,11 +334,22 @@ type criPod struct {
 // runPod runs a pod sandbox named name on the host's network.
 func (r *criRig) runPod(name string) criPod {
 	r.t.Helper()
+	return r.runPodWith(name, "")
+}
+
+// runPodWith runs a pod sandbox named name on the host's network, its
+// pause container under the seccomp profile at profile if not "".
+func (r *criRig) runPodWith(name, profile string) criPod {
+	r.t.Helper()
 	config := filepath.Join(r.dir, "pod-"+name+".json")
+	sc := map[string]any{"namespace_options": map[string]any{"network": 2}}
+	if profile != "" {
+		sc["seccomp"] = map[string]any{"profile_type": 2, "localhost_ref": profile}
+	}
 	r.writeJSON(config, map[string]any{
 		"metadata":      map[string]any{"name": name, "namespace": "ukeys-test", "uid": fmt.Sprintf("%d-%s", os.Getpid(), name)},
 		"log_directory": filepath.Join(r.dir, "logs", name),
-		"linux":         map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}}},
+		"linux":         map[string]any{"security_context": sc},
 	})
 	return criPod{id: r.must("runp", config), config: config}
 }
@@ -382,6 +401,20 @@ func (r *criRig) waitFor(id, want string) {
 		time.Sleep(50 * time.Millisecond)
 		return false
 	})
+}
+
+// logged reports whether a line of the daemon's log holds each of words.
+func (r *criRig) logged(words ...string) bool {
+	for _, l := range strings.Split(r.log.String(), "\n") {
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(l, w)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *criRig) logs(id string) string {
