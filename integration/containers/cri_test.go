@@ -36,9 +36,10 @@ func TestCRIPods(t *testing.T) {
 	a := cri.runPod("a")
 	b := cri.runPod("b")
 
-	ca := cri.start(a, "sidecar", "add", "cri-shared", "5")
+	// The sidecar and the main container run until stopped.
+	ca := cri.start(a, "sidecar", "add", "cri-shared", "600")
 	cri.waitFor(ca, "add ok\n")
-	main := cri.start(a, "main", "search", "cri-shared", "12")
+	main := cri.start(a, "main", "search", "cri-shared", "600")
 	cri.waitFor(main, "search ok\n")
 	own := cri.startWith(a, cri.perContainer, "own", "search", "cri-shared")
 	if got := cri.wait(own); got != "search required key not available\n" {
@@ -55,7 +56,8 @@ func TestCRIPods(t *testing.T) {
 	if got := cri.wait(cb); got != "search required key not available\n" {
 		t.Errorf("a container of pod b found pod a's key: %q", got)
 	}
-	if got := cri.wait(ca); got != "add ok\nsearch ok\n" {
+	cri.must("stop", "--timeout", "1", ca)
+	if got := cri.wait(ca); got != "add ok\n" {
 		t.Errorf("pod a's sidecar: %q", got)
 	}
 	// The sidecar has exited, the main container runs: the pod's keys
@@ -64,7 +66,8 @@ func TestCRIPods(t *testing.T) {
 	if got := cri.wait(late); got != "search ok\n" {
 		t.Errorf("a container of pod a started once its sidecar had exited: %q", got)
 	}
-	if got := cri.wait(main); got != "search ok\nsearch ok\n" {
+	cri.must("stop", "--timeout", "1", main)
+	if got := cri.wait(main); got != "search ok\n" {
 		t.Errorf("pod a's main container: %q", got)
 	}
 	// The pod's last container has exited (its sandbox's pause is not
