@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -28,18 +29,24 @@ import (
 // connects to its socket and sends the container's seccomp listener with
 // the container's [ContainerProcessState], and the agent serves the
 // add_key, keyctl and request_key calls of the container's processes.
-// Each container is a key namespace of its own: a [keys.Service] and a
-// [server.Server] of its own, so that no key, keyring, persistent keyring
-// or quota of one container is visible to or charged to another (what the
+// Each container is a key namespace of its own, or, under a CRI runtime
+// (containerd, CRI-O), each pod: a [keys.Service] and a [server.Server]
+// of its own, so that no key, keyring, persistent keyring or quota of one
+// container or pod is visible to or charged to another (what the
 // kernel's keyrings lack, and why runtimes forbid those calls). A
-// container's keys are destroyed when its last process has exited (its
-// last listener has no task left).
+// namespace's keys are destroyed when its last process has exited (its
+// last listener has no task left): a pod's, when the last of its
+// containers has.
 //
 // A container's id is no identity by itself: only the agent's equal may
 // hand in a container (judge), and an id is bound to the container's
 // own processes, its pid namespace (or mount namespace, for a container
 // that shares the host's pids), read from the process the runtime's
 // state names ([container.Of]). A namespace serves no process outside them.
+// A pod's sandbox id, read from the state's annotations, is no identity
+// either: a pod's namespace is bound to the IPC and network namespaces
+// its containers share ([container.PodOf]), and a container that names
+// the pod's sandbox from other namespaces is refused.
 type Agent struct {
 	cfg Config
 	log *slog.Logger
@@ -58,8 +65,11 @@ type Agent struct {
 	// container's Server (and the host's, given in Config.Server).
 	heavy *server.Slots
 
-	mu      sync.Mutex
-	nss     map[string]*namespace
+	mu sync.Mutex
+	// ctrs are the containers served, by id; pods the namespaces of
+	// pods, by sandbox id.
+	ctrs    map[string]*member
+	pods    map[string]*namespace
 	lns     []*net.UnixListener
 	closing bool
 	wg      sync.WaitGroup
@@ -121,20 +131,44 @@ type Bounds struct {
 // fill a container (as eight uids are needed to fill the daemon).
 const containerShare = 8
 
-// namespace is one container's keys.
+// namespace is one key namespace: a container's, or a pod's containers'.
 type namespace struct {
-	svc       *keys.Service
-	srv       *server.Server
-	listeners int
-	// who is the container's identity, recorded from its first
-	// listener's state; init a handle of its init, for as long as the
-	// namespace lives: once it has exited, the id may be a new
-	// container's.
-	who  container.Identity
-	init process.Handle
+	svc *keys.Service
+	srv *server.Server
 	// share is what its keys hold of the agent's bounds, given back
 	// whole when the namespace ends (keys.Share.Detach).
 	share *keys.Share
+	// sandbox is the pod's sandbox id ("" for a container's own
+	// namespace), bind the namespaces its containers share, held open
+	// while the namespace lives.
+	sandbox string
+	bind    container.Pod
+	// members are the containers in it (a.mu held); whos their
+	// identities, which its Server serves (server.Config.Member).
+	members []*member
+	whos    atomic.Pointer[[]container.Identity]
+}
+
+// member is one container the agent serves.
+type member struct {
+	ns        *namespace
+	listeners int
+	// who is the container's identity, recorded from its first
+	// listener's state; init a handle of its init, for as long as the
+	// container is served: once it has exited, the id may be a new
+	// container's.
+	who  container.Identity
+	init process.Handle
+}
+
+// setMembers records ns's members' identities for its Server; a.mu is
+// held.
+func (ns *namespace) setMembers() {
+	whos := make([]container.Identity, len(ns.members))
+	for i, m := range ns.members {
+		whos[i] = m.who
+	}
+	ns.whos.Store(&whos)
 }
 
 // NotifyMetadata is the word a seccomp profile's listenerMetadata
@@ -144,6 +178,41 @@ type namespace struct {
 // key notifications ([server.Server.ServeNotifyListener]), and says so
 // in KEYCTL_CAPABILITIES.
 const NotifyMetadata = "ukeys:notify"
+
+// PerContainerMetadata is the word a seccomp profile's listenerMetadata
+// carries for a container of a pod that is to have a key namespace of
+// its own rather than its pod's. The profile is what a pod's author
+// chooses for each container (securityContext.seccompProfile), and the
+// runtime hands its metadata over whatever its configuration; a pod's
+// annotations reach the state only where the node lets them through.
+const PerContainerMetadata = "ukeys:per-container"
+
+// The annotations of the OCI state by which a CRI runtime says which pod
+// sandbox a container belongs to, and whether it is the sandbox's own
+// (pause) container.
+const (
+	// containerd's CRI plugin.
+	annotationSandboxID     = "io.kubernetes.cri.sandbox-id"
+	annotationContainerType = "io.kubernetes.cri.container-type"
+	// CRI-O.
+	annotationCRIOSandboxID     = "io.kubernetes.cri-o.SandboxID"
+	annotationCRIOContainerType = "io.kubernetes.cri-o.ContainerType"
+)
+
+// sandboxOf returns the id of the pod sandbox the state's annotations
+// put the container in ("" if none: not a CRI runtime's).
+func sandboxOf(st *ContainerProcessState) string {
+	an := st.State.Annotations
+	for _, k := range []string{annotationSandboxID, annotationCRIOSandboxID} {
+		if id := an[k]; id != "" {
+			return id
+		}
+	}
+	if an[annotationContainerType] == "sandbox" || an[annotationCRIOContainerType] == "sandbox" {
+		return st.State.ID
+	}
+	return ""
+}
 
 // ContainerProcessState is what a runtime sends with the listener
 // (runtime-spec, config-linux.md, "Container Process State").
@@ -171,7 +240,7 @@ func New(cfg Config) *Agent {
 	if cfg.Server.Logger == nil {
 		cfg.Server.Logger = log
 	}
-	a := &Agent{cfg: cfg, log: log, nss: make(map[string]*namespace),
+	a := &Agent{cfg: cfg, log: log, ctrs: make(map[string]*member), pods: make(map[string]*namespace),
 		refusals: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5}}
 	lim := cfg.Server.Limits.WithDefaults()
 	tun := keys.New(cfg.Keys...)
@@ -367,25 +436,50 @@ func (a *Agent) handle(uc *net.UnixConn, cred peer.Cred, v verdict) {
 		a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pid", st.Pid, "reason", err.Error())
 		return
 	}
+	// A CRI runtime's container is in its pod's key namespace unless
+	// its profile asks for one of its own; the pod's sandbox id is bound
+	// to the namespaces its containers share, read from the container's
+	// init while it lives.
+	meta := strings.Fields(st.Metadata)
+	sandbox := ""
+	var pod container.Pod
+	if !slices.Contains(meta, PerContainerMetadata) {
+		sandbox = sandboxOf(&st)
+	}
+	if sandbox != "" {
+		if pod, err = container.PodOf(&init); err != nil {
+			init.Close()
+			a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pod", sandbox, "pid", st.Pid, "reason", err.Error())
+			return
+		}
+		if !pod.Shared() {
+			// The host's IPC and network namespaces: nothing binds
+			// the sandbox's id to the pod.
+			a.log.Info("ukeyd: seccomp agent: a pod in the host's IPC and network namespaces has a key namespace per container",
+				"container", st.State.ID, "pod", sandbox)
+			sandbox = ""
+		}
+	}
 	fd := fds[i]
 	fds[i] = -1
-	ns, why := a.join(st.State.ID, who, init, v == unread, hostMade)
-	if ns == nil {
+	m, why := a.join(st.State.ID, who, init, v == unread, hostMade, sandbox, pod)
+	if m == nil {
 		unix.Close(fd)
 		if why != "" {
-			a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pid", st.Pid, "reason", why)
+			a.logRefusal("ukeyd: seccomp agent: refusing a container", "container", st.State.ID, "pod", sandbox, "pid", st.Pid, "reason", why)
 		}
 		return
 	}
-	defer a.leave(st.State.ID, ns)
-	a.log.Info("ukeyd: seccomp agent: serving a container's key calls", "container", st.State.ID, "pid", st.Pid,
+	ns := m.ns
+	defer a.leave(st.State.ID, m)
+	a.log.Info("ukeyd: seccomp agent: serving a container's key calls", "container", st.State.ID, "pod", ns.sandbox, "pid", st.Pid,
 		"runtime_gone", v == unread)
 	// A profile that hands the agent the notification pipes' calls too
 	// says so in its listenerMetadata (ukeyctl seccomp-profile writes
 	// it): only then are the container's programs told that there are
 	// notifications.
 	serve := ns.srv.ServeListener
-	if slices.Contains(strings.Fields(st.Metadata), NotifyMetadata) {
+	if slices.Contains(meta, NotifyMetadata) {
 		serve = ns.srv.ServeNotifyListener
 	}
 	if err := serve(fd); err != nil {
@@ -393,12 +487,15 @@ func (a *Agent) handle(uc *net.UnixConn, cred peer.Cred, v verdict) {
 	}
 }
 
-// join returns container id's namespace, making it, and counts one more
-// listener in it; nil once the agent is closing (why is then ""), or if
-// the namespace of that id is another container's, or if the agent
-// holds as many as it may, or if an unread runtime hands in a container
-// that does not prove itself (why says which). It takes init, the handle
-// of the container's init ([container.Of]).
+// join returns container id's record, making it and, for a new
+// container, taking it into its pod's namespace (sandbox, bound to pod)
+// or making one of its own, and counts one more listener of it; nil
+// once the agent is closing (why is then ""), or if the container of
+// that id is another, or if the agent holds as many as it may, or if an
+// unread runtime hands in a container that does not prove itself, or if
+// the container names a pod whose namespaces it is not in (why says
+// which). It takes init, the handle of the container's init
+// ([container.Of]), and pod.
 //
 // A runtime unread (judge: reaped before its capabilities could be read)
 // is taken on what it handed over, which outlives it: a new container
@@ -414,67 +511,103 @@ func (a *Agent) handle(uc *net.UnixConn, cred peer.Cred, v verdict) {
 // is no container of the agent's (another engine's container, a
 // service's): one namespace, of the bounded many (MaxContainers), that
 // serves none of its processes.
-func (a *Agent) join(id string, who container.Identity, init process.Handle, unread, hostMade bool) (*namespace, string) {
+//
+// A pod's namespace is bound to the IPC and network namespaces of the
+// container that made it ([container.Pod]), held open while it lives;
+// a container naming its sandbox from others is refused, whoever hands
+// it in: the sandbox id is only a name in the state. An unread runtime
+// may hand in a container whose pid namespace is already a container's
+// of the pod it joins (the pod's containers share their pids), whose
+// processes that namespace serves already.
+func (a *Agent) join(id string, who container.Identity, init process.Handle, unread, hostMade bool, sandbox string, pod container.Pod) (*member, string) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if a.closing {
+	refuse := func(why string) (*member, string) {
 		init.Close()
-		return nil, ""
+		pod.Close()
+		return nil, why
 	}
-	ns := a.nss[id]
+	if a.closing {
+		return refuse("")
+	}
+	m := a.ctrs[id]
+	// The pod's namespace the container would join, if its sandbox's
+	// is bound to the container's IPC and network namespaces.
+	var inPod *namespace
+	if ns := a.pods[sandbox]; sandbox != "" && ns != nil && ns.bind.Same(pod) {
+		inPod = ns
+	}
 	if unread {
 		why := ""
 		switch {
 		case !hostMade:
 			why = "a runtime gone before it could be read, handing a container whose namespace it could have made without privilege"
-		case ns != nil && !ns.init.Exited():
+		case m != nil && !m.init.Exited():
 			why = "a runtime gone before it could be read, handing a listener under a live container's id"
 		default:
-			for _, other := range a.nss {
-				if other.who == who {
+			// A pod's containers may share a pid namespace
+			// (shareProcessNamespace): one that is already a
+			// container's of the pod the container joins gives
+			// nothing its processes do not have.
+			for _, other := range a.ctrs {
+				if other.who == who && (inPod == nil || other.ns != inPod) {
 					why = "a runtime gone before it could be read, handing a namespace that is already a container's"
 					break
 				}
 			}
 		}
 		if why != "" {
-			init.Close()
-			return nil, why
+			return refuse(why)
 		}
 	}
-	if ns != nil && ns.who != who {
-		if !ns.init.Exited() {
-			init.Close()
-			return nil, "the id is a live container's, and the process the state names is not in it"
+	if m != nil && m.who != who {
+		if !m.init.Exited() {
+			return refuse("the id is a live container's, and the process the state names is not in it")
 		}
 		// The container of that id is gone (its init has exited) and
-		// its namespace waits for its last listener: a new container
-		// has the id now, and a namespace of its own. The old one goes
-		// with its listener (leave).
-		delete(a.nss, id)
-		ns = nil
+		// waits for its last listener: a new container has the id now.
+		// The old one goes with its listener (leave).
+		delete(a.ctrs, id)
+		m = nil
 	}
-	if ns == nil {
-		if len(a.nss) >= a.maxContainers() {
-			init.Close()
-			return nil, "the agent holds as many containers as it may"
-		}
-		ns = a.newNamespace(who, init)
-		a.nss[id] = ns
-	} else {
+	if m != nil {
+		// Another process of a container served (runc exec): its
+		// container's namespace, whatever its state says.
 		init.Close()
+		pod.Close()
+		m.listeners++
+		return m, ""
 	}
-	ns.listeners++
-	return ns, ""
+	if len(a.ctrs) >= a.maxContainers() {
+		return refuse("the agent holds as many containers as it may")
+	}
+	ns := a.pods[sandbox]
+	switch {
+	case sandbox == "":
+		ns = a.newNamespace("", container.Pod{})
+	case ns == nil:
+		ns = a.newNamespace(sandbox, pod)
+		a.pods[sandbox] = ns
+	case !ns.bind.Same(pod):
+		return refuse("the container names a pod's sandbox, and its IPC or network namespace is not the pod's")
+	default:
+		pod.Close()
+	}
+	m = &member{ns: ns, who: who, init: init, listeners: 1}
+	a.ctrs[id] = m
+	ns.members = append(ns.members, m)
+	ns.setMembers()
+	return m, ""
 }
 
-// newNamespace makes a container's namespace, with its share of the
-// agent's bounds: its keys count against a share of the agent's (keys,
-// bytes, big_key files, and files per uid), each uid in it has a quota
-// of at most its share (root's too), and its Server keeps at most its
-// share of processes and listeners (per uid too), within the agent's
-// pool. a.mu is held.
-func (a *Agent) newNamespace(who container.Identity, init process.Handle) *namespace {
+// newNamespace makes a key namespace, a container's or (sandbox) a
+// pod's bound to pod, with one container's share of the agent's bounds:
+// its keys count against a share of the agent's (keys, bytes, big_key
+// files, and files per uid), each uid in it has a quota of at most its
+// share (root's too), and its Server keeps at most its share of
+// processes and listeners (per uid too), within the agent's pool. a.mu
+// is held.
+func (a *Agent) newNamespace(sandbox string, pod container.Pod) *namespace {
 	ctr, uid := Share(a.bounds)
 	share := keys.NewShare(a.keys, keys.ShareLimits{Keys: ctr.Keys, Bytes: ctr.Bytes,
 		BigKeyFiles: ctr.BigKeyFiles, BigKeyFilesPerUID: uid.BigKeyFiles})
@@ -483,21 +616,23 @@ func (a *Agent) newNamespace(who container.Identity, init process.Handle) *names
 	t.MaxKeys, t.MaxBytes = min(t.MaxKeys, uid.Keys), min(t.MaxBytes, uid.Bytes)
 	t.RootMaxKeys, t.RootMaxBytes = min(t.RootMaxKeys, uid.Keys), min(t.RootMaxBytes, uid.Bytes)
 	_ = svc.SetTunables(t) // within the valid range: each at least 1
-	srv := server.New(svc, a.serverConfig(who, ctr, uid))
-	return &namespace{svc: svc, srv: srv, who: who, init: init, share: share}
+	ns := &namespace{svc: svc, share: share, sandbox: sandbox, bind: pod}
+	ns.setMembers()
+	ns.srv = server.New(svc, a.serverConfig(ns, ctr, uid))
+	return ns
 }
 
-// serverConfig is what the Server of container who is made with: no
+// serverConfig is what the Server of namespace ns is made with: no
 // logins, at most its share of processes and listeners (ctr, and uid
 // for each uid in it) within the agent's pool, the agent's slots of
-// expensive operations, and only the container's own processes served.
-func (a *Agent) serverConfig(who container.Identity, ctr, uid Bounds) server.Config {
+// expensive operations, and only its containers' own processes served.
+func (a *Agent) serverConfig(ns *namespace, ctr, uid Bounds) server.Config {
 	cfg := a.cfg.Server
 	cfg.NoLogins = true
 	cfg.Limits = cfg.Limits.WithDefaults()
 	cfg.Limits.MaxProcs = min(cfg.Limits.MaxProcs, ctr.Procs)
 	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
-	cfg.Member = who.Holds
+	cfg.Member = func(pid int) bool { return container.HoldsAny(*ns.whos.Load(), pid) }
 	cfg.Pool = a.procs
 	cfg.Expensive = a.heavy
 	return cfg
@@ -511,21 +646,41 @@ func (a *Agent) maxContainers() int {
 	return DefaultMaxContainers
 }
 
-// leave counts a listener of container id's out; the container's keys
-// go with its last.
-func (a *Agent) leave(id string, ns *namespace) {
+// leave counts a listener of container id out: with its last the
+// container leaves its namespace, and with the namespace's last
+// container its keys go.
+func (a *Agent) leave(id string, m *member) {
 	a.mu.Lock()
-	ns.listeners--
-	last := ns.listeners == 0
-	if last && a.nss[id] == ns {
-		delete(a.nss, id)
+	m.listeners--
+	if m.listeners > 0 {
+		a.mu.Unlock()
+		return
+	}
+	if a.ctrs[id] == m {
+		delete(a.ctrs, id)
+	}
+	ns := m.ns
+	if i := slices.Index(ns.members, m); i >= 0 {
+		ns.members = slices.Delete(ns.members, i, i+1)
+	}
+	ns.setMembers()
+	last := len(ns.members) == 0
+	if last && ns.sandbox != "" && a.pods[ns.sandbox] == ns {
+		delete(a.pods, ns.sandbox)
 	}
 	a.mu.Unlock()
-	if last {
-		ns.srv.Shutdown(context.Background())
-		ns.svc.Close()
-		ns.share.Detach()
-		ns.init.Close()
+	m.init.Close()
+	if !last {
+		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its pod's keys stay", "container", id, "pod", ns.sandbox)
+		return
+	}
+	ns.srv.Shutdown(context.Background())
+	ns.svc.Close()
+	ns.share.Detach()
+	ns.bind.Close()
+	if ns.sandbox != "" {
+		a.log.Info("ukeyd: seccomp agent: a pod's last process has exited; its keys are gone", "container", id, "pod", ns.sandbox)
+	} else {
 		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its keys are gone", "container", id)
 	}
 }
@@ -535,30 +690,42 @@ func (a *Agent) leave(id string, ns *namespace) {
 func (a *Agent) Containers() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ids := make([]string, 0, len(a.nss))
-	for id := range a.nss {
+	ids := make([]string, 0, len(a.ctrs))
+	for id := range a.ctrs {
 		ids = append(ids, id)
 	}
 	slices.Sort(ids)
 	return ids
 }
 
-// NamespaceOf returns the key namespace whose container holds process
-// pid (in the daemon's pid namespace): its [keys.Service] and
-// [server.Server], or false for a process of no container the agent
-// serves. A namespace whose container's init has exited holds nobody:
-// the namespaces that identify it may be another's by now. pid is only
+// Pods returns the sandbox ids of the pods whose keys the agent holds.
+func (a *Agent) Pods() []string {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	ids := make([]string, 0, len(a.pods))
+	for id := range a.pods {
+		ids = append(ids, id)
+	}
+	slices.Sort(ids)
+	return ids
+}
+
+// NamespaceOf returns the key namespace (a container's, or its pod's)
+// whose container holds process pid (in the daemon's pid namespace): its
+// [keys.Service] and [server.Server], or false for a process of no
+// container the agent serves. A container whose init has exited holds
+// nobody: the namespaces that identify it may be another's by now. pid is only
 // a name: the caller keeps a handle of the process (a pidfd) across the
 // call and trusts the answer only if the process still lives after it
 // (package procview does).
 func (a *Agent) NamespaceOf(pid int) (*keys.Service, *server.Server, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	// Under a.mu: a namespace leaves the map before its init's handle
+	// Under a.mu: a container leaves the map before its init's handle
 	// is closed (leave).
-	for _, ns := range a.nss {
-		if ns.who.Holds(pid) && !ns.init.Exited() {
-			return ns.svc, ns.srv, true
+	for _, m := range a.ctrs {
+		if m.who.Holds(pid) && !m.init.Exited() {
+			return m.ns.svc, m.ns.srv, true
 		}
 	}
 	return nil, nil, false
@@ -572,12 +739,12 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	for _, ln := range a.lns {
 		ln.Close()
 	}
-	nss := make([]*namespace, 0, len(a.nss))
-	for _, ns := range a.nss {
-		nss = append(nss, ns)
+	nss := make(map[*namespace]bool)
+	for _, m := range a.ctrs {
+		nss[m.ns] = true
 	}
 	a.mu.Unlock()
-	for _, ns := range nss {
+	for ns := range nss {
 		ns.srv.Shutdown(ctx) // ends its listeners; handle then leaves
 	}
 	done := make(chan struct{})

@@ -45,7 +45,8 @@ func init() {
 // own program under a filter of its own (agentChild: UKEYS_TEST_OP,
 // UKEYS_TEST_DESC), in the daemon's namespaces or, as UKEYS_TEST_NS
 // says, in new pid and mount namespaces ("pid") or those in a user
-// namespace of its own too ("userpid"), hands the program's listener to
+// namespace of its own too ("userpid"), or in those of process PID
+// ("enter:PID"), hands the program's listener to
 // the agent at UKEYS_AGENT in a state naming container UKEYS_TEST_ID and
 // process UKEYS_TEST_NAME (or its program), from a child that exits at
 // once (agentSendChild), says "sent" once that child has been reaped
@@ -61,10 +62,15 @@ func agentForgerChild() {
 	prog := exec.Command(os.Args[0], "-test.run=^$")
 	prog.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent")
 	prog.ExtraFiles = []*os.File{theirs}
-	switch os.Getenv("UKEYS_TEST_NS") {
-	case "pid":
+	switch ns := os.Getenv("UKEYS_TEST_NS"); {
+	case strings.HasPrefix(ns, "enter:"):
+		// In the pid, mount, IPC and network namespaces of that
+		// process (its pid namespace's child of nsenter).
+		prog.Args = append([]string{"nsenter", "-t", strings.TrimPrefix(ns, "enter:"), "-p", "-m", "-i", "-n"}, prog.Args...)
+		prog.Path, _ = exec.LookPath("nsenter")
+	case ns == "pid":
 		prog.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
-	case "userpid":
+	case ns == "userpid":
 		// No uid mapped in it: mapping uid 0 needs CAP_SETFCAP.
 		prog.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWUSER | syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
 	}
@@ -113,13 +119,17 @@ func agentForgerChild() {
 }
 
 // agentSendChild connects to the agent at UKEYS_AGENT and sends a state
-// naming container UKEYS_TEST_ID and process UKEYS_TEST_PID, with the
-// listener it was given (fd 3), and exits.
+// naming container UKEYS_TEST_ID (in pod sandbox UKEYS_TEST_SANDBOX, if
+// set) and process UKEYS_TEST_PID, with the listener it was given (fd 3),
+// and exits.
 func agentSendChild() {
 	pid, _ := strconv.Atoi(os.Getenv("UKEYS_TEST_PID"))
 	var st agent.ContainerProcessState
 	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, pid
 	st.State.ID, st.State.Status, st.State.Pid = os.Getenv("UKEYS_TEST_ID"), "creating", pid
+	if pod := os.Getenv("UKEYS_TEST_SANDBOX"); pod != "" {
+		st.State.Annotations = criPod(pod, false)
+	}
 	msg, _ := json.Marshal(st)
 	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: os.Getenv("UKEYS_AGENT"), Net: "unix"})
 	if err != nil {
@@ -225,6 +235,15 @@ type inContainer struct {
 	// pid and initPid, if set, are what the state says (ContainerProcessState.Pid
 	// and State.Pid) instead of the truth.
 	pid, initPid int
+	// pod: in a new container in that process's IPC and network
+	// namespaces, as a CRI runtime runs a pod's container; podNS: in
+	// IPC and network namespaces of its own too, as a pod's sandbox.
+	pod   *container
+	podNS bool
+	// annotations and metadata are what the state says of the container
+	// and of its profile's listenerMetadata.
+	annotations map[string]string
+	metadata    string
 }
 
 // runInContainer starts a process in a new container id (its own pid and
@@ -257,9 +276,17 @@ func startInContainer(t *testing.T, agentSock, id, op, desc string, where inCont
 		c.cmd = exec.Command("nsenter", "-t", strconv.Itoa(c.init), "-p", "-m", os.Args[0], "-test.run=^$")
 	case where.host:
 		c.cmd = exec.Command(os.Args[0], "-test.run=^$")
+	case where.pod != nil:
+		// nsenter, in the new pid and mount namespaces, enters the
+		// pod's IPC and network namespaces and becomes the program.
+		c.cmd = exec.Command("nsenter", "-t", strconv.Itoa(where.pod.init), "-i", "-n", os.Args[0], "-test.run=^$")
+		c.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
 	default:
 		c.cmd = exec.Command(os.Args[0], "-test.run=^$")
 		c.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
+		if where.podNS {
+			c.cmd.SysProcAttr.Cloneflags |= syscall.CLONE_NEWIPC | syscall.CLONE_NEWNET
+		}
 	}
 	c.cmd.Env = append(os.Environ(), "UKEYS_TEST_CHILD=agent", "UKEYS_TEST_OP="+op, "UKEYS_TEST_DESC="+desc)
 	c.cmd.ExtraFiles = []*os.File{theirs}
@@ -285,6 +312,7 @@ func startInContainer(t *testing.T, agentSock, id, op, desc string, where inCont
 	var st agent.ContainerProcessState
 	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, c.init
 	st.State.ID, st.State.Status, st.State.Pid = id, "creating", c.init
+	st.State.Annotations, st.Metadata = where.annotations, where.metadata
 	if where.pid != 0 {
 		st.Pid = where.pid
 	}
@@ -544,6 +572,7 @@ type forgery struct {
 	id      string // the container its state names
 	name    int    // the process its state names (0: its program)
 	zombie  bool   // its sending child exited, not yet reaped, when the agent accepts
+	sandbox string // the pod sandbox its state's annotations name
 	op      string // what its program does (agentChild)
 	desc    string
 }
@@ -571,13 +600,16 @@ func forge(t *testing.T, a *agent.Agent, dir, bin string, f forgery) string {
 	} else {
 		cmd = exec.Command(bin, "-test.run=^$")
 	}
-	cmd.Env = []string{"GORACE=atexit_sleep_ms=0", "UKEYS_TEST_CHILD=agent-forger", "UKEYS_AGENT=" + late, "UKEYS_TEST_ID=" + f.id,
+	cmd.Env = []string{"GORACE=atexit_sleep_ms=0", "PATH=" + os.Getenv("PATH"), "UKEYS_TEST_CHILD=agent-forger", "UKEYS_AGENT=" + late, "UKEYS_TEST_ID=" + f.id,
 		"UKEYS_TEST_NS=" + f.ns, "UKEYS_TEST_OP=" + f.op, "UKEYS_TEST_DESC=" + f.desc}
 	if f.name != 0 {
 		cmd.Env = append(cmd.Env, "UKEYS_TEST_NAME="+strconv.Itoa(f.name))
 	}
 	if f.zombie {
 		cmd.Env = append(cmd.Env, "UKEYS_TEST_ZOMBIE=1")
+	}
+	if f.sandbox != "" {
+		cmd.Env = append(cmd.Env, "UKEYS_TEST_SANDBOX="+f.sandbox)
 	}
 	out, _ := cmd.StdoutPipe()
 	cmd.Stderr = os.Stderr
@@ -798,5 +830,144 @@ func TestAgentContainerAtItsShareCostsNoOneElse(t *testing.T) {
 	a3 := runInContainer(t, sock, "ctr-a", "fill-big", "a-big")
 	if got := a3.result(t); got != "1 disk quota exceeded" {
 		t.Fatalf("a new container a's root filling big_key files: %s", got)
+	}
+}
+
+// criPod returns the annotations containerd's CRI plugin gives the
+// containers of pod sandbox, the sandbox's own (pause) if sandbox.
+func criPod(pod string, sandbox bool) map[string]string {
+	typ := "container"
+	if sandbox {
+		typ = "sandbox"
+	}
+	return map[string]string{"io.kubernetes.cri.sandbox-id": pod, "io.kubernetes.cri.container-type": typ}
+}
+
+// Under a CRI runtime a pod is a key namespace: a key its sidecar adds
+// its main container finds, and so does a container of the pod that
+// CRI-O describes, while a container of another pod, one whose profile
+// asks for a namespace of its own, and one of a pod in the host's IPC
+// and network namespaces (nothing to bind its sandbox id to) do not.
+// A container that names pod a's sandbox from other namespaces (pod b's,
+// or its own) is refused: the sandbox id is only a name. The pod's keys
+// outlive its sandbox's and sidecar's exit while its main container
+// runs, and go with the last of them.
+func TestAgentPodIsAKeyNamespace(t *testing.T) {
+	ukeystest.NeedRoot(t, "to give pods IPC and network namespaces of their own")
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Skip("needs nsenter (util-linux)")
+	}
+	a, sock := agentTest(t, t.TempDir(), agent.Config{})
+	sa := startInContainer(t, sock, "pod-a", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-a", true)})
+	if got := sa.result(t); got != "required key not available" {
+		t.Fatalf("pod a's sandbox: %s", got)
+	}
+	side := startInContainer(t, sock, "a-side", "add", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false)})
+	if got := side.result(t); got != "ok" {
+		t.Fatalf("pod a's sidecar adding its ticket: %s", got)
+	}
+	main := startInContainer(t, sock, "a-main", "search", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false)})
+	if got := main.result(t); got != "ok" {
+		t.Fatalf("pod a's main container: %s", got)
+	}
+	crio := startInContainer(t, sock, "a-crio", "search", "ticket", inContainer{pod: sa,
+		annotations: map[string]string{"io.kubernetes.cri-o.SandboxID": "pod-a", "io.kubernetes.cri-o.ContainerType": "container"}})
+	if got := crio.result(t); got != "ok" {
+		t.Fatalf("a container of pod a as CRI-O describes it: %s", got)
+	}
+	own := startInContainer(t, sock, "a-own", "search", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false),
+		metadata: agent.NotifyMetadata + " " + agent.PerContainerMetadata})
+	if got := own.result(t); got != "required key not available" {
+		t.Fatalf("a container of pod a with a key namespace of its own: %s", got)
+	}
+	sb := startInContainer(t, sock, "pod-b", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-b", true)})
+	if got := sb.result(t); got != "required key not available" {
+		t.Fatalf("pod b's sandbox: %s", got)
+	}
+	b1 := startInContainer(t, sock, "b-main", "search", "ticket", inContainer{pod: sb, annotations: criPod("pod-b", false)})
+	if got := b1.result(t); got != "required key not available" {
+		t.Fatalf("pod b's container found pod a's ticket: %s", got)
+	}
+	// The attacks: pod a's sandbox named from pod b's namespaces, or
+	// from namespaces of its own.
+	for _, w := range []inContainer{
+		{pod: sb, annotations: criPod("pod-a", false)},
+		{podNS: true, annotations: criPod("pod-a", false)},
+		{podNS: true, annotations: criPod("pod-a", true)},
+	} {
+		x := startInContainer(t, sock, fmt.Sprintf("x-%d", forgeries.Add(1)), "search", "ticket", w)
+		if got := x.result(t); got != "function not implemented" {
+			t.Fatalf("a container naming pod a's sandbox from other namespaces (pod b's: %v): %s", w.pod != nil, got)
+		}
+	}
+	host := startInContainer(t, sock, "h-main", "search", "ticket", inContainer{annotations: criPod("pod-a", false)})
+	if got := host.result(t); got != "required key not available" {
+		t.Fatalf("a container in the host's IPC and network namespaces naming pod a's sandbox: %s", got)
+	}
+	if got := a.Pods(); !slices.Equal(got, []string{"pod-a", "pod-b"}) {
+		t.Fatalf("pods %v", got)
+	}
+
+	// The sandbox and the sidecar exit; the main container runs, and the
+	// pod's keys stay for a container started then.
+	for _, c := range []*container{sa, side, crio, own, host} {
+		c.exit()
+	}
+	testutil.Eventually(t, "the exited containers to leave", func() bool { return len(a.Containers()) == 3 })
+	late := startInContainer(t, sock, "a-late", "search", "ticket", inContainer{pod: main, annotations: criPod("pod-a", false)})
+	if got := late.result(t); got != "ok" {
+		t.Fatalf("a container of pod a once its sandbox and sidecar have exited: %s", got)
+	}
+	main.exit()
+	late.exit()
+	testutil.Eventually(t, "pod a's keys to go", func() bool { return !slices.Contains(a.Pods(), "pod-a") })
+	sa2 := startInContainer(t, sock, "pod-a", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-a", true)})
+	if got := sa2.result(t); got != "required key not available" {
+		t.Fatalf("a new pod a found the old one's ticket: %s", got)
+	}
+	sa2.exit()
+	sb.exit()
+	b1.exit()
+	testutil.Eventually(t, "every pod's keys to go", func() bool { return len(a.Pods()) == 0 && len(a.Containers()) == 0 })
+}
+
+// A pod's containers may share one pid namespace (shareProcessNamespace):
+// a runtime gone before it could be read that hands in such a container
+// of pod a is served from pod a's namespace, though its pid namespace is
+// already a container's. The same container handed in as no pod's, or as
+// pod b's, is refused: a pid namespace is bound once, and pod b's
+// sandbox to pod b's namespaces.
+func TestAgentPodSharesItsPids(t *testing.T) {
+	ukeystest.NeedRoot(t, "to give pods namespaces of their own")
+	if _, err := exec.LookPath("nsenter"); err != nil {
+		t.Skip("needs nsenter (util-linux)")
+	}
+	dir := t.TempDir()
+	a, sock := agentTest(t, dir, agent.Config{})
+	sa := startInContainer(t, sock, "pod-a", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-a", true)})
+	if got := sa.result(t); got != "required key not available" {
+		t.Fatalf("pod a's sandbox: %s", got)
+	}
+	side := startInContainer(t, sock, "a-side", "add", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false)})
+	if got := side.result(t); got != "ok" {
+		t.Fatalf("pod a's sidecar: %s", got)
+	}
+	sb := startInContainer(t, sock, "pod-b", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-b", true)})
+	if got := sb.result(t); got != "required key not available" {
+		t.Fatalf("pod b's sandbox: %s", got)
+	}
+	enter := "enter:" + strconv.Itoa(side.init)
+	for _, c := range []struct {
+		sandbox, want string
+	}{
+		{"pod-a", "ok"},
+		{"", "function not implemented"},
+		{"pod-b", "function not implemented"},
+	} {
+		f := forgery{id: "a-main-" + c.sandbox, ns: enter, name: side.init, sandbox: c.sandbox, op: "search", desc: "ticket"}
+		if got := forge(t, a, dir, os.Args[0], f); got != c.want {
+			t.Fatalf("a runtime gone before it was read, handing a container in pod a's sidecar's pid namespace as pod %q's: %s, want %s",
+				c.sandbox, got, c.want)
+		}
 	}
 }

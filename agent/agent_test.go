@@ -3,7 +3,6 @@ package agent
 import (
 	"testing"
 
-	"github.com/ukeys/ukeys/internal/container"
 	"github.com/ukeys/ukeys/server"
 )
 
@@ -19,8 +18,8 @@ func TestContainersShareTheAgentsBounds(t *testing.T) {
 		Bounds: Bounds{Procs: 64}})
 	defer a.Shutdown(t.Context())
 	ctr, uid := Share(a.Bounds())
-	one := a.serverConfig(container.Identity{}, ctr, uid)
-	two := a.serverConfig(container.Identity{}, ctr, uid)
+	one := a.serverConfig(&namespace{}, ctr, uid)
+	two := a.serverConfig(&namespace{}, ctr, uid)
 	if one.Expensive != host || two.Expensive != host {
 		t.Error("a container's Server does not take the daemon's slots of expensive operations")
 	}
@@ -38,8 +37,8 @@ func TestContainersShareTheAgentsBounds(t *testing.T) {
 	// Without the daemon's, the containers share slots of their own.
 	b := New(Config{})
 	defer b.Shutdown(t.Context())
-	c1 := b.serverConfig(container.Identity{}, ctr, uid)
-	c2 := b.serverConfig(container.Identity{}, ctr, uid)
+	c1 := b.serverConfig(&namespace{}, ctr, uid)
+	c2 := b.serverConfig(&namespace{}, ctr, uid)
 	if c1.Expensive == nil || c1.Expensive != c2.Expensive {
 		t.Error("without the daemon's slots, the containers' Servers do not share slots of their own")
 	}

@@ -1,7 +1,7 @@
 // Package agent is ukeyd's OCI seccomp agent: it serves the kernel key
 // calls (add_key, keyctl, request_key) of containers whose runtime (runc,
 // crun) hands it their seccomp listener, each container a key namespace
-// of its own.
+// of its own or, under a CRI runtime, each pod.
 //
 // The OCI runtime specification lets a container's seccomp profile name
 // a listener socket (linux.seccomp.listenerPath): the runtime connects
@@ -17,6 +17,13 @@
 // each container and each uid in one its [Share]; their expensive
 // operations take the daemon's slots ([server.Slots]). A container's
 // keys go with its last process.
+//
+// Under a CRI runtime (containerd, CRI-O) the containers of a pod share
+// one key namespace, named by the sandbox id of the state's annotations
+// and bound to the IPC and network namespaces they share
+// ([container.PodOf]); a profile whose listenerMetadata carries
+// [PerContainerMetadata] keeps a container's own. A pod's keys go with
+// the last process of its containers.
 //
 // The agent reaches the server only through its exported surface:
 // [server.Config]'s Member, Pool and Expensive, [server.Limits.WithDefaults]

@@ -78,6 +78,13 @@ func ukeyd(t *testing.T) string {
 // ends.
 func agentDaemon(t *testing.T, extra ...string) (dir, agent string) {
 	t.Helper()
+	dir, agent, _ = agentDaemonLog(t, extra...)
+	return dir, agent
+}
+
+// agentDaemonLog is agentDaemon, and returns the daemon's log too.
+func agentDaemonLog(t *testing.T, extra ...string) (dir, agent string, log *testutil.Buffer) {
+	t.Helper()
 	dir = t.TempDir()
 	agent = filepath.Join(dir, "agent.sock")
 	socket := filepath.Join(dir, "run", "ukeyd.sock")
@@ -109,7 +116,7 @@ func agentDaemon(t *testing.T, extra ...string) (dir, agent string) {
 		_, err = cl.Status()
 		return err == nil
 	})
-	return dir, agent
+	return dir, agent, stderr
 }
 
 // notifyKeyCalls is a config.json seccomp section that hands the key

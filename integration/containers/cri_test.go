@@ -23,16 +23,28 @@ import (
 // (crictl speaks the CRI as the kubelet does): a pod sandbox from a
 // locally made pause image, containers with a localhost seccomp profile
 // that names ukeyd's agent (made by ukeyctl seccomp-profile from
-// podman's default where it is installed). Each pod's containers add
-// and find their own keys, see none of another pod's, and the kernel's
-// keyrings gain nothing.
+// podman's default where it is installed). A pod is a key namespace: a
+// key its sidecar adds its main container finds, and so does a
+// container started once the sidecar has exited while the main one
+// runs; a container of another pod does not, nor one of the same pod
+// whose profile asks for a namespace of its own (ukeys:per-container);
+// once the pod's last container has exited its keys are gone, unless
+// the pod's pause is under the profile too. The kernel's keyrings gain
+// nothing.
 func TestCRIPods(t *testing.T) {
 	cri := startCRI(t)
 	a := cri.runPod("a")
 	b := cri.runPod("b")
 
-	ca := cri.start(a, "adder", "add", "cri-shared", "3")
+	// The sidecar and the main container run until stopped.
+	ca := cri.start(a, "sidecar", "add", "cri-shared", "600")
 	cri.waitFor(ca, "add ok\n")
+	main := cri.start(a, "main", "search", "cri-shared", "600")
+	cri.waitFor(main, "search ok\n")
+	own := cri.startWith(a, cri.perContainer, "own", "search", "cri-shared")
+	if got := cri.wait(own); got != "search required key not available\n" {
+		t.Errorf("a container of pod a with a key namespace of its own found the pod's key: %q", got)
+	}
 	// runc joins a new kernel session keyring, _ses.<id>, for every
 	// container it starts (the sandboxes' pause too), unless told not to:
 	// that is the quota a node runs out of. Containers whose key calls
@@ -44,8 +56,40 @@ func TestCRIPods(t *testing.T) {
 	if got := cri.wait(cb); got != "search required key not available\n" {
 		t.Errorf("a container of pod b found pod a's key: %q", got)
 	}
-	if got := cri.wait(ca); got != "add ok\nsearch ok\n" {
-		t.Errorf("pod a's container: %q", got)
+	cri.must("stop", "--timeout", "1", ca)
+	if got := cri.wait(ca); got != "add ok\n" {
+		t.Errorf("pod a's sidecar: %q", got)
+	}
+	// The sidecar has exited, the main container runs: the pod's keys
+	// stay.
+	late := cri.start(a, "late", "search", "cri-shared")
+	if got := cri.wait(late); got != "search ok\n" {
+		t.Errorf("a container of pod a started once its sidecar had exited: %q", got)
+	}
+	cri.must("stop", "--timeout", "1", main)
+	if got := cri.wait(main); got != "search ok\n" {
+		t.Errorf("pod a's main container: %q", got)
+	}
+	// The pod's last container has exited (its sandbox's pause is not
+	// served): its keys go, and a container started then has none.
+	testutil.Eventually(t, "pod a's keys to go", func() bool {
+		return cri.logged("pod's last process has exited; its keys are gone", "pod="+a.id)
+	})
+	again := cri.start(a, "again", "search", "cri-shared")
+	if got := cri.wait(again); got != "search required key not available\n" {
+		t.Errorf("a container of pod a once its keys had gone: %q", got)
+	}
+	// A pod whose sandbox's pause is under the profile too: its keys
+	// live as long as the pod, past every container's exit.
+	c := cri.runPodWith("c", cri.profile)
+	testutil.Eventually(t, "pod c's pause to be served", func() bool {
+		return cri.logged("serving a container's key calls", "container="+c.id, "pod="+c.id)
+	})
+	if got := cri.wait(cri.start(c, "first", "add", "cri-pod")); got != "add ok\n" {
+		t.Errorf("pod c's first container: %q", got)
+	}
+	if got := cri.wait(cri.start(c, "second", "search", "cri-pod")); got != "search ok\n" {
+		t.Errorf("pod c's second container, once the first had exited: %q", got)
 	}
 	if pk, err := os.ReadFile("/proc/keys"); err == nil && strings.Contains(string(pk), "cri-shared") {
 		t.Errorf("the kernel holds the pods' key:\n%s", pk)
@@ -63,6 +107,10 @@ type criRig struct {
 	crictl  string
 	sock    string
 	profile string
+	// perContainer is the profile with ukeys:per-container in its
+	// listenerMetadata; log the daemon's log.
+	perContainer string
+	log          *testutil.Buffer
 }
 
 // startCRI starts the rig, or skips the test where root, containerd,
@@ -85,8 +133,8 @@ func startCRI(t *testing.T) *criRig {
 		}
 		paths[cmd] = p
 	}
-	dir, agent := agentDaemon(t)
-	r := &criRig{t: t, dir: dir, crictl: paths["crictl"], sock: filepath.Join(dir, "containerd.sock")}
+	dir, agent, ukeydLog := agentDaemonLog(t)
+	r := &criRig{t: t, dir: dir, crictl: paths["crictl"], sock: filepath.Join(dir, "containerd.sock"), log: ukeydLog}
 
 	// The images: a pause program for the sandboxes and keyprog for the
 	// containers, each one static binary in a docker-archive that ctr
@@ -115,6 +163,16 @@ func startCRI(t *testing.T) *criRig {
 	if err := os.WriteFile(r.profile, profile, 0o644); err != nil {
 		t.Fatal(err)
 	}
+	// The same, with the word that asks for a container's own key
+	// namespace, as docs/containers.md makes it.
+	var fields map[string]any
+	if err := json.Unmarshal(profile, &fields); err != nil {
+		t.Fatal(err)
+	}
+	meta, _ := fields["listenerMetadata"].(string)
+	fields["listenerMetadata"] = strings.TrimSpace(meta + " ukeys:per-container")
+	r.perContainer = filepath.Join(dir, "profile-per-container.json")
+	r.writeJSON(r.perContainer, fields)
 
 	config := filepath.Join(dir, "containerd.toml")
 	if err := os.WriteFile(config, []byte(criConfig(dir, r.sock)), 0o644); err != nil {
@@ -279,11 +337,22 @@ type criPod struct {
 // runPod runs a pod sandbox named name on the host's network.
 func (r *criRig) runPod(name string) criPod {
 	r.t.Helper()
+	return r.runPodWith(name, "")
+}
+
+// runPodWith runs a pod sandbox named name on the host's network, its
+// pause container under the seccomp profile at profile if not "".
+func (r *criRig) runPodWith(name, profile string) criPod {
+	r.t.Helper()
 	config := filepath.Join(r.dir, "pod-"+name+".json")
+	sc := map[string]any{"namespace_options": map[string]any{"network": 2}}
+	if profile != "" {
+		sc["seccomp"] = map[string]any{"profile_type": 2, "localhost_ref": profile}
+	}
 	r.writeJSON(config, map[string]any{
 		"metadata":      map[string]any{"name": name, "namespace": "ukeys-test", "uid": fmt.Sprintf("%d-%s", os.Getpid(), name)},
 		"log_directory": filepath.Join(r.dir, "logs", name),
-		"linux":         map[string]any{"security_context": map[string]any{"namespace_options": map[string]any{"network": 2}}},
+		"linux":         map[string]any{"security_context": sc},
 	})
 	return criPod{id: r.must("runp", config), config: config}
 }
@@ -292,6 +361,12 @@ func (r *criRig) runPod(name string) criPod {
 // keyprog with args under the rig's profile, and returns its id.
 func (r *criRig) start(pod criPod, name string, args ...string) string {
 	r.t.Helper()
+	return r.startWith(pod, r.profile, name, args...)
+}
+
+// startWith is start with the seccomp profile at profile.
+func (r *criRig) startWith(pod criPod, profile, name string, args ...string) string {
+	r.t.Helper()
 	config := filepath.Join(r.dir, "container-"+pod.id[:12]+"-"+name+".json")
 	r.writeJSON(config, map[string]any{
 		"metadata": map[string]any{"name": name},
@@ -299,7 +374,7 @@ func (r *criRig) start(pod criPod, name string, args ...string) string {
 		"args":     args,
 		"log_path": name + ".log",
 		"linux": map[string]any{"security_context": map[string]any{
-			"seccomp": map[string]any{"profile_type": 2, "localhost_ref": r.profile}}},
+			"seccomp": map[string]any{"profile_type": 2, "localhost_ref": profile}}},
 	})
 	id := r.must("create", pod.id, config, pod.config)
 	r.must("start", id)
@@ -329,6 +404,20 @@ func (r *criRig) waitFor(id, want string) {
 		time.Sleep(50 * time.Millisecond)
 		return false
 	})
+}
+
+// logged reports whether a line of the daemon's log holds each of words.
+func (r *criRig) logged(words ...string) bool {
+	for _, l := range strings.Split(r.log.String(), "\n") {
+		all := true
+		for _, w := range words {
+			all = all && strings.Contains(l, w)
+		}
+		if all {
+			return true
+		}
+	}
+	return false
 }
 
 func (r *criRig) logs(id string) string {

@@ -4,7 +4,9 @@
 // a container that shares the host's pids, its mount namespace), which
 // no process outside it can enter without CAP_SYS_ADMIN over it; [Of]
 // reads it from the processes a runtime's state names, and
-// [Identity.Holds] tells whether a caller is inside. Only Linux has
+// [Identity.Holds] tells whether a caller is inside. A [Pod] is what the
+// containers of one pod share (their IPC and network namespaces), read
+// by [PodOf], to which a pod's sandbox id is bound. Only Linux has
 // containers to tell apart (identity_linux.go); elsewhere none is
 // admitted (identity_other.go).
 package container

@@ -1,0 +1,134 @@
+package container
+
+import (
+	"errors"
+	"os"
+	"strconv"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/ukeys/ukeys/internal/process"
+)
+
+// Pod is what the containers of one pod share and no process outside the
+// pod can enter without CAP_SYS_ADMIN over it: their IPC and network
+// namespaces. A pod's sandbox id is only a name the runtime's state
+// carries; a container is taken into a pod's key namespace only if its
+// Pod is the one the pod's key namespace was bound to ([Pod.Same]).
+type Pod struct {
+	ipc, net nsKey
+	// pin holds open the first of the two namespaces that is not the
+	// daemon's own, so that while the pod is bound no other namespace
+	// can be given its number (the kernel reuses the numbers of freed
+	// namespaces at once); nil if both are the daemon's.
+	pin *os.File
+}
+
+// nsKey names a namespace as its nsfs file's device and inode do.
+type nsKey struct{ dev, ino uint64 }
+
+// nsOfFD returns the namespace an nsfs descriptor names.
+func nsOfFD(fd int) (nsKey, error) {
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nsKey{}, err
+	}
+	return nsKey{uint64(st.Dev), st.Ino}, nil
+}
+
+// PodOf returns the pod of the container process h is a handle of, its
+// namespaces read while h says the process lives (so that they are that
+// process's, not a later one's with its pid). The caller closes it.
+func PodOf(h *process.Handle) (Pod, error) {
+	var p Pod
+	var files [2]*os.File
+	keys := [2]*nsKey{&p.ipc, &p.net}
+	for i, kind := range []string{"ipc", "net"} {
+		fd, err := unix.Open("/proc/"+strconv.Itoa(h.PID())+"/ns/"+kind, unix.O_RDONLY|unix.O_CLOEXEC, 0)
+		if err == nil {
+			files[i] = os.NewFile(uintptr(fd), kind)
+			*keys[i], err = nsOfFD(fd)
+		}
+		if err != nil {
+			closeAll(files[:])
+			return Pod{}, errors.New("the container's IPC or network namespace cannot be read")
+		}
+	}
+	if h.Exited() {
+		closeAll(files[:])
+		return Pod{}, errors.New("the container's process is gone")
+	}
+	for i, kind := range []string{"ipc", "net"} {
+		own, ok := ownNS(kind)
+		if !ok {
+			closeAll(files[:])
+			return Pod{}, errors.New("the daemon's own namespaces cannot be read")
+		}
+		if p.pin == nil && *keys[i] != own {
+			p.pin, files[i] = files[i], nil
+		}
+	}
+	closeAll(files[:])
+	return p, nil
+}
+
+// ownNS returns the daemon's own namespace of kind.
+func ownNS(kind string) (nsKey, bool) {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/"+kind, &st) != nil {
+		return nsKey{}, false
+	}
+	return nsKey{uint64(st.Dev), st.Ino}, true
+}
+
+func closeAll(fs []*os.File) {
+	for _, f := range fs {
+		if f != nil {
+			f.Close()
+		}
+	}
+}
+
+// Shared reports whether the pod has a namespace of its own to be bound
+// to: a pod in the host's IPC and network namespaces (hostIPC and
+// hostNetwork) shares nothing that the host's processes do not.
+func (p Pod) Shared() bool { return p.pin != nil }
+
+// Same reports whether q is in the same IPC and network namespaces as p.
+func (p Pod) Same(q Pod) bool { return p.ipc == q.ipc && p.net == q.net }
+
+// Close lets go of the pod's namespaces.
+func (p *Pod) Close() {
+	if p.pin != nil {
+		p.pin.Close()
+		p.pin = nil
+	}
+}
+
+// HoldsAny reports whether process pid is one of the containers' of
+// whos ([Identity.Holds]), its pid namespace read once.
+func HoldsAny(whos []Identity, pid int) bool {
+	switch len(whos) {
+	case 0:
+		return false
+	case 1:
+		return whos[0].Holds(pid)
+	}
+	p, ok := process.NSOf(pid, "pid")
+	if !ok {
+		return false
+	}
+	for _, w := range whos {
+		if w.mntNS == (process.NSID{}) && w.pidNS == p {
+			return true
+		}
+	}
+	for _, w := range whos {
+		if w.mntNS != (process.NSID{}) || w.pidNS != p {
+			if w.Holds(pid) {
+				return true
+			}
+		}
+	}
+	return false
+}

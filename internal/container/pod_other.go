@@ -1,0 +1,30 @@
+//go:build !linux
+
+package container
+
+import (
+	"errors"
+
+	"github.com/ukeys/ukeys/internal/process"
+)
+
+// Pod is what the containers of one pod share: on Linux, their IPC and
+// network namespaces. Elsewhere no container is admitted.
+type Pod struct{}
+
+// PodOf: pods are told apart only on Linux.
+func PodOf(*process.Handle) (Pod, error) {
+	return Pod{}, errors.New("pods are told apart only on Linux")
+}
+
+// Shared: no pod shares anything here.
+func (Pod) Shared() bool { return false }
+
+// Same: no pod is another's here.
+func (Pod) Same(Pod) bool { return false }
+
+// Close: nothing is held.
+func (*Pod) Close() {}
+
+// HoldsAny: no process is a container's here.
+func HoldsAny([]Identity, int) bool { return false }
