@@ -3,7 +3,6 @@ package procview
 import (
 	"errors"
 	"strconv"
-	"time"
 
 	"github.com/ukeys/ukeys/keys"
 )
@@ -19,61 +18,26 @@ type Namespace struct {
 }
 
 // Sysctls are the files of /proc/sys/kernel/keys that keyctl and
-// keyutils read, in the kernel's order.
-var Sysctls = []string{"gc_delay", "maxbytes", "maxkeys", "persistent_keyring_expiry", "root_maxbytes", "root_maxkeys"}
-
-// SysctlValue returns tunable name of t as its file shows it.
-func SysctlValue(t keys.Tunables, name string) (int64, bool) {
-	switch name {
-	case "gc_delay":
-		return int64(t.GCDelay / time.Second), true
-	case "maxkeys":
-		return int64(t.MaxKeys), true
-	case "maxbytes":
-		return int64(t.MaxBytes), true
-	case "root_maxkeys":
-		return int64(t.RootMaxKeys), true
-	case "root_maxbytes":
-		return int64(t.RootMaxBytes), true
-	case "persistent_keyring_expiry":
-		return int64(t.PersistentExpiry / time.Second), true
-	}
-	return 0, false
-}
+// keyutils read, in the kernel's order ([keys.SysctlNames]).
+var Sysctls = keys.SysctlNames
 
 // SysctlText is the content of sysctl name's file: the value and a
 // newline, as the kernel's proc_dointvec prints it.
 func SysctlText(t keys.Tunables, name string) (string, bool) {
-	v, ok := SysctlValue(t, name)
+	v, ok := t.Sysctl(name)
 	if !ok {
 		return "", false
 	}
 	return strconv.FormatInt(v, 10) + "\n", true
 }
 
-// SetSysctl sets tunable name of svc to v; out of range fails EINVAL
-// ([keys.Service.SetTunables]).
+// SetSysctl sets tunable name of svc to v; a name that is no file
+// fails ENOENT, a value out of range EINVAL ([keys.Tunables.WithSysctl],
+// [keys.Service.SetTunables]).
 func SetSysctl(svc *keys.Service, name string, v int64) error {
-	t := svc.Tunables()
-	const intMax = 1<<31 - 1
-	if v < -intMax-1 || v > intMax {
-		return keys.EINVAL
-	}
-	switch name {
-	case "gc_delay":
-		t.GCDelay = time.Duration(v) * time.Second
-	case "maxkeys":
-		t.MaxKeys = int(v)
-	case "maxbytes":
-		t.MaxBytes = int(v)
-	case "root_maxkeys":
-		t.RootMaxKeys = int(v)
-	case "root_maxbytes":
-		t.RootMaxBytes = int(v)
-	case "persistent_keyring_expiry":
-		t.PersistentExpiry = time.Duration(v) * time.Second
-	default:
-		return keys.ENOENT
+	t, err := svc.Tunables().WithSysctl(name, v)
+	if err != nil {
+		return err
 	}
 	return svc.SetTunables(t)
 }

@@ -352,34 +352,13 @@ func (c *caller) sessionToParent() error {
 	return parent.caller.SetSession(k)
 }
 
-// Sysctl names, as under /proc/sys/kernel/keys.
-var sysctlNames = []string{"gc_delay", "maxbytes", "maxkeys", "persistent_keyring_expiry", "root_maxbytes", "root_maxkeys"}
-
 func sysctlText(t keys.Tunables) string {
 	var b strings.Builder
-	for _, n := range sysctlNames {
-		v, _ := sysctlGet(t, n)
+	for _, n := range keys.SysctlNames {
+		v, _ := t.Sysctl(n)
 		fmt.Fprintf(&b, "%s = %d\n", n, v)
 	}
 	return b.String()
-}
-
-func sysctlGet(t keys.Tunables, name string) (int64, bool) {
-	switch name {
-	case "gc_delay":
-		return int64(t.GCDelay / time.Second), true
-	case "maxkeys":
-		return int64(t.MaxKeys), true
-	case "maxbytes":
-		return int64(t.MaxBytes), true
-	case "root_maxkeys":
-		return int64(t.RootMaxKeys), true
-	case "root_maxbytes":
-		return int64(t.RootMaxBytes), true
-	case "persistent_keyring_expiry":
-		return int64(t.PersistentExpiry / time.Second), true
-	}
-	return 0, false
 }
 
 func setSysctl(svc *keys.Service, name, value string) error {
@@ -387,22 +366,9 @@ func setSysctl(svc *keys.Service, name, value string) error {
 	if err != nil {
 		return keys.EINVAL
 	}
-	t := svc.Tunables()
-	switch name {
-	case "gc_delay":
-		t.GCDelay = time.Duration(v) * time.Second
-	case "maxkeys":
-		t.MaxKeys = int(v)
-	case "maxbytes":
-		t.MaxBytes = int(v)
-	case "root_maxkeys":
-		t.RootMaxKeys = int(v)
-	case "root_maxbytes":
-		t.RootMaxBytes = int(v)
-	case "persistent_keyring_expiry":
-		t.PersistentExpiry = time.Duration(v) * time.Second
-	default:
-		return keys.ENOENT
+	t, err := svc.Tunables().WithSysctl(name, v)
+	if err != nil {
+		return err
 	}
 	return svc.SetTunables(t)
 }
