@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/client"
-	"github.com/ukeys/ukeys/internal/testutil"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 )
@@ -105,7 +104,10 @@ func startHolder(t *testing.T, sock string) *holder {
 // find it through the token; once every process in it has exited, the
 // session is gone and the token opens nothing.
 func TestSessionOutlivesConnection(t *testing.T) {
-	d := startDaemonCfg(t, server.Config{ProcessPoll: 10 * time.Millisecond})
+	// The status connection waits, silent, while the holder and its
+	// children run, which on a loaded machine outlasts the tests' usual
+	// 5 s read timeout: the daemon would close it for its silence.
+	d := startDaemonCfg(t, server.Config{ProcessPoll: 10 * time.Millisecond, ReadTimeout: 5 * time.Minute})
 	sock := "UKEYS_SOCKET=" + d.path
 	// This test's own process, and the anchor of its login (login.go).
 	status := d.dial(t)
@@ -129,10 +131,20 @@ func TestSessionOutlivesConnection(t *testing.T) {
 	if err := holder.Wait(); err != nil {
 		t.Fatalf("session holder: %v", err)
 	}
-	testutil.Eventually(t, "the daemon to notice the exited processes", func() bool {
+	var last string
+	var lastErr error
+	deadline := time.Now().Add(30 * time.Second)
+	for {
 		st, err := status.Status()
-		return err == nil && strings.Contains(st, "processes: "+ours+"\n")
-	})
+		if err == nil && strings.Contains(st, "processes: "+ours+"\n") {
+			break
+		}
+		last, lastErr = st, err
+		if time.Now().After(deadline) {
+			t.Fatalf("the daemon still counts processes other than this test's own (%s); its status (%v):\n%s", ours, lastErr, last)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 	// Its token now names nothing: a process presenting it has lost its
 	// session (a revoked keyring), rather than getting a fresh one.
 	if got := runChild(t, sock, client.SessionEnv+"="+tok); !strings.Contains(got, "Key has been revoked") {
