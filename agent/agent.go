@@ -63,6 +63,14 @@ type Agent struct {
 	lns     []*net.UnixListener
 	closing bool
 	wg      sync.WaitGroup
+	// A hand-over (handover.go) parks the accept loops (serving counts
+	// them, parked those waiting) once every runtime accepted has its
+	// listener served or refused (starting counts them); taken are the
+	// listening sockets a hand-over gave this agent.
+	cond                      sync.Cond
+	handing, timedOut         bool
+	serving, parked, starting int
+	taken                     []*net.UnixListener
 }
 
 // Config configures an [Agent]: what each container's key namespace is
@@ -135,6 +143,9 @@ type namespace struct {
 	// share is what its keys hold of the agent's bounds, given back
 	// whole when the namespace ends (keys.Share.Detach).
 	share *keys.Share
+	// frozen: a hand-over has (or is taking) it; its listeners' ends do
+	// not end it (handover.go).
+	frozen bool
 }
 
 // NotifyMetadata is the word a seccomp profile's listenerMetadata
@@ -173,6 +184,7 @@ func New(cfg Config) *Agent {
 	}
 	a := &Agent{cfg: cfg, log: log, nss: make(map[string]*namespace),
 		refusals: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5}}
+	a.cond.L = &a.mu
 	lim := cfg.Server.Limits.WithDefaults()
 	tun := keys.New(cfg.Keys...)
 	t := tun.Tunables()
@@ -232,11 +244,28 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 		return server.ErrClosed
 	}
 	a.lns = append(a.lns, ln)
+	a.serving++
 	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.serving--
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	}()
 	for {
 		uc, err := ln.AcceptUnix()
 		if err != nil {
 			a.mu.Lock()
+			if a.handing && !a.closing {
+				// A hand-over: runtimes wait in the backlog until it is
+				// decided (handover.go).
+				a.parked++
+				a.cond.Broadcast()
+				for a.handing {
+					a.cond.Wait()
+				}
+				a.parked--
+			}
 			closing := a.closing
 			a.mu.Unlock()
 			if closing {
@@ -249,6 +278,9 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 			continue
 		}
 		// Judged at once: a runtime may exit as soon as it has sent.
+		a.mu.Lock()
+		a.starting++
+		a.mu.Unlock()
 		cred, v := judge(uc)
 		a.wg.Add(1)
 		go func() {
@@ -320,6 +352,15 @@ func judge(uc *net.UnixConn) (peer.Cred, verdict) {
 // judge's verdict on the runtime.
 func (a *Agent) handle(uc *net.UnixConn, cred peer.Cred, v verdict) {
 	defer uc.Close()
+	// A hand-over waits for it until its listener is served (and so
+	// found by the namespace's Freeze) or refused.
+	started := sync.OnceFunc(func() {
+		a.mu.Lock()
+		a.starting--
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	})
+	defer started()
 	if v == refused {
 		a.logRefusal("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
 		return
@@ -384,13 +425,13 @@ func (a *Agent) handle(uc *net.UnixConn, cred peer.Cred, v verdict) {
 	// says so in its listenerMetadata (ukeyctl seccomp-profile writes
 	// it): only then are the container's programs told that there are
 	// notifications.
-	serve := ns.srv.ServeListener
-	if slices.Contains(strings.Fields(st.Metadata), NotifyMetadata) {
-		serve = ns.srv.ServeNotifyListener
-	}
-	if err := serve(fd); err != nil {
+	done, err := ns.srv.StartListener(fd, slices.Contains(strings.Fields(st.Metadata), NotifyMetadata))
+	started()
+	if err != nil {
 		a.log.Warn("ukeyd: seccomp agent: cannot serve the listener", "container", st.State.ID, "err", err)
+		return
 	}
+	<-done
 }
 
 // join returns container id's namespace, making it, and counts one more
@@ -498,6 +539,7 @@ func (a *Agent) serverConfig(who container.Identity, ctr, uid Bounds) server.Con
 	cfg.Limits.MaxProcs = min(cfg.Limits.MaxProcs, ctr.Procs)
 	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
 	cfg.Member = who.Holds
+	cfg.HandOverExtra, cfg.TakeOverExtra, cfg.CanHandOver, cfg.BeforeTakeover = nil, nil, nil, nil
 	cfg.Pool = a.procs
 	cfg.Expensive = a.heavy
 	return cfg
@@ -516,16 +558,14 @@ func (a *Agent) maxContainers() int {
 func (a *Agent) leave(id string, ns *namespace) {
 	a.mu.Lock()
 	ns.listeners--
-	last := ns.listeners == 0
+	// A frozen namespace is the hand-over's to end (handover.go).
+	last := ns.listeners == 0 && !ns.frozen
 	if last && a.nss[id] == ns {
 		delete(a.nss, id)
 	}
 	a.mu.Unlock()
 	if last {
-		ns.srv.Shutdown(context.Background())
-		ns.svc.Close()
-		ns.share.Detach()
-		ns.init.Close()
+		ns.end()
 		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its keys are gone", "container", id)
 	}
 }
@@ -548,6 +588,8 @@ func (a *Agent) Containers() []string {
 func (a *Agent) Shutdown(ctx context.Context) error {
 	a.mu.Lock()
 	a.closing = true
+	a.handing = false
+	a.cond.Broadcast()
 	for _, ln := range a.lns {
 		ln.Close()
 	}
