@@ -16,9 +16,13 @@
 // containers together hold at most [Bounds] of the daemon's resources,
 // each container and each uid in one its [Share]; their expensive
 // operations take the daemon's slots ([server.Slots]). A container's
-// keys go with its last process.
+// keys go with its last process. Its containers, with their keys,
+// processes and listeners, and its socket go with the daemon's
+// hand-over and its restart through systemd's store ([Agent.HandOver],
+// [Agent.TakeOver]).
 //
 // The agent reaches the server only through its exported surface:
-// [server.Config]'s Member, Pool and Expensive, [server.Limits.WithDefaults]
-// and [server.Server.ServeNotifyListener].
+// [server.Config]'s Member, Pool and Expensive, [server.Limits.WithDefaults],
+// [server.Server.StartListener], and for the hand-over
+// [server.Server.Freeze] and [server.ThawHeld].
 package agent

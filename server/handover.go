@@ -51,6 +51,10 @@ import (
 // reads every earlier version (keys.StateVersion, HandoverVersion), and
 // one that would have to read a later version refuses to take over.
 //
+// A caller's own section may follow the server's state
+// (Config.HandOverExtra, TakeOverExtra): the seccomp agent's containers
+// go so, each its own Server's frozen state.
+//
 // Key watches go with their connections: the keys watched, the
 // notifications not yet read. Seccomp listeners (ukeyctl run) go too,
 // detached between two calls, with their processes' threads' keyrings:
