@@ -168,9 +168,9 @@ func TestRuncContainersAcrossUpgrades(t *testing.T) {
 	// A container started now goes through the socket handed over, and
 	// finds nothing of the others'.
 	configure(notifyKeyCalls(agentSock), "search", "looped-key")
-	fresh, freshOut := start("fresh")
-	fresh.Wait()
-	if got := strings.TrimSpace(freshOut.String()); got != "search required key not available" {
+	fresh := exec.Command(runc, "--root", root, "run", "--bundle", filepath.Join(dir, "bundle"), id("fresh"))
+	freshOut, _ := fresh.CombinedOutput()
+	if got := strings.TrimSpace(string(freshOut)); got != "search required key not available" {
 		t.Errorf("a container started after the upgrades: %q\n%s", got, third.log)
 	}
 	third.cmd.Process.Signal(syscall.SIGINT)
