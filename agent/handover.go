@@ -10,7 +10,9 @@ import (
 	"io"
 	"net"
 	"os"
+	"runtime/debug"
 	"slices"
+	"sync"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -184,20 +186,53 @@ func (a *Agent) HandOver(w io.Writer) (fds []int, done func(handedOver bool), er
 		a.resume(fz, false)
 		return nil, nil, err
 	}
+	// Side by side: a namespace whose listener a caller holds in a call
+	// makes the others wait no longer than itself. The collector waits
+	// until all are written (as each Freeze would have it, which the
+	// namespaces' Freezes, side by side, cannot each restore).
+	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	type result struct {
+		state []byte
+		fds   []int
+		err   error
+	}
+	results := make([]result, len(nss))
+	var wg sync.WaitGroup
 	for i, ns := range nss {
-		var b bytes.Buffer
-		kept, err := ns.srv.Freeze(&b)
-		if err != nil {
-			clear(b.Bytes())
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			var b bytes.Buffer
+			kept, err := ns.srv.Freeze(&b)
+			if err != nil {
+				clear(b.Bytes())
+			}
+			results[i] = result{b.Bytes(), kept, err}
+		}()
+	}
+	wg.Wait()
+	var ferr error
+	for i, r := range results {
+		if r.err != nil {
+			// Freeze failed: it serves on, unless its last listener
+			// ended meanwhile (leave left it to the hand-over).
 			a.mu.Lock()
-			ns.frozen = false // Freeze failed: it serves on
-			for _, rest := range nss[i+1:] {
-				rest.frozen = false
+			nss[i].frozen = false
+			orphan := nss[i].listeners == 0 && a.nss[ids[i]] == nss[i]
+			if orphan {
+				delete(a.nss, ids[i])
 			}
 			a.mu.Unlock()
-			return fail(fmt.Errorf("agent: freezing container %s: %w", ids[i], err))
+			if orphan {
+				nss[i].end()
+			}
+			ferr = errors.Join(ferr, fmt.Errorf("agent: freezing container %s: %w", ids[i], r.err))
+			continue
 		}
-		fz = append(fz, frozen{id: ids[i], ns: ns, state: b.Bytes(), fds: kept})
+		fz = append(fz, frozen{id: ids[i], ns: nss[i], state: r.state, fds: r.fds})
+	}
+	if ferr != nil {
+		return fail(ferr)
 	}
 	h := sectionHeader{Version: HandoverVersion}
 	for _, ln := range lns {
