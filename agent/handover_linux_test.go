@@ -95,8 +95,9 @@ func TestAgentHandOver(t *testing.T) {
 }
 
 // A hand-over that fails (the new daemon never says it serves) leaves
-// the agent serving as before: its containers' keys, made again from
-// what it froze, and its socket.
+// the agent serving as before: its containers' and pods' keys, made
+// again from what it froze, and its socket; a pod's container still
+// leaves with its own last process, and the pod with its last container.
 func TestAgentHandOverFails(t *testing.T) {
 	dir := t.TempDir()
 	a, sock := agentTest(t, dir, agent.Config{})
@@ -104,18 +105,55 @@ func TestAgentHandOverFails(t *testing.T) {
 	if got := a1.result(t); got != "ok" {
 		t.Fatalf("adding in container a: %s", got)
 	}
+	_, nsenter := exec.LookPath("nsenter")
+	var pod []*container
+	if nsenter == nil {
+		sa := startInContainer(t, sock, "pod-a", "add", "ticket", inContainer{podNS: true, annotations: criPod("pod-a", true)})
+		if got := sa.result(t); got != "ok" {
+			t.Fatalf("pod a's sandbox: %s", got)
+		}
+		side := startInContainer(t, sock, "a-side", "search", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false)})
+		if got := side.result(t); got != "ok" {
+			t.Fatalf("pod a's sidecar: %s", got)
+		}
+		pod = []*container{sa, side}
+	}
 	var buf bytes.Buffer
 	_, done, err := a.HandOver(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done(false)
-	if got := a.Containers(); !slices.Equal(got, []string{"ctr-a"}) {
-		t.Fatalf("the agent holds %v after a failed hand-over", got)
+	want := []string{"ctr-a"}
+	if pod != nil {
+		want = []string{"a-side", "ctr-a", "pod-a"}
+	}
+	if got := a.Containers(); !slices.Equal(got, want) {
+		t.Fatalf("the agent holds %v after a failed hand-over, want %v", got, want)
 	}
 	a2 := a1.runAnother(t, sock, "ctr-a", "search", "a-key")
 	if got := a2.result(t); got != "ok" {
 		t.Fatalf("container a's key after a failed hand-over: %s", got)
+	}
+	if pod != nil {
+		pod[0].exit()
+		testutil.Eventually(t, "pod a's sandbox to leave", func() bool {
+			return slices.Equal(a.Containers(), []string{"a-side", "ctr-a"})
+		})
+		side2 := pod[1].runAnother(t, sock, "a-side", "search", "ticket")
+		if got := side2.result(t); got != "ok" {
+			t.Fatalf("pod a's sidecar after a failed hand-over and its sandbox's exit: %s", got)
+		}
+		x := startInContainer(t, sock, "x-pod-a", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-a", false)})
+		if got := x.result(t); got != "function not implemented" {
+			t.Fatalf("a container naming pod a's sandbox from its own namespaces after a failed hand-over: %s", got)
+		}
+		x.exit()
+		pod[1].exit()
+		side2.exit()
+		testutil.Eventually(t, "pod a's keys to go", func() bool { return len(a.Pods()) == 0 })
+	} else {
+		t.Log("no nsenter (util-linux): no pod")
 	}
 	a1.exit()
 	a2.exit()
