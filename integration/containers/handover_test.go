@@ -1,6 +1,7 @@
 package containers
 
 import (
+	"encoding/json"
 	"fmt"
 	"net"
 	"os"
@@ -28,7 +29,12 @@ import (
 // plays them); it counts its calls and their failures, which must be
 // none. Another container's key is still its own afterwards, and still
 // apart from the first's; a container started after both upgrades goes
-// through the agent's socket, handed over with the containers.
+// through the agent's socket, handed over with the containers. A pod
+// (its sandbox and a container in its IPC and network namespaces, as a
+// CRI runtime runs them) goes as one key namespace: its container finds
+// the sandbox's key after both upgrades, so does a container that joins
+// the pod then, and one naming the pod's sandbox from namespaces of its
+// own is refused.
 func TestRuncContainersAcrossUpgrades(t *testing.T) {
 	ukeystest.NeedRoot(t, "runc runs containers as root")
 	runc, err := exec.LookPath("runc")
@@ -88,8 +94,21 @@ func TestRuncContainersAcrossUpgrades(t *testing.T) {
 	looper, loopOut := start("loop")
 	configure(notifyKeyCalls(agentSock), "add", "other-key", strconv.Itoa(loopSeconds))
 	other, otherOut := start("other")
+	bundle := filepath.Join(dir, "bundle")
+	configure(notifyKeyCalls(agentSock), "add", "pod-key", strconv.Itoa(loopSeconds))
+	inPod(t, bundle, "pod", 0)
+	sandbox, sandboxOut := start("pod")
 	testutil.Eventually(t, "the containers to add their keys", func() bool {
-		return strings.Contains(loopOut.String(), "add ok") && strings.Contains(otherOut.String(), "add ok")
+		return strings.Contains(loopOut.String(), "add ok") && strings.Contains(otherOut.String(), "add ok") &&
+			strings.Contains(sandboxOut.String(), "add ok")
+	})
+	sandboxPid := containerPid(t, runc, root, id("pod"))
+	configure(notifyKeyCalls(agentSock), "search", "pod-key", strconv.Itoa(loopSeconds))
+	inPod(t, bundle, "pod", sandboxPid)
+	member, memberOut := start("pod-member")
+	inPod(t, bundle, "", 0)
+	testutil.Eventually(t, "the pod's container to find its sandbox's key", func() bool {
+		return strings.Contains(memberOut.String(), "search ok")
 	})
 	time.Sleep(time.Second)
 
@@ -104,7 +123,7 @@ func TestRuncContainersAcrossUpgrades(t *testing.T) {
 	if err := first.wait(20 * time.Second); err != nil {
 		t.Fatalf("the old daemon: %v\n%s", err, first.log)
 	}
-	t.Logf("take-over with %d containers: %s", 2+extra, tookLine(second.log.String(), "took over"))
+	t.Logf("take-over with %d containers: %s", 4+extra, tookLine(second.log.String(), "took over"))
 	if !strings.Contains(second.log.String(), "containers taken over") {
 		t.Errorf("the new daemon took no containers over:\n%s", second.log)
 	}
@@ -147,9 +166,32 @@ func TestRuncContainersAcrossUpgrades(t *testing.T) {
 		t.Errorf("the restarted daemon took no containers back:\n%s", third.log)
 	}
 
+	// A container joins the pod after the upgrades, and another names its
+	// sandbox from namespaces of its own.
+	configure(notifyKeyCalls(agentSock), "search", "pod-key")
+	inPod(t, bundle, "pod", sandboxPid)
+	late, _ := exec.Command(runc, "--root", root, "run", "--bundle", bundle, id("pod-late")).CombinedOutput()
+	inPod(t, bundle, "pod", 0)
+	forged, _ := exec.Command(runc, "--root", root, "run", "--bundle", bundle, id("pod-forged")).CombinedOutput()
+	inPod(t, bundle, "", 0)
+	if got := strings.TrimSpace(string(late)); got != "search ok" {
+		t.Errorf("a container joining the pod after the upgrades: %q\n%s", got, third.log)
+	}
+	if got := strings.TrimSpace(string(forged)); got != "search function not implemented" {
+		t.Errorf("a container naming the pod's sandbox from its own namespaces: %q\n%s", got, third.log)
+	}
+
 	// The loop ends, and says how it went.
 	looper.Wait()
 	other.Wait()
+	sandbox.Wait()
+	member.Wait()
+	if got := strings.TrimSpace(memberOut.String()); got != "search ok\nsearch ok" {
+		t.Errorf("the pod's container, its sandbox's key after the upgrades: %q", got)
+	}
+	if got := strings.TrimSpace(sandboxOut.String()); got != "add ok\nsearch ok" {
+		t.Errorf("the pod's sandbox, its key after the upgrades: %q", got)
+	}
 	t.Logf("container loop, %v: %s", time.Since(loopStart).Round(time.Second), strings.TrimSpace(loopOut.String()))
 	m := regexp.MustCompile(`loop calls (\d+) failures (\d+)`).FindStringSubmatch(loopOut.String())
 	if m == nil {
@@ -292,4 +334,62 @@ func (s *fakeSystemd) run(t *testing.T, cmd *exec.Cmd) *daemonProc {
 		d.wait(10 * time.Second)
 	})
 	return d
+}
+
+// inPod makes the bundle's next container one of pod sandbox's, as
+// containerd's CRI plugin annotates it: the sandbox's own (pid 0: IPC and
+// network namespaces of its own), or one in the IPC and network
+// namespaces of process pid; sandbox "": no pod's.
+func inPod(t *testing.T, bundle, sandbox string, pid int) {
+	t.Helper()
+	p := filepath.Join(bundle, "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	delete(c, "annotations")
+	if sandbox != "" {
+		typ := "sandbox"
+		if pid != 0 {
+			typ = "container"
+		}
+		c["annotations"] = map[string]any{"io.kubernetes.cri.sandbox-id": sandbox, "io.kubernetes.cri.container-type": typ}
+	}
+	for _, ns := range c["linux"].(map[string]any)["namespaces"].([]any) {
+		ns := ns.(map[string]any)
+		kind := map[string]string{"ipc": "ipc", "network": "net"}[ns["type"].(string)]
+		if kind == "" {
+			continue
+		}
+		delete(ns, "path")
+		if pid != 0 {
+			ns["path"] = fmt.Sprintf("/proc/%d/ns/%s", pid, kind)
+		}
+	}
+	if b, err = json.Marshal(c); err == nil {
+		err = os.WriteFile(p, b, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// containerPid returns the pid of container id's init.
+func containerPid(t *testing.T, runc, root, id string) int {
+	t.Helper()
+	out, err := exec.Command(runc, "--root", root, "state", id).Output()
+	var st struct {
+		Pid int `json:"pid"`
+	}
+	if err == nil {
+		err = json.Unmarshal(out, &st)
+	}
+	if err != nil || st.Pid <= 0 {
+		t.Fatalf("container %s's pid: %v %s", id, err, out)
+	}
+	return st.Pid
 }
