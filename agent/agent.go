@@ -2,9 +2,12 @@ package agent
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"log/slog"
+	"maps"
 	"net"
 	"os"
 	"slices"
@@ -67,12 +70,22 @@ type Agent struct {
 
 	mu sync.Mutex
 	// ctrs are the containers served, by id; pods the namespaces of
-	// pods, by sandbox id.
+	// pods, by sandbox id; nss every namespace (a container whose id a
+	// new one has taken keeps its own until its last listener ends).
 	ctrs    map[string]*member
 	pods    map[string]*namespace
+	nss     map[*namespace]bool
 	lns     []*net.UnixListener
 	closing bool
 	wg      sync.WaitGroup
+	// A hand-over (handover.go) parks the accept loops (serving counts
+	// them, parked those waiting) once every runtime accepted has its
+	// listener served or refused (starting counts them); taken are the
+	// listening sockets a hand-over gave this agent.
+	cond                      sync.Cond
+	handing, timedOut         bool
+	serving, parked, starting int
+	taken                     []*net.UnixListener
 }
 
 // Config configures an [Agent]: what each container's key namespace is
@@ -147,11 +160,16 @@ type namespace struct {
 	// identities, which its Server serves (server.Config.Member).
 	members []*member
 	whos    atomic.Pointer[[]container.Identity]
+	// frozen: a hand-over has (or is taking) it; its members' last
+	// listeners' ends do not take them out of it, nor end it: the
+	// hand-over decides (handover.go).
+	frozen bool
 }
 
 // member is one container the agent serves.
 type member struct {
 	ns        *namespace
+	id        string
 	listeners int
 	// who is the container's identity, recorded from its first
 	// listener's state; init a handle of its init, for as long as the
@@ -159,14 +177,24 @@ type member struct {
 	// container's.
 	who  container.Identity
 	init process.Handle
+	// tag names its listeners in its Server, which a hand-over carries
+	// with each (server.Server.StartListener): random, so that a new
+	// container of a reused id is not taken for the old.
+	tag string
+	// ghost: a container handed over that could not be bound again (its
+	// init gone, or out of its pod): its identity is not served, and it
+	// is no container's id; it leaves with its listeners (handover.go).
+	ghost bool
 }
 
 // setMembers records ns's members' identities for its Server; a.mu is
 // held.
 func (ns *namespace) setMembers() {
-	whos := make([]container.Identity, len(ns.members))
-	for i, m := range ns.members {
-		whos[i] = m.who
+	whos := make([]container.Identity, 0, len(ns.members))
+	for _, m := range ns.members {
+		if !m.ghost {
+			whos = append(whos, m.who)
+		}
 	}
 	ns.whos.Store(&whos)
 }
@@ -240,8 +268,9 @@ func New(cfg Config) *Agent {
 	if cfg.Server.Logger == nil {
 		cfg.Server.Logger = log
 	}
-	a := &Agent{cfg: cfg, log: log, ctrs: make(map[string]*member), pods: make(map[string]*namespace),
+	a := &Agent{cfg: cfg, log: log, ctrs: make(map[string]*member), pods: make(map[string]*namespace), nss: make(map[*namespace]bool),
 		refusals: ratelimit.Limiter{Interval: 10 * time.Second, Burst: 5}}
+	a.cond.L = &a.mu
 	lim := cfg.Server.Limits.WithDefaults()
 	tun := keys.New(cfg.Keys...)
 	t := tun.Tunables()
@@ -301,11 +330,28 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 		return server.ErrClosed
 	}
 	a.lns = append(a.lns, ln)
+	a.serving++
 	a.mu.Unlock()
+	defer func() {
+		a.mu.Lock()
+		a.serving--
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	}()
 	for {
 		uc, err := ln.AcceptUnix()
 		if err != nil {
 			a.mu.Lock()
+			if a.handing && !a.closing {
+				// A hand-over: runtimes wait in the backlog until it is
+				// decided (handover.go).
+				a.parked++
+				a.cond.Broadcast()
+				for a.handing {
+					a.cond.Wait()
+				}
+				a.parked--
+			}
 			closing := a.closing
 			a.mu.Unlock()
 			if closing {
@@ -318,6 +364,9 @@ func (a *Agent) Serve(ln *net.UnixListener) error {
 			continue
 		}
 		// Judged at once: a runtime may exit as soon as it has sent.
+		a.mu.Lock()
+		a.starting++
+		a.mu.Unlock()
 		cred, v := judge(uc)
 		a.wg.Add(1)
 		go func() {
@@ -389,6 +438,15 @@ func judge(uc *net.UnixConn) (peer.Cred, verdict) {
 // judge's verdict on the runtime.
 func (a *Agent) handle(uc *net.UnixConn, cred peer.Cred, v verdict) {
 	defer uc.Close()
+	// A hand-over waits for it until its listener is served (and so
+	// found by the namespace's Freeze) or refused.
+	started := sync.OnceFunc(func() {
+		a.mu.Lock()
+		a.starting--
+		a.cond.Broadcast()
+		a.mu.Unlock()
+	})
+	defer started()
 	if v == refused {
 		a.logRefusal("ukeyd: seccomp agent: refusing a runtime less privileged than the agent", "uid", cred.UID, "pid", cred.PID)
 		return
@@ -471,20 +529,20 @@ func (a *Agent) handle(uc *net.UnixConn, cred peer.Cred, v verdict) {
 		return
 	}
 	ns := m.ns
-	defer a.leave(st.State.ID, m)
+	defer a.leave(m)
 	a.log.Info("ukeyd: seccomp agent: serving a container's key calls", "container", st.State.ID, "pod", ns.sandbox, "pid", st.Pid,
 		"runtime_gone", v == unread)
 	// A profile that hands the agent the notification pipes' calls too
 	// says so in its listenerMetadata (ukeyctl seccomp-profile writes
 	// it): only then are the container's programs told that there are
 	// notifications.
-	serve := ns.srv.ServeListener
-	if slices.Contains(meta, NotifyMetadata) {
-		serve = ns.srv.ServeNotifyListener
-	}
-	if err := serve(fd); err != nil {
+	done, err := ns.srv.StartListener(fd, slices.Contains(meta, NotifyMetadata), m.tag)
+	started()
+	if err != nil {
 		a.log.Warn("ukeyd: seccomp agent: cannot serve the listener", "container", st.State.ID, "err", err)
+		return
 	}
+	<-done
 }
 
 // join returns container id's record, making it and, for a new
@@ -585,15 +643,17 @@ func (a *Agent) join(id string, who container.Identity, init process.Handle, unr
 	switch {
 	case sandbox == "":
 		ns = a.newNamespace("", container.Pod{})
+		a.nss[ns] = true
 	case ns == nil:
 		ns = a.newNamespace(sandbox, pod)
 		a.pods[sandbox] = ns
+		a.nss[ns] = true
 	case !ns.bind.Same(pod):
 		return refuse("the container names a pod's sandbox, and its IPC or network namespace is not the pod's")
 	default:
 		pod.Close()
 	}
-	m = &member{ns: ns, who: who, init: init, listeners: 1}
+	m = &member{ns: ns, id: id, who: who, init: init, listeners: 1, tag: newTag()}
 	a.ctrs[id] = m
 	ns.members = append(ns.members, m)
 	ns.setMembers()
@@ -633,6 +693,7 @@ func (a *Agent) serverConfig(ns *namespace, ctr, uid Bounds) server.Config {
 	cfg.Limits.MaxProcs = min(cfg.Limits.MaxProcs, ctr.Procs)
 	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
 	cfg.Member = func(pid int) bool { return container.HoldsAny(*ns.whos.Load(), pid) }
+	cfg.HandOverExtra, cfg.TakeOverExtra, cfg.CanHandOver, cfg.BeforeTakeover = nil, nil, nil, nil
 	cfg.Pool = a.procs
 	cfg.Expensive = a.heavy
 	return cfg
@@ -646,18 +707,29 @@ func (a *Agent) maxContainers() int {
 	return DefaultMaxContainers
 }
 
-// leave counts a listener of container id out: with its last the
+// leave counts a listener of container m out: with its last the
 // container leaves its namespace, and with the namespace's last
 // container its keys go.
-func (a *Agent) leave(id string, m *member) {
+func (a *Agent) leave(m *member) {
 	a.mu.Lock()
 	m.listeners--
-	if m.listeners > 0 {
+	// A frozen namespace's members are the hand-over's to let go
+	// (handover.go).
+	if m.listeners > 0 || m.ns.frozen {
 		a.mu.Unlock()
 		return
 	}
-	if a.ctrs[id] == m {
-		delete(a.ctrs, id)
+	last := a.dropLocked(m)
+	a.mu.Unlock()
+	a.gone(m, last)
+}
+
+// dropLocked takes member m out of its namespace, and the namespace
+// out of the agent if m was its last; a.mu is held. It says whether it
+// was.
+func (a *Agent) dropLocked(m *member) bool {
+	if a.ctrs[m.id] == m {
+		delete(a.ctrs, m.id)
 	}
 	ns := m.ns
 	if i := slices.Index(ns.members, m); i >= 0 {
@@ -665,23 +737,29 @@ func (a *Agent) leave(id string, m *member) {
 	}
 	ns.setMembers()
 	last := len(ns.members) == 0
-	if last && ns.sandbox != "" && a.pods[ns.sandbox] == ns {
-		delete(a.pods, ns.sandbox)
+	if last {
+		if ns.sandbox != "" && a.pods[ns.sandbox] == ns {
+			delete(a.pods, ns.sandbox)
+		}
+		delete(a.nss, ns)
 	}
-	a.mu.Unlock()
+	return last
+}
+
+// gone lets go of member m, dropped (dropLocked), and of its namespace
+// with its last member.
+func (a *Agent) gone(m *member, last bool) {
 	m.init.Close()
+	ns := m.ns
 	if !last {
-		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its pod's keys stay", "container", id, "pod", ns.sandbox)
+		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its pod's keys stay", "container", m.id, "pod", ns.sandbox)
 		return
 	}
-	ns.srv.Shutdown(context.Background())
-	ns.svc.Close()
-	ns.share.Detach()
-	ns.bind.Close()
+	ns.end()
 	if ns.sandbox != "" {
-		a.log.Info("ukeyd: seccomp agent: a pod's last process has exited; its keys are gone", "container", id, "pod", ns.sandbox)
+		a.log.Info("ukeyd: seccomp agent: a pod's last process has exited; its keys are gone", "container", m.id, "pod", ns.sandbox)
 	} else {
-		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its keys are gone", "container", id)
+		a.log.Info("ukeyd: seccomp agent: a container's last process has exited; its keys are gone", "container", m.id)
 	}
 }
 
@@ -736,13 +814,12 @@ func (a *Agent) NamespaceOf(pid int) (*keys.Service, *server.Server, bool) {
 func (a *Agent) Shutdown(ctx context.Context) error {
 	a.mu.Lock()
 	a.closing = true
+	a.handing = false
+	a.cond.Broadcast()
 	for _, ln := range a.lns {
 		ln.Close()
 	}
-	nss := make(map[*namespace]bool)
-	for _, m := range a.ctrs {
-		nss[m.ns] = true
-	}
+	nss := maps.Clone(a.nss)
 	a.mu.Unlock()
 	for ns := range nss {
 		ns.srv.Shutdown(ctx) // ends its listeners; handle then leaves
@@ -755,4 +832,12 @@ func (a *Agent) Shutdown(ctx context.Context) error {
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// newTag returns a member's tag: random, so that no two members, of this
+// daemon or handed over, share one.
+func newTag() string {
+	var b [12]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
 }

@@ -16,7 +16,10 @@
 // containers together hold at most [Bounds] of the daemon's resources,
 // each container and each uid in one its [Share]; their expensive
 // operations take the daemon's slots ([server.Slots]). A container's
-// keys go with its last process.
+// keys go with its last process. Its containers and pods, with their
+// keys, processes and listeners, and its socket go with the daemon's
+// hand-over and its restart through systemd's store ([Agent.HandOver],
+// [Agent.TakeOver]).
 //
 // Under a CRI runtime (containerd, CRI-O) the containers of a pod share
 // one key namespace, named by the sandbox id of the state's annotations
@@ -26,6 +29,8 @@
 // the last process of its containers.
 //
 // The agent reaches the server only through its exported surface:
-// [server.Config]'s Member, Pool and Expensive, [server.Limits.WithDefaults]
-// and [server.Server.ServeNotifyListener].
+// [server.Config]'s Member, Pool and Expensive, [server.Limits.WithDefaults],
+// [server.Server.StartListener] (whose tag names a listener's container
+// across a hand-over), and for the hand-over [server.Server.Freeze] and
+// [server.ThawHeld] ([server.TakeoverResult]'s Seccomp and SeccompTags).
 package agent

@@ -1,6 +1,7 @@
 package server
 
 import (
+	"bytes"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -50,6 +51,10 @@ import (
 // reads every earlier version (keys.StateVersion, HandoverVersion), and
 // one that would have to read a later version refuses to take over.
 //
+// A caller's own section may follow the server's state
+// (Config.HandOverExtra, TakeOverExtra): the seccomp agent's containers
+// go so, each its own Server's frozen state.
+//
 // Key watches go with their connections: the keys watched, the
 // notifications not yet read. Seccomp listeners (ukeyctl run) go too,
 // detached between two calls, with their processes' threads' keyrings:
@@ -58,8 +63,10 @@ import (
 // its helper is this daemon's child, and its requester waits for it.
 
 // HandoverVersion is the version of the records a hand-over carries
-// beside the keys' state stream.
-const HandoverVersion = 1
+// beside the keys' state stream. 2: a section of the caller's own may
+// follow (Config.HandOverExtra), which the records say (Extra); a
+// version 1 stream has none.
+const HandoverVersion = 2
 
 // HandoverTimeout bounds how long a hand-over waits for connections to
 // reach a request's boundary and for request-key upcalls to end.
@@ -92,6 +99,28 @@ type handover struct {
 	seccomp []detachedListener
 	// pipes are the notification pipes handed over (records).
 	pipes []*intercept.WatchPipe
+	// extra is the caller's section (Config.HandOverExtra), its
+	// descriptors, and what to tell it of the outcome.
+	extra     []byte
+	extraFDs  []int
+	extraDone func(bool)
+	hasExtra  bool
+}
+
+// takeExtra asks the caller for its section (Config.HandOverExtra),
+// once everything is parked.
+func (s *Server) takeExtra(ho *handover) error {
+	if s.cfg.HandOverExtra == nil {
+		return nil
+	}
+	var b bytes.Buffer
+	fds, done, err := s.cfg.HandOverExtra(&b)
+	if err != nil {
+		clear(b.Bytes())
+		return fmt.Errorf("server: the hand-over's extra section: %w", err)
+	}
+	ho.extra, ho.extraFDs, ho.extraDone, ho.hasExtra = b.Bytes(), fds, done, true
+	return nil
 }
 
 // detachedListener is a seccomp listener between two daemons.
@@ -229,6 +258,10 @@ func (s *Server) handOver(c *conn, sc *sock.Conn, req *wire.Request, version uin
 		return
 	}
 	if err := answer(&wire.Response{}); err != nil {
+		return
+	}
+	if err := s.takeExtra(ho); err != nil {
+		s.log.Warn("ukeyd: hand-over failed; serving on", "err", err)
 		return
 	}
 	// Writing the state allocates little that lives (the order of the
@@ -460,6 +493,10 @@ func (s *Server) endHandover(ho *handover, ok bool) {
 	ho.ok = ok
 	ho.mu.Unlock()
 	close(ho.done)
+	clear(ho.extra)
+	if ho.extraDone != nil {
+		ho.extraDone(ok)
+	}
 	if ok {
 		close(s.handedOver)
 	}
@@ -480,6 +517,19 @@ type handoverRecords struct {
 	Conns     []connRecord    `json:"conns"`
 	Seccomp   []seccompRecord `json:"seccomp,omitempty"`
 	Pipes     []pipeRecord    `json:"pipes,omitempty"`
+	// Extra says that the caller's section follows the connections'
+	// unread bytes (Config.HandOverExtra), with its descriptors (since
+	// version 2).
+	Extra *extraRecord `json:"extra,omitempty"`
+	// extra is the section itself, written after the unread bytes.
+	extra []byte
+}
+
+// extraRecord places the caller's section's descriptors: FDs of them from
+// the FDth sent after the listening sockets'.
+type extraRecord struct {
+	FD  int `json:"fd"`
+	FDs int `json:"fds"`
 }
 
 // pipeRecord is a notification pipe made for an intercepted program,
@@ -502,6 +552,8 @@ type seccompRecord struct {
 	// Notify: its filter hands the daemon the notification pipes' calls
 	// (listenerInfo.notify).
 	Notify bool `json:"notify,omitempty"`
+	// Tag is StartListener's.
+	Tag string `json:"tag,omitempty"`
 }
 
 // connRecord is one connection, whose descriptor is the FDth sent (after
@@ -570,12 +622,18 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		rec.Conns = append(rec.Conns, cr)
 	}
 	for _, d := range ho.seccomp {
-		rec.Seccomp = append(rec.Seccomp, seccompRecord{FD: len(fds) - rec.Listeners, UID: d.li.uid, Notify: d.li.notify})
+		rec.Seccomp = append(rec.Seccomp, seccompRecord{FD: len(fds) - rec.Listeners, UID: d.li.uid, Notify: d.li.notify, Tag: d.li.tag})
 		fds = append(fds, d.fd)
 	}
 	// Notification pipes go with their watches: the programs reading
-	// them read on, from the next daemon.
+	// them read on, from the next daemon. A pipe whose watches are
+	// another server's of this process (a container's) goes with that
+	// one; one without watches, with the server that has no Member (the
+	// host's).
 	for _, p := range intercept.WatchPipes() {
+		if owner, watched := pipeOwner(p); watched && owner != s || !watched && s.cfg.Member != nil {
+			continue
+		}
 		st, w := p.State()
 		pr := pipeRecord{FD: len(fds) - rec.Listeners, State: st}
 		if wp := s.pipes[p]; wp.q != nil {
@@ -585,6 +643,11 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		rec.Pipes = append(rec.Pipes, pr)
 		fds = append(fds, w)
 		ho.pipes = append(ho.pipes, p)
+	}
+	if ho.hasExtra {
+		rec.Extra = &extraRecord{FD: len(fds) - rec.Listeners, FDs: len(ho.extraFDs)}
+		rec.extra = ho.extra
+		fds = append(fds, ho.extraFDs...)
 	}
 	return rec, fds, nil
 }
@@ -685,6 +748,15 @@ func (s *Server) writeState(w io.Writer, rec *handoverRecords) error {
 			return err
 		}
 	}
+	if err := cw.Close(); err != nil {
+		return err
+	}
+	if rec.Extra == nil {
+		return nil
+	}
+	if _, err := cw.Write(rec.extra); err != nil {
+		return err
+	}
 	return cw.Close()
 }
 
@@ -708,6 +780,9 @@ func (s *Server) Freeze(w io.Writer) ([]int, error) {
 		return nil, err
 	}
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
+	if err := s.takeExtra(ho); err != nil {
+		return nil, err
+	}
 	rec, fds, err := s.records(ho)
 	if err != nil {
 		return nil, err
@@ -737,6 +812,12 @@ func (s *Server) Freeze(w io.Writer) ([]int, error) {
 		kept[i] = d
 	}
 	ok = true
+	// The notification pipes are the next daemon's (their copies are
+	// kept): nothing this process does on its way out may post into
+	// them.
+	for _, p := range ho.pipes {
+		p.Close()
+	}
 	return kept, nil
 }
 

@@ -173,6 +173,16 @@ func (s *Server) ServeListener(fd int) error { return s.serveListener(fd, false)
 // seccomp-profile writes it).
 func (s *Server) ServeNotifyListener(fd int) error { return s.serveListener(fd, true) }
 
+// StartListener is ServeListener (or, with notify, ServeNotifyListener)
+// that returns once the listener is served, with a channel closed when
+// it is no longer served: the seccomp agent knows then that a hand-over
+// finds the listener (package agent). tag goes with the listener through
+// a hand-over ([TakeoverResult].SeccompTags): the agent's name of the
+// container it is of.
+func (s *Server) StartListener(fd int, notify bool, tag string) (<-chan struct{}, error) {
+	return s.startListener(fd, listenerInfo{notify: notify, tag: tag}, intercept.HandlerFunc(s.intercepted))
+}
+
 // serveListener is ServeListener, or with notify ServeNotifyListener.
 func (s *Server) serveListener(fd int, notify bool) error {
 	done, err := s.startListener(fd, listenerInfo{notify: notify}, intercept.HandlerFunc(s.intercepted))
@@ -196,6 +206,7 @@ type listenerInfo struct {
 	// that its programs' watches are served; without them, they are
 	// told that there are no notifications (KEYCTL_CAPABILITIES).
 	notify bool
+	tag    string // StartListener's
 }
 
 func (s *Server) startListener(fd int, li listenerInfo, h intercept.Handler) (<-chan struct{}, error) {
@@ -394,6 +405,26 @@ func (s *Server) adoptPipeLocked(p *intercept.WatchPipe, q *keys.WatchQueue, uid
 		s.pipes = make(map[*intercept.WatchPipe]watchPipe)
 	}
 	s.pipes[p] = watchPipe{q: q, uid: uid}
+	pipeOwners.Lock()
+	pipeOwners.m[p] = s
+	pipeOwners.Unlock()
+}
+
+// pipeOwners says which server of the process a notification pipe's
+// watches are in: the pipes are the process's (intercept.WatchPipes),
+// and a hand-over sends each with the server whose keys post to it
+// (records).
+var pipeOwners = struct {
+	sync.Mutex
+	m map[*intercept.WatchPipe]*Server
+}{m: make(map[*intercept.WatchPipe]*Server)}
+
+// pipeOwner returns the server whose watches post to p, if any.
+func pipeOwner(p *intercept.WatchPipe) (*Server, bool) {
+	pipeOwners.Lock()
+	defer pipeOwners.Unlock()
+	s, ok := pipeOwners.m[p]
+	return s, ok
 }
 
 // untilPipeEnds closes q, p's queue, once p has ended (at once if it
@@ -406,6 +437,11 @@ func (s *Server) untilPipeEnds(p *intercept.WatchPipe, q *keys.WatchQueue) {
 			delete(s.pipes, p)
 		}
 		s.mu.Unlock()
+		pipeOwners.Lock()
+		if pipeOwners.m[p] == s {
+			delete(pipeOwners.m, p)
+		}
+		pipeOwners.Unlock()
 		q.Close()
 	})
 }

@@ -367,10 +367,13 @@ func (t *usageTable) dropProc(uid uint32) {
 
 // restoreProc and restoreConn count a process and a connection handed
 // over (takeover.go), which the old daemon had admitted: past the
-// bounds, if this daemon's are lower, and not against the pool.
+// bounds, if this daemon's are lower, and in the pool past its bound
+// too (a seccomp agent's namespaces, thawed: their processes are given
+// back to the pool as they go, dropProc).
 func (t *usageTable) restoreProc(uid uint32) {
 	t.of(uid).procs++
 	t.nprocs++
+	t.pool.takeAnyway()
 }
 
 func (t *usageTable) restoreConn(uid uint32) {

@@ -3,6 +3,7 @@ package server
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net"
 	"sync"
@@ -57,10 +58,26 @@ type Config struct {
 	// have none: a container has no login.
 	NoLogins bool
 	// CanHandOver, if set, is asked before a hand-over begins; an error
-	// refuses it (EOPNOTSUPP), saying why in the log: ukeyd refuses while
-	// its seccomp agent serves containers, whose namespaces are not
-	// handed over.
+	// refuses it (EOPNOTSUPP), saying why in the log.
 	CanHandOver func() error
+	// HandOverExtra, if set, is asked in a hand-over or a Freeze, once
+	// everything of this server is parked, for a section of the
+	// caller's own that goes after the server's state: it writes the
+	// section to w and returns the descriptors the section names (which
+	// stay its own: the next daemon gets copies, in that order), and
+	// done, called once the hand-over is decided (handedOver: the next
+	// daemon has everything; else this one serves on). An error
+	// abandons the hand-over. ukeyd's seccomp agent hands over its
+	// containers' namespaces this way (package agent, Agent.HandOver).
+	HandOverExtra func(w io.Writer) (fds []int, done func(handedOver bool), err error)
+	// TakeOverExtra, if set, reads that section on the new daemon's
+	// side (TakeOver, Thaw, ThawHeld): r is the section, fds its
+	// descriptors (taken; -1 for one that did not come); it returns
+	// start, called once the old daemon has let go (serve) or the
+	// take-over has failed (the section's descriptors are then the old
+	// daemon's again). A state without a section (an earlier daemon's,
+	// or one without a hook) calls nothing.
+	TakeOverExtra func(r io.Reader, fds []int) (start func(serve bool), err error)
 	// BeforeTakeover, if set, runs when [TakeOver] has everything the old
 	// daemon handed over and is about to tell it to let go: ukeyd tells
 	// systemd there that it is the service's main process now, before

@@ -43,6 +43,17 @@ func (p *Pool) take() bool {
 	return true
 }
 
+// takeAnyway counts one more in p, past its bound if need be: one that
+// was counted before a hand-over.
+func (p *Pool) takeAnyway() {
+	if p == nil {
+		return
+	}
+	p.mu.Lock()
+	p.n++
+	p.mu.Unlock()
+}
+
 // give undoes take.
 func (p *Pool) give() {
 	if p == nil {

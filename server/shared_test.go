@@ -42,3 +42,24 @@ func TestServersShareExpensiveSlots(t *testing.T) {
 		t.Fatal("an expensive operation did not run once the shared slot was free")
 	}
 }
+
+// A thawed Server counts the processes it was handed in its pool, as the
+// frozen one had taken them, since each is given back as it goes
+// (dropProc): a namespace the seccomp agent thawed used to give back
+// what it never took, so that every hand-over loosened the containers'
+// bound.
+func TestThawedProcessesCountInThePool(t *testing.T) {
+	svc := keys.New()
+	defer svc.Close()
+	pool := NewPool(100)
+	s := New(svc, Config{Pool: pool})
+	defer s.Shutdown(t.Context())
+	s.mu.Lock()
+	s.usage.restoreProc(1000)
+	held := pool.n
+	s.usage.dropProc(1000)
+	s.mu.Unlock()
+	if held != 1 || pool.n != 0 {
+		t.Fatalf("the pool holds %d with a process restored, %d once it is gone; want 1 and 0", held, pool.n)
+	}
+}

@@ -31,6 +31,12 @@ type TakeoverResult struct {
 	Listeners []*net.UnixListener
 	// Keys, Procs, Conns count what was handed over.
 	Keys, Procs, Conns int
+	// Seccomp has a channel for each seccomp listener handed over,
+	// closed once it is no longer served (as StartListener's), or at
+	// once if it is not served at all.
+	Seccomp []<-chan struct{}
+	// SeccompTags are their tags (Server.StartListener), in that order.
+	SeccompTags []string
 }
 
 // ErrNothingToTakeOver is returned by [TakeOver] when no daemon answers at
@@ -143,8 +149,14 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 		}
 		res.Listeners = append(res.Listeners, ln)
 	}
+	startExtra, err := s.readExtra(t, rec, fds[rec.Listeners:])
+	if err != nil {
+		closeListeners()
+		return nil, err
+	}
 	start, err := s.restore(rs, rec, fds[rec.Listeners:], res)
 	if err != nil {
+		startExtra(false)
 		closeListeners()
 		return nil, err
 	}
@@ -157,12 +169,14 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 	// sockets are this daemon's alone.
 	if _, err := unix.Write(fd, []byte{'K'}); err != nil {
 		start(false) // the connections' unread bytes go
+		startExtra(false)
 		s.abandonRestored()
 		closeListeners()
 		return nil, fmt.Errorf("server: telling the old daemon: %w", err)
 	}
 	ok = true
 	start(true)
+	startExtra(true)
 	return res, nil
 }
 
@@ -170,11 +184,37 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 // descriptors it returned (fds, taken), serving the connections at once;
 // the caller serves the listening sockets, which it has by other means.
 func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverResult, error) {
+	res, start, err := ThawHeld(r, fds, keyOpts, cfg)
+	if err != nil {
+		return nil, err
+	}
+	start(true)
+	return res, nil
+}
+
+// ThawHeld is Thaw serving nothing until start(true) (the hand-over's
+// other side has let go: the seccomp agent's namespaces, restored inside
+// the daemon's own hand-over); start(false) drops what it made, and its
+// descriptors, which are the other side's still.
+func ThawHeld(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverResult, func(serve bool), error) {
+	res, start, err := thaw(r, fds, keyOpts, cfg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return res, func(serve bool) {
+		start(serve)
+		if !serve {
+			res.Server.abandonRestored()
+		}
+	}, nil
+}
+
+func thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverResult, func(bool), error) {
 	defer debug.SetGCPercent(debug.SetGCPercent(-1))
 	defer func() { closeFDs(fds) }()
 	rs, rec, err := readState(r, "kept", keyOpts)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	ok := false
 	defer func() {
@@ -184,20 +224,68 @@ func Thaw(r io.Reader, fds []int, keyOpts []keys.Option, cfg Config) (*TakeoverR
 		}
 	}()
 	if rec.Listeners != 0 {
-		return nil, fmt.Errorf("server: the records kept name %d listening sockets", rec.Listeners)
+		return nil, nil, fmt.Errorf("server: the records kept name %d listening sockets", rec.Listeners)
 	}
 	res := &TakeoverResult{Service: rs.Service()}
 	s := New(rs.Service(), cfg)
 	res.Server = s
+	startExtra, err := s.readExtra(r, rec, fds)
+	if err != nil {
+		return nil, nil, err
+	}
 	start, err := s.restore(rs, rec, fds, res)
 	if err != nil {
-		return nil, err
+		startExtra(false)
+		return nil, nil, err
 	}
 	res.Keys = rs.Service().Keys()
 	rs.Done()
 	ok = true
-	start(true)
-	return res, nil
+	return res, func(serve bool) {
+		start(serve)
+		startExtra(serve)
+	}, nil
+}
+
+// maxExtra bounds the caller's section of a hand-over (the seccomp
+// agent's: every container's keys).
+const maxExtra = 1 << 40
+
+// readExtra reads the caller's section, if the records say one follows
+// (Config.TakeOverExtra), and takes its descriptors out of fds; without
+// a hook to read it, it is skipped and its descriptors closed. It returns
+// what starts (or drops) what the hook made.
+func (s *Server) readExtra(r io.Reader, rec *handoverRecords, fds []int) (func(serve bool), error) {
+	none := func(bool) {}
+	if rec.Extra == nil {
+		return none, nil
+	}
+	x := *rec.Extra
+	if x.FD < 0 || x.FDs < 0 || x.FDs > len(fds) || x.FD > len(fds)-x.FDs {
+		return nil, fmt.Errorf("server: the extra section's %d descriptors from %d, with %d", x.FDs, x.FD, len(fds))
+	}
+	mine := make([]int, x.FDs)
+	copy(mine, fds[x.FD:x.FD+x.FDs])
+	for i := x.FD; i < x.FD+x.FDs; i++ {
+		fds[i] = -1
+	}
+	er := &chunkReader{r: r, max: maxExtra}
+	if s.cfg.TakeOverExtra == nil {
+		s.log.Warn("ukeyd: the state carries a section this daemon has nothing to read it with (a seccomp agent's containers?): dropped")
+		closeFDs(mine)
+		return none, er.drain()
+	}
+	start, err := s.cfg.TakeOverExtra(er, mine)
+	if err == nil {
+		err = er.drain()
+		if err != nil {
+			start(false)
+		}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("server: the extra section: %w", err)
+	}
+	return start, nil
 }
 
 // wipeUnread wipes and frees the connections' unread bytes, which may
@@ -591,6 +679,7 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		fd     int
 		uid    uint32
 		notify bool
+		tag    string
 	}
 	var listeners []seccompStart
 	for i, sr := range rec.Seccomp {
@@ -598,8 +687,14 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			s.log.Warn("ukeyd: a seccomp listener handed over came without its descriptor", "record", i, "fd", sr.FD, "descriptors", len(conns))
 			continue
 		}
-		listeners = append(listeners, seccompStart{fd: conns[sr.FD], uid: sr.UID, notify: sr.Notify})
+		listeners = append(listeners, seccompStart{fd: conns[sr.FD], uid: sr.UID, notify: sr.Notify, tag: sr.Tag})
 		conns[sr.FD] = -1
+	}
+	served := make([]chan struct{}, len(listeners))
+	for i := range served {
+		served[i] = make(chan struct{})
+		res.Seccomp = append(res.Seccomp, served[i])
+		res.SeccompTags = append(res.SeccompTags, listeners[i].tag)
 	}
 	// Notification pipes, with the watches through which keys post to
 	// them: their readers read on.
@@ -649,6 +744,10 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			for _, ap := range adopted {
 				ap.p.Close()
 			}
+			for i, l := range listeners {
+				closeFD(l.fd)
+				close(served[i])
+			}
 			return
 		}
 		for _, ap := range adopted {
@@ -660,10 +759,14 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			s.cfg.Metrics.ConnOpened()
 			go r.c.run2(r.version, r.unread)
 		}
-		for _, l := range listeners {
-			if _, err := s.startListener(l.fd, listenerInfo{uid: l.uid, notify: l.notify}, intercept.HandlerFunc(s.intercepted)); err != nil {
+		for i, l := range listeners {
+			done, err := s.startListener(l.fd, listenerInfo{uid: l.uid, notify: l.notify, tag: l.tag}, intercept.HandlerFunc(s.intercepted))
+			if err != nil {
 				s.log.Warn("ukeyd: a seccomp listener handed over cannot be served", "uid", l.uid, "err", err)
+				close(served[i])
+				continue
 			}
+			go func() { <-done; close(served[i]) }()
 		}
 	}, nil
 }

@@ -155,20 +155,23 @@ func run(args []string) int {
 		lim.MaxProcs -= containers.Procs
 		lim.MaxProcsPerUID = min(lim.MaxProcsPerUID, lim.MaxProcs)
 	}
-	// The agent is made further down; a hand-over asks it then. Its
-	// containers' expensive operations take the daemon's slots.
+	// The agent's containers' expensive operations take the daemon's
+	// slots.
 	var ag *agent.Agent
 	heavy := server.NewSlots(lim.MaxExpensive)
 	cfg := server.Config{Logger: log, Metrics: m, Limits: lim, Helper: helperProg, NoLogins: !*logins, Expensive: heavy,
-		BeforeTakeover: func() { notify(fmt.Sprintf("MAINPID=%d", os.Getpid())) },
-		CanHandOver: func() error {
-			// Each container's key namespace lives in this process only:
-			// handing over would lose it.
-			if ag != nil && len(ag.Containers()) > 0 {
-				return fmt.Errorf("the seccomp agent serves %d containers, whose keys cannot be handed over", len(ag.Containers()))
-			}
-			return nil
-		}}
+		BeforeTakeover: func() { notify(fmt.Sprintf("MAINPID=%d", os.Getpid())) }}
+	if *agentPath != "" {
+		// Each container's namespace has the daemon's tunables and
+		// bounds, within its share of what the containers together may
+		// hold (agent.Bounds). It is made before the daemon takes over
+		// or thaws: its containers come with the daemon's state, in a
+		// section of their own.
+		ag = agent.New(agent.Config{Logger: log,
+			Keys:   []keys.Option{keys.WithTunables(tun), keys.WithUpcallTimeout(*upcallTimeout)},
+			Server: server.Config{Logger: log, Limits: lim, Expensive: heavy}, Bounds: containers})
+		cfg.HandOverExtra, cfg.TakeOverExtra = ag.HandOver, ag.TakeOver
+	}
 	var svc *keys.Service
 	var srv *server.Server
 	var lns []*net.UnixListener
@@ -285,24 +288,31 @@ func run(args []string) int {
 	}
 
 	agentDone := make(chan error, 1)
-	if *agentPath != "" {
-		aln, err := server.Listen(*agentPath)
-		for wait := time.Now().Add(5 * time.Second); *takeover && errors.Is(err, server.ErrInUse) && time.Now().Before(wait); {
-			// The daemon taken over from lets go of it as it exits.
-			time.Sleep(20 * time.Millisecond)
+	if ag != nil {
+		// The socket the daemon before this one served, handed over
+		// with its containers (runtimes waited in its backlog), or a
+		// new one.
+		var aln *net.UnixListener
+		if taken := ag.Listeners(); len(taken) > 0 {
+			aln = taken[0]
+			for _, extra := range taken[1:] {
+				go ag.Serve(extra)
+			}
+		} else {
+			var err error
 			aln, err = server.Listen(*agentPath)
+			for wait := time.Now().Add(5 * time.Second); *takeover && errors.Is(err, server.ErrInUse) && time.Now().Before(wait); {
+				// A daemon taken over from that did not hand its socket
+				// over lets go of it as it exits.
+				time.Sleep(20 * time.Millisecond)
+				aln, err = server.Listen(*agentPath)
+			}
+			if err != nil {
+				log.Error("ukeyd: cannot listen for container runtimes", "socket", *agentPath, "err", err)
+				ln.Close()
+				return 1
+			}
 		}
-		if err != nil {
-			log.Error("ukeyd: cannot listen for container runtimes", "socket", *agentPath, "err", err)
-			ln.Close()
-			return 1
-		}
-		// Each container's namespace has the daemon's tunables and
-		// bounds, within its share of what the containers together may
-		// hold (agent.Bounds).
-		ag = agent.New(agent.Config{Logger: log,
-			Keys:   []keys.Option{keys.WithTunables(tun), keys.WithUpcallTimeout(*upcallTimeout)},
-			Server: server.Config{Logger: log, Limits: lim, Expensive: heavy}, Bounds: containers})
 		ctr, uid := agent.Share(ag.Bounds())
 		b := ag.Bounds()
 		log.Info("ukeyd: the containers' bounds (all together / each container / each uid in one)",

@@ -132,3 +132,71 @@ func HoldsAny(whos []Identity, pid int) bool {
 	}
 	return false
 }
+
+// PodRecord is a [Pod] as a hand-over carries it to the next daemon:
+// its namespaces, and which of them (Pinned, "ipc" or "net") the
+// descriptor sent beside it holds open ("" if none: both the daemon's).
+type PodRecord struct {
+	IPCDev uint64 `json:"ipc_dev"`
+	IPCIno uint64 `json:"ipc_ino"`
+	NetDev uint64 `json:"net_dev"`
+	NetIno uint64 `json:"net_ino"`
+	Pinned string `json:"pinned,omitempty"`
+}
+
+// Record returns p's record and the descriptor that pins it (p's still;
+// -1 if none).
+func (p Pod) Record() (PodRecord, int) {
+	r := PodRecord{IPCDev: p.ipc.dev, IPCIno: p.ipc.ino, NetDev: p.net.dev, NetIno: p.net.ino}
+	if p.pin == nil {
+		return r, -1
+	}
+	r.Pinned = "ipc"
+	if own, ok := ownNS("ipc"); ok && own == p.ipc {
+		r.Pinned = "net"
+	}
+	return r, int(p.pin.Fd())
+}
+
+// RebindPod returns the pod a record says, bound to fd (taken), the
+// descriptor that pinned it in the daemon that handed it over: fd must
+// be a namespace of the pinned kind, the one the record names, and the
+// namespace before it in PodOf's order the new daemon's own, as PodOf
+// would have found them. What else binds a container to the pod is its
+// init's namespaces, which the caller reads again ([PodOf], [Pod.Same]).
+func RebindPod(r PodRecord, fd int) (Pod, error) {
+	p := Pod{ipc: nsKey{r.IPCDev, r.IPCIno}, net: nsKey{r.NetDev, r.NetIno}}
+	if fd < 0 {
+		return Pod{}, errors.New("the pod's namespace did not come")
+	}
+	f := os.NewFile(uintptr(fd), "pod")
+	fail := func(why string) (Pod, error) {
+		f.Close()
+		return Pod{}, errors.New(why)
+	}
+	var kind int
+	var want nsKey
+	switch r.Pinned {
+	case "ipc":
+		kind, want = unix.CLONE_NEWIPC, p.ipc
+	case "net":
+		kind, want = unix.CLONE_NEWNET, p.net
+		if own, ok := ownNS("ipc"); !ok || own != p.ipc {
+			return fail("the pod's IPC namespace, not pinned, is not the daemon's")
+		}
+	default:
+		return fail("the pod's record pins no namespace")
+	}
+	if t, err := unix.IoctlRetInt(fd, unix.NS_GET_NSTYPE); err != nil || t != kind {
+		return fail("the pod's descriptor is no namespace of the kind its record names")
+	}
+	got, err := nsOfFD(fd)
+	if err != nil || got != want {
+		return fail("the pod's descriptor is not the namespace its record names")
+	}
+	if own, ok := ownNS(r.Pinned); !ok || own == want {
+		return fail("the pod's pinned namespace is the daemon's own")
+	}
+	p.pin = f
+	return p, nil
+}

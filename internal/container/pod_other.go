@@ -4,6 +4,7 @@ package container
 
 import (
 	"errors"
+	"syscall"
 
 	"github.com/ukeys/ukeys/internal/process"
 )
@@ -28,3 +29,18 @@ func (*Pod) Close() {}
 
 // HoldsAny: no process is a container's here.
 func HoldsAny([]Identity, int) bool { return false }
+
+// PodRecord is a [Pod] as a hand-over carries it: on Linux, its
+// namespaces. Elsewhere there is none.
+type PodRecord struct{}
+
+// Record returns the empty record, and no descriptor.
+func (Pod) Record() (PodRecord, int) { return PodRecord{}, -1 }
+
+// RebindPod refuses (and closes fd): pods are told apart only on Linux.
+func RebindPod(_ PodRecord, fd int) (Pod, error) {
+	if fd >= 0 {
+		syscall.Close(fd)
+	}
+	return Pod{}, errors.New("pods are told apart only on Linux")
+}

@@ -12,6 +12,11 @@
 //	keyprog possess DESC          add a user key DESC to @p that only its
 //	                              possessor may view, say whether it and a
 //	                              child of it (keyprog peek) see it in /proc/keys
+//	keyprog loop DESC SECONDS OTHER
+//	                              add a user key DESC to @u, then read and
+//	                              search it as fast as it can for SECONDS,
+//	                              and say how many calls it made and how
+//	                              many failed; then search @u for OTHER
 package main
 
 import (
@@ -48,6 +53,9 @@ func main() {
 		return
 	case "possess", "peek":
 		possess()
+		return
+	case "loop":
+		loop(os.Args[2], os.Args[3], os.Args[4])
 		return
 	}
 	if e != 0 {
@@ -169,5 +177,56 @@ func possess() {
 	if os.Args[1] == "possess" {
 		out, err := exec.Command(os.Args[0], "peek", desc).CombinedOutput()
 		fmt.Printf("%s%v\n", out, err)
+	}
+}
+
+// loop adds desc, then reads and searches it in turn until seconds
+// have passed, counting its calls and their failures; then it searches
+// for other, which must be another container's.
+func loop(desc, seconds, other string) {
+	const userKeyring = 0xfffffffc
+	v := []byte("looped")
+	id, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr(desc), uintptr(unsafe.Pointer(&v[0])), uintptr(len(v)), userKeyring, 0)
+	if e != 0 {
+		fmt.Println("add", e)
+		return
+	}
+	fmt.Println("add ok")
+	s, _ := strconv.Atoi(seconds)
+	end := time.Now().Add(time.Duration(s) * time.Second)
+	d := cstr(desc)
+	buf := make([]byte, 64)
+	calls, failures := 0, 0
+	var first error
+	var slowest time.Duration
+	for time.Now().Before(end) {
+		start := time.Now()
+		var r uintptr
+		if calls%2 == 0 {
+			r, _, e = unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_READ, id, uintptr(unsafe.Pointer(&buf[0])), uintptr(len(buf)), 0, 0)
+			if e == 0 && (r != uintptr(len(v)) || string(buf[:r]) != string(v)) {
+				e = unix.EBADMSG
+			}
+		} else {
+			r, _, e = unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, userKeyring, cstr("user"), d, 0, 0)
+			if e == 0 && r != id {
+				e = unix.EBADMSG
+			}
+		}
+		slowest = max(slowest, time.Since(start))
+		calls++
+		if e != 0 {
+			failures++
+			if first == nil {
+				first = fmt.Errorf("call %d: %w", calls, e)
+			}
+		}
+	}
+	fmt.Printf("loop calls %d failures %d slowest %v first %v\n", calls, failures, slowest.Round(time.Millisecond), first)
+	_, _, e = unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_SEARCH, userKeyring, cstr("user"), cstr(other), 0, 0)
+	if e != 0 {
+		fmt.Println("other", e)
+	} else {
+		fmt.Println("other ok")
 	}
 }
