@@ -18,7 +18,15 @@ type Restore struct {
 	// to keys by position. They are the new service's only keys: the
 	// serial index finds them by serial (key).
 	byPos []*Key
-	done  bool
+	// regPos[i] is byPos[i]'s position in the index's registry, which a
+	// keyring's leaves name: found as the key is made, while the index's
+	// slot is in the cache.
+	regPos []uint32
+	// entries and linked are readLinks' buffers, reused from keyring to
+	// keyring.
+	entries []trieEntry
+	linked  []*Key
+	done    bool
 }
 
 // Import reads a state stream (Service.Export, of this version or an
@@ -113,7 +121,7 @@ func (rs *Restore) Done() {
 			ks = append(ks, k)
 		}
 	}
-	rs.byPos = nil
+	rs.byPos, rs.regPos = nil, nil
 	rs.s.unusedBatch(ks)
 	switch {
 	case earliest == math.MinInt64:
@@ -158,6 +166,7 @@ func (rs *Restore) read(d *stateReader) error {
 
 	hint := d.uvarint(stateMaxKeys, "the number of keys")
 	rs.byPos = make([]*Key, 0, min(hint, 1<<16))
+	rs.regPos = make([]uint32, 0, min(hint, 1<<16))
 	reserved := uint64(0)
 	for i := uint64(0); d.err == nil; i++ {
 		id := d.serial("a serial")
@@ -280,7 +289,12 @@ func (rs *Restore) readKey(d *stateReader, id Serial) error {
 	if err != nil {
 		return corrupt("key %d: %v", id, err)
 	}
+	pos, ok := s.index.position(k)
+	if !ok {
+		panic("keys: a key just made is not indexed")
+	}
 	rs.byPos = append(rs.byPos, k)
+	rs.regPos = append(rs.regPos, pos)
 	k.expiry.Store(expiry)
 	if state != statePositive {
 		// Negative: instantiated, with the errno it was negated with.
@@ -355,12 +369,18 @@ func (rs *Restore) readLinks(d *stateReader) error {
 		return corrupt("keyring %d's links twice", ringID)
 	}
 	snap := &ringSnap{ix: &rs.s.index, next: next}
+	// The leaves in one allocation (pointer-free, as each would be), and
+	// the trie built at once from them (hbuild).
+	leaves := make([]leaf, n)
+	es := rs.entries[:0]
+	ks := rs.linked[:0]
 	for i := uint64(0); i < n; i++ {
-		k := rs.keyAt(d, "a linked key")
+		pos := rs.posAt(d, "a linked key")
 		slot := d.uvarint(math.MaxInt64, "a slot")
 		if d.err != nil {
 			return d.err
 		}
+		k := rs.byPos[pos]
 		if k == ring {
 			return corrupt("keyring %d links itself", ringID)
 		}
@@ -372,27 +392,32 @@ func (rs *Restore) readLinks(d *stateReader) error {
 		} else if slot >= snap.next {
 			snap.next = slot + 1
 		}
-		l := snap.ix.leafFor(k, slot)
-		root, _, replacing := hsetp(snap.ix, snap.root, k.hash, l, 0, ownHash)
-		if replacing {
-			return corrupt("keyring %d links two keys of one type and description", ringID)
-		}
-		snap.root = root
-		snap.n++
+		leaves[i] = leaf{pos: rs.regPos[pos], serial: k.serial, slot: slot}
+		es = append(es, newTrieEntry(k.hash, &leaves[i]))
+		ks = append(ks, k)
 		if k.isKeyring() {
 			snap.nested = append(snap.nested, link{key: k, slot: slot})
 		}
 	}
+	root, dup := hbuild(snap.ix, es)
+	clear(es)
+	rs.entries = es[:0]
+	if dup != nil {
+		clear(ks)
+		return corrupt("keyring %d links two keys of one type and description", ringID)
+	}
+	snap.root, snap.n = root, int(n)
 	slices.SortFunc(snap.nested, func(a, b link) int { return cmp.Compare(a.slot, b.slot) })
 	if ring.has(flagInQuota) {
 		rs.s.chargeAnyway(ring, linkCost*int(snap.n))
 	}
 	ring.storeRing(snap)
-	hwalk(snap.ix, snap.root, func(l link) bool {
-		l.key.get()
-		l.key.addParent(ring)
-		return true
-	})
+	for _, k := range ks {
+		k.get()
+		k.addParent(ring)
+	}
+	clear(ks)
+	rs.linked = ks[:0]
 	return nil
 }
 
@@ -400,15 +425,21 @@ func (rs *Restore) readLinks(d *stateReader) error {
 // there; on error, the reader holds it and the key returned is a
 // placeholder nobody must keep.
 func (rs *Restore) keyAt(d *stateReader, what string) *Key {
-	if len(rs.byPos) == 0 {
-		d.fail(corrupt("%s, but the stream has no keys", what))
-		return &Key{keyRec: new(keyRec)}
-	}
-	pos := d.uvarint(uint64(len(rs.byPos)-1), what)
+	pos := rs.posAt(d, what)
 	if d.err != nil {
 		return &Key{keyRec: new(keyRec)}
 	}
 	return rs.byPos[pos]
+}
+
+// posAt reads a position in the stream's keys; on error, the reader
+// holds it.
+func (rs *Restore) posAt(d *stateReader, what string) uint64 {
+	if len(rs.byPos) == 0 {
+		d.fail(corrupt("%s, but the stream has no keys", what))
+		return 0
+	}
+	return d.uvarint(uint64(len(rs.byPos)-1), what)
 }
 
 // checkAcyclic refuses keyrings that link each other in a loop, which
