@@ -19,8 +19,7 @@ type Restore struct {
 	// serial index finds them by serial (key).
 	byPos []*Key
 	// regPos[i] is byPos[i]'s position in the index's registry, which a
-	// keyring's leaves name: found as the key is made, while the index's
-	// slot is in the cache.
+	// keyring's leaves name, as the index gave it to the key.
 	regPos []uint32
 	// entries and linked are readLinks' buffers, reused from keyring to
 	// keyring.
@@ -165,8 +164,6 @@ func (rs *Restore) read(d *stateReader) error {
 	}
 
 	hint := d.uvarint(stateMaxKeys, "the number of keys")
-	rs.byPos = make([]*Key, 0, min(hint, 1<<16))
-	rs.regPos = make([]uint32, 0, min(hint, 1<<16))
 	reserved := uint64(0)
 	for i := uint64(0); d.err == nil; i++ {
 		id := d.serial("a serial")
@@ -177,12 +174,14 @@ func (rs *Restore) read(d *stateReader) error {
 			return corrupt("more than %d keys", uint64(stateMaxKeys))
 		}
 		if i == reserved {
-			// Size the index ahead, sixteenfold at a time, by the hint: a
-			// stream that claims more keys than it holds costs no more
-			// than it holds.
+			// Size the index and the slices of keys ahead, sixteenfold
+			// at a time, by the hint: a stream that claims more keys
+			// than it holds costs no more than it holds.
 			more := min(max(hint, i+1)-i, max(1024, 15*i))
 			rs.s.index.reserve(int(more))
 			reserved = i + more
+			rs.byPos = slices.Grow(rs.byPos, int(more))
+			rs.regPos = slices.Grow(rs.regPos, int(more))
 		}
 		if err := rs.readKey(d, id); err != nil {
 			return err
@@ -281,17 +280,14 @@ func (rs *Restore) readKey(d *stateReader, id Serial) error {
 		return corrupt("key %d: a keyring that is not instantiated", id)
 	}
 	inQuota := uint32(flags)&flagInQuota != 0
+	var pos uint32
 	k, err := s.alloc(keySpec{typ: t, desc: desc, uid: uint32(uid), gid: uint32(gid), perm: Perm(perm),
-		overrun: inQuota, flags: uint32(flags) &^ flagInQuota, serial: id})
+		overrun: inQuota, flags: uint32(flags) &^ flagInQuota, serial: id, regPos: &pos})
 	if err == EEXIST {
 		return corrupt("serial %d twice", id)
 	}
 	if err != nil {
 		return corrupt("key %d: %v", id, err)
-	}
-	pos, ok := s.index.position(k)
-	if !ok {
-		panic("keys: a key just made is not indexed")
 	}
 	rs.byPos = append(rs.byPos, k)
 	rs.regPos = append(rs.regPos, pos)

@@ -58,13 +58,15 @@ func startProfile(dir, name string) func() {
 	return func() { pprof.StopCPUProfile(); f.Close() }
 }
 
-// cpuTime returns the CPU time this process has used, user and system.
-func cpuTime() time.Duration {
+// cpuTime returns the CPU time this process has used, user and system
+// together, and the system's part (page faults, mostly, as the heap
+// grows).
+func cpuTime() (all, sys time.Duration) {
 	var ru syscall.Rusage
 	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
-		return 0
+		return 0, 0
 	}
-	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), time.Duration(ru.Stime.Nano())
 }
 
 // handoverParams are the parameters of the handover scenario.
@@ -202,16 +204,21 @@ func runHandover(p handoverParams, prog *progress) (report, error) {
 	if err != nil {
 		return report{}, err
 	}
-	tookFields := strings.Fields(took) // "<seconds> keys <n> cpu <seconds>"
+	tookFields := strings.Fields(took) // "<seconds> keys <n> cpu <seconds> sys <seconds>"
 	inDaemon, _ := strconv.ParseFloat(tookFields[0], 64)
 	newCPU, _ := strconv.ParseFloat(tookFields[4], 64)
-	oldCPUs, _ := strconv.ParseFloat(strings.TrimSpace(oldCPU), 64)
+	newSys, _ := strconv.ParseFloat(tookFields[6], 64)
+	oldFields := strings.Fields(oldCPU) // "<seconds> sys <seconds>"
+	oldCPUs, _ := strconv.ParseFloat(oldFields[0], 64)
+	oldSys, _ := strconv.ParseFloat(oldFields[2], 64)
 	r := histRow(fmt.Sprintf("keys-%d", p.Keys), fmt.Sprintf("clients-%d", p.Clients), "us", h, 1e3)
 	r.Extra = map[string]any{
 		"serving_s":         serving.Seconds(),
 		"takeover_s":        inDaemon,
 		"new_cpu_s":         newCPU,
+		"new_sys_s":         newSys,
 		"old_cpu_s":         oldCPUs,
+		"old_sys_s":         oldSys,
 		"longest_pause_ms":  float64(longest.Load()) / 1e6,
 		"errors":            errorsN.Load(),
 		"reads":             ops.Load(),
@@ -351,19 +358,24 @@ func handoverDaemonMain(mode string) int {
 		// The bench says when the new daemon starts (a line on stdin):
 		// from then on, this daemon's CPU time and profile are the
 		// hand-over's.
-		marked := make(chan func() time.Duration, 1)
+		marked := make(chan func() (time.Duration, time.Duration), 1)
 		go func() {
 			bufio.NewReader(os.Stdin).ReadString('\n')
-			cpu0 := cpuTime()
+			cpu0, sys0 := cpuTime()
 			stop := startProfile(os.Getenv(handoverProfileEnv), "old.pprof")
-			marked <- func() time.Duration { stop(); return cpuTime() - cpu0 }
+			marked <- func() (time.Duration, time.Duration) {
+				stop()
+				cpu, sys := cpuTime()
+				return cpu - cpu0, sys - sys0
+			}
 		}()
 		fmt.Println(b.String())
 		<-srv.HandedOver()
 		<-served
 		select {
 		case end := <-marked:
-			fmt.Printf("cpu %.6f\n", end().Seconds())
+			cpu, sys := end()
+			fmt.Printf("cpu %.6f sys %.6f\n", cpu.Seconds(), sys.Seconds())
 		default:
 		}
 		fmt.Println("hwm", peakRSS())
@@ -379,7 +391,8 @@ func handoverDaemonMain(mode string) int {
 		go func() { served <- res.Server.Serve(res.Listeners[0]) }()
 		took := time.Since(start)
 		stop()
-		fmt.Printf("took %.6f keys %d cpu %.6f\n", took.Seconds(), res.Keys, cpuTime().Seconds())
+		cpu, sys := cpuTime()
+		fmt.Printf("took %.6f keys %d cpu %.6f sys %.6f\n", took.Seconds(), res.Keys, cpu.Seconds(), sys.Seconds())
 		io.Copy(io.Discard, os.Stdin)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
