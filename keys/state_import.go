@@ -25,7 +25,9 @@ type Restore struct {
 	// keyring.
 	entries []trieEntry
 	linked  []*Key
-	done    bool
+	// lastType is the type of the last key read (readKey).
+	lastType *Type
+	done     bool
 }
 
 // Import reads a state stream (Service.Export, of this version or an
@@ -174,10 +176,12 @@ func (rs *Restore) read(d *stateReader) error {
 			return corrupt("more than %d keys", uint64(stateMaxKeys))
 		}
 		if i == reserved {
-			// Size the index and the slices of keys ahead, sixteenfold
-			// at a time, by the hint: a stream that claims more keys
-			// than it holds costs no more than it holds.
-			more := min(max(hint, i+1)-i, max(1024, 15*i))
+			// Size the index and the slices of keys ahead by the hint,
+			// a million keys at first (each step rehashes the index's
+			// keys, in a random order), then sixteenfold at a time: a
+			// stream that claims more keys than it holds costs no more
+			// than it holds, or a million keys' room (some 40 MB).
+			more := min(max(hint, i+1)-i, max(1<<20, 15*i))
 			rs.s.index.reserve(int(more))
 			reserved = i + more
 			rs.byPos = slices.Grow(rs.byPos, int(more))
@@ -251,7 +255,15 @@ func (rs *Restore) read(d *stateReader) error {
 // reference.
 func (rs *Restore) readKey(d *stateReader, id Serial) error {
 	s := rs.s
-	typ := d.str(stateMaxString, "a type name")
+	// The type name, found without a string made for each key: most
+	// keys are of the type of the key before.
+	var typ string
+	var t *Type
+	if b := d.bytes(stateMaxString, "a type name"); rs.lastType != nil && string(b) == rs.lastType.Name {
+		typ, t = rs.lastType.Name, rs.lastType
+	} else {
+		typ = string(b)
+	}
 	desc := d.str(stateMaxString, "a description")
 	uid := d.uvarint(math.MaxUint32, "a uid")
 	gid := d.uvarint(math.MaxUint32, "a gid")
@@ -265,7 +277,10 @@ func (rs *Restore) readKey(d *stateReader, id Serial) error {
 	if id < 1 {
 		return corrupt("serial %d", id)
 	}
-	t := s.lookupType(typ)
+	if t == nil {
+		t = s.lookupType(typ)
+		rs.lastType = t
+	}
 	if t == nil || t == authType {
 		return corrupt("key %d of type %q, which this daemon does not have", id, typ)
 	}
