@@ -19,7 +19,7 @@ func testKey(s *Service, t *Type, desc string, serial Serial) *Key {
 	k := newKey(desc, indexHash(t.Name, desc))
 	k.serial, k.quota = serial, &quotaUser{s: s}
 	k.typ.Store(t)
-	if !s.index.insertExact(k, serial) {
+	if _, ok := s.index.insertExact(k, serial); !ok {
 		panic(fmt.Sprintf("testKey: serial %d twice", serial))
 	}
 	return k

@@ -167,7 +167,7 @@ func (x *serialIndex) insert(k *Key, id Serial) {
 	for {
 		h := x.shard(serialHash(id))
 		h.mu.Lock()
-		if h.insertLocked(&x.reg, k, id) {
+		if _, ok := h.insertLocked(&x.reg, k, id); ok {
 			h.mu.Unlock()
 			return
 		}
@@ -182,15 +182,16 @@ func (x *serialIndex) insert(k *Key, id Serial) {
 
 // insertExact stores k under id, and reports false (storing nothing) if
 // id is taken.
-func (x *serialIndex) insertExact(k *Key, id Serial) bool {
+func (x *serialIndex) insertExact(k *Key, id Serial) (pos uint32, ok bool) {
 	sh := x.shard(serialHash(id))
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
 	return sh.insertLocked(&x.reg, k, id)
 }
 
-// insertLocked stores k under id unless id is taken.
-func (sh *indexShard) insertLocked(reg *keyRegistry, k *Key, id Serial) bool {
+// insertLocked stores k under id unless id is taken, and returns its
+// position in the registry.
+func (sh *indexShard) insertLocked(reg *keyRegistry, k *Key, id Serial) (uint32, bool) {
 	h := serialHash(id)
 	t := sh.tab.Load()
 	if t == nil || 4*(t.used+1) > 3*len(t.slots) {
@@ -218,7 +219,7 @@ func (sh *indexShard) insertLocked(reg *keyRegistry, k *Key, id Serial) bool {
 			continue
 		}
 		if t.serials[i] == id {
-			return false
+			return 0, false
 		}
 	}
 	k.serial = id // before the stores that publish k
@@ -226,7 +227,7 @@ func (sh *indexShard) insertLocked(reg *keyRegistry, k *Key, id Serial) bool {
 	t.serials[free] = id
 	t.slots[free].Store(pos + 1)
 	t.live++
-	return true
+	return pos, true
 }
 
 // reserve sizes every shard's table for n more keys spread evenly, so

@@ -27,7 +27,7 @@ func TestRegistryReusesPositions(t *testing.T) {
 	again := make([]*Key, n)
 	for i := range again {
 		again[i] = &Key{keyRec: new(keyRec)}
-		if !x.insertExact(again[i], Serial(n+i+3)) {
+		if _, ok := x.insertExact(again[i], Serial(n+i+3)); !ok {
 			t.Fatal("serial taken")
 		}
 	}

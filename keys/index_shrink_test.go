@@ -39,7 +39,7 @@ func fillIndex(x *serialIndex, n int) []*Key {
 	ks := make([]*Key, n)
 	for i := range ks {
 		ks[i] = &Key{keyRec: new(keyRec)}
-		if !x.insertExact(ks[i], Serial(i+3)) {
+		if _, ok := x.insertExact(ks[i], Serial(i+3)); !ok {
 			panic("serial taken")
 		}
 	}

@@ -57,9 +57,26 @@ func (r *ringSnap) links() []link {
 	if r == nil || r.n == 0 {
 		return nil
 	}
-	out := make([]link, 0, r.n)
-	hwalk(r.ix, r.root, func(l link) bool { out = append(out, l); return true })
-	slices.SortFunc(out, func(a, b link) int { return cmp.Compare(a.slot, b.slot) })
+	ls := r.sortedLeaves(make([]leaf, 0, r.n))
+	out := make([]link, 0, len(ls))
+	for i := range ls {
+		if k := r.ix.keyOf(&ls[i]); k != nil {
+			out = append(out, link{key: k, slot: ls[i].slot})
+		}
+	}
+	return out
+}
+
+// sortedLeaves appends r's leaves to out in listing order. Their keys
+// are for the caller to read, in that order: a walk of the trie through
+// the keys met them in hash order, and each key's line had left the
+// cache by the time the caller read it again.
+func (r *ringSnap) sortedLeaves(out []leaf) []leaf {
+	if r == nil {
+		return out
+	}
+	out = hleaves(r.root, out)
+	slices.SortFunc(out, func(a, b leaf) int { return cmp.Compare(a.slot, b.slot) })
 	return out
 }
 

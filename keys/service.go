@@ -330,6 +330,9 @@ type keySpec struct {
 	// serial, if not 0, is the key's serial (Import), which must be free;
 	// otherwise one is drawn.
 	serial Serial
+	// regPos, if not nil, is told the key's position in the index's
+	// registry (Import, for the keyrings' leaves), with a serial given.
+	regPos *uint32
 }
 
 // alloc creates an uninstantiated key holding one reference for the
@@ -367,7 +370,8 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 		k.storeRing(&ringSnap{})
 	}
 	if sp.serial != 0 {
-		if !s.index.insertExact(k, sp.serial) {
+		pos, ok := s.index.insertExact(k, sp.serial)
+		if !ok {
 			// Taken (a stream naming one serial twice): undone.
 			u.mu.Lock()
 			u.nkeys--
@@ -377,6 +381,9 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 			}
 			s.quotaPut(u)
 			return nil, EEXIST
+		}
+		if sp.regPos != nil {
+			*sp.regPos = pos
 		}
 		s.count.Add(1)
 	} else {

@@ -3,6 +3,8 @@ package keys
 import (
 	"fmt"
 	"io"
+	"sync/atomic"
+	"unsafe"
 )
 
 // The flags a key keeps across a hand-over. The others are the
@@ -107,11 +109,12 @@ func (s *Service) Export(w io.Writer) error {
 		}
 		entries = entries[:0]
 		group, next := x.groups[i], 0
+		keys := x.keys[group.start : group.start+group.n]
 		for _, l := range group.links {
 			k := l.key
 			pos, ok := 0, false
 			switch {
-			case next < len(group.keys) && group.keys[next] == k:
+			case next < len(keys) && keys[next] == k:
 				pos, ok = group.start+next, true
 				next++
 			default:
@@ -180,9 +183,8 @@ type exportSet struct {
 }
 
 type exportGroup struct {
-	start int
-	keys  []*Key
-	links []link // the keyring's links in listing order, read once
+	start, n int    // its keys are keys[start:start+n]
+	links    []link // the keyring's links in listing order, read once
 }
 
 func (x *exportSet) release() {
@@ -226,7 +228,10 @@ func (s *Service) exportOrder(emit func(*Key)) (*exportSet, error) {
 	}
 	s.namesMu.Unlock()
 	var c indexCursor
-	var batch, others []*Key
+	var batch []*Key
+	// Most keys are not keyrings: room for all at once, where growing
+	// it copied it over and over.
+	others := make([]*Key, 0, s.Keys())
 	for done := false; !done; {
 		batch, done = s.index.scan(&c, 4096, batch[:0])
 		for _, k := range batch {
@@ -242,12 +247,28 @@ func (s *Service) exportOrder(emit func(*Key)) (*exportSet, error) {
 	clear(batch)
 	x.rings = len(x.keys)
 	x.groups = make([]exportGroup, x.rings)
+	var leaves []leaf
+	var warm uint32
+	defer func() { warmSink.Store(warm) }()
 	for i, ring := range x.keys[:x.rings] {
 		g := &x.groups[i]
 		g.start = len(x.keys)
-		g.links = ring.loadRing().links()
-		for _, l := range g.links {
-			k := l.key
+		snap := ring.loadRing()
+		if snap == nil || snap.n == 0 {
+			continue
+		}
+		// The keyring's links (ringSnap.links), each key read once.
+		leaves = snap.sortedLeaves(leaves[:0])
+		g.links = make([]link, 0, len(leaves))
+		for j := range leaves {
+			if j%warmBatch == 0 {
+				warm = snap.ix.warmKeys(leaves[j:min(j+warmBatch, len(leaves))], warm)
+			}
+			k := snap.ix.keyOf(&leaves[j])
+			if k == nil {
+				continue
+			}
+			g.links = append(g.links, link{key: k, slot: leaves[j].slot})
 			if k.isKeyring() {
 				continue
 			}
@@ -255,7 +276,7 @@ func (s *Service) exportOrder(emit func(*Key)) (*exportSet, error) {
 			if first != ring || !add(k) {
 				continue
 			}
-			g.keys = append(g.keys, k)
+			g.n++
 			if twice {
 				x.pos[k] = len(x.keys) - 1
 			}
@@ -276,6 +297,40 @@ func (s *Service) exportOrder(emit func(*Key)) (*exportSet, error) {
 		return x, EBUSY
 	}
 	return x, nil
+}
+
+// warmBatch is how many keys warmKeys reads ahead.
+const warmBatch = 32
+
+// warmKeys reads a word of each cache line Export reads of the keys the
+// leaves ls name (the key, its record, its description, its payload),
+// pass by pass, and returns sum plus what it read. The loads of one pass
+// do not depend on each other, so the processor waits for their cache
+// misses side by side; Export's own reads of a key each wait behind a
+// lock, an atomic update or a dependent load, one miss after another,
+// which cost most of its time (the keys of a keyring lie far apart in
+// memory, made among those of other keyrings).
+func (x *serialIndex) warmKeys(ls []leaf, sum uint32) uint32 {
+	var buf [warmBatch]*Key
+	ks := buf[:0]
+	for i := range ls {
+		if k := x.reg.get(ls[i].pos); k != nil {
+			ks = append(ks, k)
+		}
+	}
+	for _, k := range ks {
+		sum += uint32(uintptr(unsafe.Pointer(k.keyRec))) + k.descLen
+	}
+	for _, k := range ks {
+		sum += k.flags.Load()
+		if k.descLen > 0 {
+			sum += uint32(*k.desc)
+		}
+		if p := atomic.LoadPointer(&k.content); p != nil {
+			sum += *(*uint32)(p)
+		}
+	}
+	return sum
 }
 
 // parents returns the first keyring that links k (nil if none), and

@@ -18,7 +18,16 @@ type Restore struct {
 	// to keys by position. They are the new service's only keys: the
 	// serial index finds them by serial (key).
 	byPos []*Key
-	done  bool
+	// regPos[i] is byPos[i]'s position in the index's registry, which a
+	// keyring's leaves name, as the index gave it to the key.
+	regPos []uint32
+	// entries and linked are readLinks' buffers, reused from keyring to
+	// keyring.
+	entries []trieEntry
+	linked  []*Key
+	// lastType is the type of the last key read (readKey).
+	lastType *Type
+	done     bool
 }
 
 // Import reads a state stream ([Service.Export], of this version or an
@@ -113,7 +122,7 @@ func (rs *Restore) Done() {
 			ks = append(ks, k)
 		}
 	}
-	rs.byPos = nil
+	rs.byPos, rs.regPos = nil, nil
 	rs.s.unusedBatch(ks)
 	switch {
 	case earliest == math.MinInt64:
@@ -157,7 +166,6 @@ func (rs *Restore) read(d *stateReader) error {
 	}
 
 	hint := d.uvarint(stateMaxKeys, "the number of keys")
-	rs.byPos = make([]*Key, 0, min(hint, 1<<16))
 	reserved := uint64(0)
 	for i := uint64(0); d.err == nil; i++ {
 		id := d.serial("a serial")
@@ -168,12 +176,16 @@ func (rs *Restore) read(d *stateReader) error {
 			return corrupt("more than %d keys", uint64(stateMaxKeys))
 		}
 		if i == reserved {
-			// Size the index ahead, sixteenfold at a time, by the hint: a
+			// Size the index and the slices of keys ahead by the hint,
+			// a million keys at first (each step rehashes the index's
+			// keys, in a random order), then sixteenfold at a time: a
 			// stream that claims more keys than it holds costs no more
-			// than it holds.
-			more := min(max(hint, i+1)-i, max(1024, 15*i))
+			// than it holds, or a million keys' room (some 40 MB).
+			more := min(max(hint, i+1)-i, max(1<<20, 15*i))
 			rs.s.index.reserve(int(more))
 			reserved = i + more
+			rs.byPos = slices.Grow(rs.byPos, int(more))
+			rs.regPos = slices.Grow(rs.regPos, int(more))
 		}
 		if err := rs.readKey(d, id); err != nil {
 			return err
@@ -243,7 +255,15 @@ func (rs *Restore) read(d *stateReader) error {
 // reference.
 func (rs *Restore) readKey(d *stateReader, id Serial) error {
 	s := rs.s
-	typ := d.str(stateMaxString, "a type name")
+	// The type name, found without a string made for each key: most
+	// keys are of the type of the key before.
+	var typ string
+	var t *Type
+	if b := d.bytes(stateMaxString, "a type name"); rs.lastType != nil && string(b) == rs.lastType.Name {
+		typ, t = rs.lastType.Name, rs.lastType
+	} else {
+		typ = string(b)
+	}
 	desc := d.str(stateMaxString, "a description")
 	uid := d.uvarint(math.MaxUint32, "a uid")
 	gid := d.uvarint(math.MaxUint32, "a gid")
@@ -257,7 +277,10 @@ func (rs *Restore) readKey(d *stateReader, id Serial) error {
 	if id < 1 {
 		return corrupt("serial %d", id)
 	}
-	t := s.lookupType(typ)
+	if t == nil {
+		t = s.lookupType(typ)
+		rs.lastType = t
+	}
 	if t == nil || t == authType {
 		return corrupt("key %d of type %q, which this daemon does not have", id, typ)
 	}
@@ -272,8 +295,9 @@ func (rs *Restore) readKey(d *stateReader, id Serial) error {
 		return corrupt("key %d: a keyring that is not instantiated", id)
 	}
 	inQuota := uint32(flags)&flagInQuota != 0
+	var pos uint32
 	k, err := s.alloc(keySpec{typ: t, desc: desc, uid: uint32(uid), gid: uint32(gid), perm: Perm(perm),
-		overrun: inQuota, flags: uint32(flags) &^ flagInQuota, serial: id})
+		overrun: inQuota, flags: uint32(flags) &^ flagInQuota, serial: id, regPos: &pos})
 	if err == EEXIST {
 		return corrupt("serial %d twice", id)
 	}
@@ -281,6 +305,7 @@ func (rs *Restore) readKey(d *stateReader, id Serial) error {
 		return corrupt("key %d: %v", id, err)
 	}
 	rs.byPos = append(rs.byPos, k)
+	rs.regPos = append(rs.regPos, pos)
 	k.expiry.Store(expiry)
 	if state != statePositive {
 		// Negative: instantiated, with the errno it was negated with.
@@ -355,12 +380,18 @@ func (rs *Restore) readLinks(d *stateReader) error {
 		return corrupt("keyring %d's links twice", ringID)
 	}
 	snap := &ringSnap{ix: &rs.s.index, next: next}
+	// The leaves in one allocation (pointer-free, as each would be), and
+	// the trie built at once from them (hbuild).
+	leaves := make([]leaf, n)
+	es := rs.entries[:0]
+	ks := rs.linked[:0]
 	for i := uint64(0); i < n; i++ {
-		k := rs.keyAt(d, "a linked key")
+		pos := rs.posAt(d, "a linked key")
 		slot := d.uvarint(math.MaxInt64, "a slot")
 		if d.err != nil {
 			return d.err
 		}
+		k := rs.byPos[pos]
 		if k == ring {
 			return corrupt("keyring %d links itself", ringID)
 		}
@@ -372,27 +403,32 @@ func (rs *Restore) readLinks(d *stateReader) error {
 		} else if slot >= snap.next {
 			snap.next = slot + 1
 		}
-		l := snap.ix.leafFor(k, slot)
-		root, _, replacing := hsetp(snap.ix, snap.root, k.hash, l, 0, ownHash)
-		if replacing {
-			return corrupt("keyring %d links two keys of one type and description", ringID)
-		}
-		snap.root = root
-		snap.n++
+		leaves[i] = leaf{pos: rs.regPos[pos], serial: k.serial, slot: slot}
+		es = append(es, newTrieEntry(k.hash, &leaves[i]))
+		ks = append(ks, k)
 		if k.isKeyring() {
 			snap.nested = append(snap.nested, link{key: k, slot: slot})
 		}
 	}
+	root, dup := hbuild(snap.ix, es)
+	clear(es)
+	rs.entries = es[:0]
+	if dup != nil {
+		clear(ks)
+		return corrupt("keyring %d links two keys of one type and description", ringID)
+	}
+	snap.root, snap.n = root, int(n)
 	slices.SortFunc(snap.nested, func(a, b link) int { return cmp.Compare(a.slot, b.slot) })
 	if ring.has(flagInQuota) {
 		rs.s.chargeAnyway(ring, linkCost*int(snap.n))
 	}
 	ring.storeRing(snap)
-	hwalk(snap.ix, snap.root, func(l link) bool {
-		l.key.get()
-		l.key.addParent(ring)
-		return true
-	})
+	for _, k := range ks {
+		k.get()
+		k.addParent(ring)
+	}
+	clear(ks)
+	rs.linked = ks[:0]
 	return nil
 }
 
@@ -400,15 +436,21 @@ func (rs *Restore) readLinks(d *stateReader) error {
 // there; on error, the reader holds it and the key returned is a
 // placeholder nobody must keep.
 func (rs *Restore) keyAt(d *stateReader, what string) *Key {
-	if len(rs.byPos) == 0 {
-		d.fail(corrupt("%s, but the stream has no keys", what))
-		return &Key{keyRec: new(keyRec)}
-	}
-	pos := d.uvarint(uint64(len(rs.byPos)-1), what)
+	pos := rs.posAt(d, what)
 	if d.err != nil {
 		return &Key{keyRec: new(keyRec)}
 	}
 	return rs.byPos[pos]
+}
+
+// posAt reads a position in the stream's keys; on error, the reader
+// holds it.
+func (rs *Restore) posAt(d *stateReader, what string) uint64 {
+	if len(rs.byPos) == 0 {
+		d.fail(corrupt("%s, but the stream has no keys", what))
+		return 0
+	}
+	return d.uvarint(uint64(len(rs.byPos)-1), what)
 }
 
 // checkAcyclic refuses keyrings that link each other in a loop, which

@@ -11,10 +11,12 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ukeys/ukeys/client"
@@ -30,6 +32,42 @@ import (
 // handoverEnv makes this program one of the scenario's daemons:
 // "old:SOCKET:KEYS" or "new:SOCKET".
 const handoverEnv = "UKEYBENCH_HANDOVER_DAEMON"
+
+// handoverProfileEnv names a directory into which each daemon writes a
+// CPU profile of its part of the hand-over (old.pprof: from serving the
+// readers until it has handed over; new.pprof: from its start until it
+// serves).
+const handoverProfileEnv = "UKEYBENCH_CPUPROFILE"
+
+// startProfile starts a CPU profile into dir/name if dir is set, and
+// returns what stops it.
+func startProfile(dir, name string) func() {
+	if dir == "" {
+		return func() {}
+	}
+	f, err := os.Create(filepath.Join(dir, name))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "ukeybench handover daemon:", err)
+		return func() {}
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		fmt.Fprintln(os.Stderr, "ukeybench handover daemon:", err)
+		f.Close()
+		return func() {}
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }
+}
+
+// cpuTime returns the CPU time this process has used, user and system
+// together, and the system's part (page faults, mostly, as the heap
+// grows).
+func cpuTime() (all, sys time.Duration) {
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) != nil {
+		return 0, 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano()), time.Duration(ru.Stime.Nano())
+}
 
 // handoverParams are the parameters of the handover scenario.
 type handoverParams struct {
@@ -124,6 +162,7 @@ func runHandover(p handoverParams, prog *progress) (report, error) {
 	prog.end()
 
 	prog.begin("handover: taking over", 0)
+	io.WriteString(old.stdin, "mark\n")
 	start := time.Now()
 	nu, err := startHandoverDaemon(exe, "new:"+sock)
 	if err != nil {
@@ -136,6 +175,12 @@ func runHandover(p handoverParams, prog *progress) (report, error) {
 	took, err := nu.expect("took ")
 	serving := time.Since(start)
 	prog.end()
+	if err != nil {
+		stop.Store(true)
+		wg.Wait()
+		return report{}, err
+	}
+	oldCPU, err := old.expect("cpu ")
 	if err != nil {
 		stop.Store(true)
 		wg.Wait()
@@ -159,12 +204,21 @@ func runHandover(p handoverParams, prog *progress) (report, error) {
 	if err != nil {
 		return report{}, err
 	}
-	tookFields := strings.Fields(took) // "<seconds> keys <n>"
+	tookFields := strings.Fields(took) // "<seconds> keys <n> cpu <seconds> sys <seconds>"
 	inDaemon, _ := strconv.ParseFloat(tookFields[0], 64)
+	newCPU, _ := strconv.ParseFloat(tookFields[4], 64)
+	newSys, _ := strconv.ParseFloat(tookFields[6], 64)
+	oldFields := strings.Fields(oldCPU) // "<seconds> sys <seconds>"
+	oldCPUs, _ := strconv.ParseFloat(oldFields[0], 64)
+	oldSys, _ := strconv.ParseFloat(oldFields[2], 64)
 	r := histRow(fmt.Sprintf("keys-%d", p.Keys), fmt.Sprintf("clients-%d", p.Clients), "us", h, 1e3)
 	r.Extra = map[string]any{
 		"serving_s":         serving.Seconds(),
 		"takeover_s":        inDaemon,
+		"new_cpu_s":         newCPU,
+		"new_sys_s":         newSys,
+		"old_cpu_s":         oldCPUs,
+		"old_sys_s":         oldSys,
 		"longest_pause_ms":  float64(longest.Load()) / 1e6,
 		"errors":            errorsN.Load(),
 		"reads":             ops.Load(),
@@ -301,20 +355,44 @@ func handoverDaemonMain(mode string) int {
 		for _, id := range ids {
 			fmt.Fprintf(&b, " %d", id)
 		}
+		// The bench says when the new daemon starts (a line on stdin):
+		// from then on, this daemon's CPU time and profile are the
+		// hand-over's.
+		marked := make(chan func() (time.Duration, time.Duration), 1)
+		go func() {
+			bufio.NewReader(os.Stdin).ReadString('\n')
+			cpu0, sys0 := cpuTime()
+			stop := startProfile(os.Getenv(handoverProfileEnv), "old.pprof")
+			marked <- func() (time.Duration, time.Duration) {
+				stop()
+				cpu, sys := cpuTime()
+				return cpu - cpu0, sys - sys0
+			}
+		}()
 		fmt.Println(b.String())
 		<-srv.HandedOver()
 		<-served
+		select {
+		case end := <-marked:
+			cpu, sys := end()
+			fmt.Printf("cpu %.6f sys %.6f\n", cpu.Seconds(), sys.Seconds())
+		default:
+		}
 		fmt.Println("hwm", peakRSS())
 		return 0
 	case parts[0] == "new" && len(parts) == 2:
 		start := time.Now()
+		stop := startProfile(os.Getenv(handoverProfileEnv), "new.pprof")
 		res, err := server.TakeOver(parts[1], nil, server.Config{Logger: quiet, ReadTimeout: time.Minute, Limits: server.Limits{MaxConnsPerUID: 1024}})
 		if err != nil {
 			return fail(err)
 		}
 		served := make(chan error, 1)
 		go func() { served <- res.Server.Serve(res.Listeners[0]) }()
-		fmt.Printf("took %.6f keys %d\n", time.Since(start).Seconds(), res.Keys)
+		took := time.Since(start)
+		stop()
+		cpu, sys := cpuTime()
+		fmt.Printf("took %.6f keys %d cpu %.6f sys %.6f\n", took.Seconds(), res.Keys, cpu.Seconds(), sys.Seconds())
 		io.Copy(io.Discard, os.Stdin)
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
