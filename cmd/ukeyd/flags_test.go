@@ -25,6 +25,9 @@ func TestBadSettingsAreRejected(t *testing.T) {
 		{nil, []string{"-memory-limit", "0MiB"}, `-memory-limit "0MiB"`},
 		{nil, []string{"-procs", "0"}, `-procs "0" is not auto, go, or a count of processors`},
 		{[]string{"UKEYD_PROCS=many"}, nil, `-procs "many"`},
+		{nil, []string{"-after-handover", "linger"}, `-after-handover "linger": not exit or wait`},
+		{[]string{"UKEYD_TAKEOVER=sometimes"}, nil, `UKEYD_TAKEOVER="sometimes": not true, false or auto`},
+		{nil, []string{"-takeover=sometimes"}, `not true, false or auto`},
 	} {
 		cmd := exec.Command(os.Args[0], append([]string{childArg, "-socket", socket, "-request-key", ""}, tc.args...)...)
 		cmd.Env = append(os.Environ(), tc.env...)

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -62,7 +63,13 @@ func run(args []string) int {
 	trustedDir := fs.String("trusted-certs", envOr("UKEYD_TRUSTED_CERTS", ""), "directory of X.509 certificates (DER or PEM, *.der, *.crt, *.pem) loaded at start into .builtin_trusted_keys, which the asymmetric restrictions builtin_trusted and builtin_and_secondary_trusted trust (env UKEYD_TRUSTED_CERTS; empty: none)")
 	agentPath := fs.String("seccomp-agent", envOr("UKEYD_SECCOMP_AGENT", ""), "also serve container runtimes as an OCI seccomp agent on this Unix socket (linux.seccomp.listenerPath), each container a key namespace of its own (env UKEYD_SECCOMP_AGENT)")
 	procDir := fs.String("proc-dir", envOr("UKEYD_PROC_DIR", ""), "serve a key namespace's own /proc/keys, /proc/key-users and /proc/sys/kernel/keys/* through FUSE in this directory, for containers to bind over the kernel's: each reader sees its container's keys (the seccomp agent's), a host process the daemon's; unmounted on exit, and left to the new daemon at a hand-over (env UKEYD_PROC_DIR)")
-	takeover := fs.Bool("takeover", envBool("UKEYD_TAKEOVER", false), "take over from the ukeyd serving -socket (an upgrade): its listening socket, its clients' connections, every key, session and process record, with no client refused; it exits once this one serves, and serves on if this one fails (env UKEYD_TAKEOVER)")
+	takeoverMode := takeoverFlag(envOr("UKEYD_TAKEOVER", "false"))
+	if err := takeoverMode.Set(string(takeoverMode)); err != nil {
+		ev.bad = append(ev.bad, "UKEYD_TAKEOVER="+strconv.Quote(string(takeoverMode))+": "+err.Error())
+		takeoverMode = "false"
+	}
+	fs.Var(&takeoverMode, "takeover", "take over from the ukeyd serving -socket (an upgrade): its listening socket, its clients' connections, every key, session and process record, with no client refused; it exits once this one serves, and serves on if this one fails; auto: take over if a daemon serves -socket, start afresh if none does, as a DaemonSet's new pod beside the old one needs (env UKEYD_TAKEOVER)")
+	afterHandover := fs.String("after-handover", envOr("UKEYD_AFTER_HANDOVER", "exit"), "what the daemon does once another has taken over from it: exit (0), or wait, serving nothing (its /readyz answers 503), until SIGTERM or SIGINT, so that a container whose restart policy is Always is not started again to take back over (env UKEYD_AFTER_HANDOVER)")
 	fdstoreState := fs.Bool("fdstore-state", envBool("UKEYD_FDSTORE_STATE", false), "under systemd, on SIGTERM keep every key, record and connection in systemd's file-descriptor store (a sealed memfd beside the descriptors; FileDescriptorStoreMax must hold them), so that a restart loses nothing; the next daemon takes them back (env UKEYD_FDSTORE_STATE)")
 	detach := fs.Bool("detach", false, "with -takeover: start the new daemon in the background and exit once it has taken over (0) or failed (1), as systemd's ExecReload needs")
 	logins := fs.Bool("login-sessions", envBool("UKEYD_LOGIN_SESSIONS", true), "give a process that has no session keyring of its own its login's (one per uid and audit or POSIX session, made on first use), as pam_keyinit gives each login one; false keeps the kernel's fallback to the user-session keyring (env UKEYD_LOGIN_SESSIONS)")
@@ -76,8 +83,13 @@ func run(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if *afterHandover != "exit" && *afterHandover != "wait" {
+		ev.bad = append(ev.bad, fmt.Sprintf("-after-handover %q: not exit or wait", *afterHandover))
+	}
+	var takeoverBool bool
+	takeover := &takeoverBool
 	if *detach {
-		if !*takeover {
+		if takeoverMode == "false" {
 			fmt.Fprintln(os.Stderr, "ukeyd: -detach goes with -takeover")
 			return 2
 		}
@@ -110,6 +122,10 @@ func run(args []string) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	*takeover = takeoverMode == "true" || takeoverMode == "auto" && serving(*socket)
+	if takeoverMode == "auto" {
+		log.Info("ukeyd: -takeover auto", "socket", *socket, "daemon_serving", *takeover)
+	}
 	gomaxprocs := procSet.Apply()
 	log.Debug("ukeyd: Go processors", "setting", procSet.String(), "gomaxprocs", gomaxprocs)
 
@@ -264,6 +280,7 @@ func run(args []string) int {
 	m.RegisterServer(reg, srv)
 	ln := lns[0]
 	var hs *http.Server
+	var ready atomic.Bool // this process serves: its /readyz answers 200
 	if *metricsAddr != "" {
 		mln, err := listenMetrics(*metricsAddr)
 		if err != nil {
@@ -271,7 +288,7 @@ func run(args []string) int {
 			ln.Close()
 			return 1
 		}
-		hs = metricsServer(reg)
+		hs = metricsServer(reg, ready.Load)
 		go hs.Serve(mln)
 		log.Info("ukeyd: metrics", "addr", mln.Addr().String())
 	}
@@ -350,7 +367,9 @@ func run(args []string) int {
 	}
 	notify("READY=1")
 	readyFD()
-	handedOver := func(what string) int {
+	ready.Store(true)
+	handedOver := func(what string, mayWait bool) int {
+		ready.Store(false)
 		// Another daemon serves the socket and every connection now:
 		// nothing is shut down, and the process exits.
 		if ag != nil {
@@ -359,9 +378,6 @@ func run(args []string) int {
 			cancel()
 			<-agentDone
 		}
-		if hs != nil {
-			hs.Close()
-		}
 		// The keys are the new daemon's: this one's copies were released
 		// at the hand-over, and the collector wipes them (and closes big
 		// keys' files) before the process goes.
@@ -369,13 +385,27 @@ func run(args []string) int {
 		svc.WaitGC(ctx)
 		cancel()
 		svc.Close()
+		if mayWait && *afterHandover == "wait" {
+			// A pod's container that exited would be started again by
+			// its kubelet, and take back over; this one stays, unready,
+			// until its pod is deleted.
+			log.Info("ukeyd: " + what + "; serving nothing, waiting for SIGTERM (-after-handover wait)")
+			for sig := range sigs {
+				if sig != syscall.SIGHUP {
+					break
+				}
+			}
+		}
+		if hs != nil {
+			hs.Close()
+		}
 		log.Info("ukeyd: " + what + "; exiting")
 		return 0
 	}
 	for {
 		select {
 		case <-srv.HandedOver():
-			return handedOver("handed over to a new daemon")
+			return handedOver("handed over to a new daemon", true)
 		case sig := <-sigs:
 			if sig == syscall.SIGHUP {
 				log.Info("ukeyd: SIGHUP: nothing to reload; the request-key helper reads its configuration at every upcall")
@@ -391,7 +421,7 @@ func run(args []string) int {
 				} else {
 					log.Info("ukeyd: keys and connections kept in systemd's store for the next start", "took", time.Since(start).String())
 					notify("STOPPING=1")
-					return handedOver("everything kept in systemd's store")
+					return handedOver("everything kept in systemd's store", false)
 				}
 			}
 			log.Info("ukeyd: stopping", "signal", sig.String())
@@ -419,7 +449,7 @@ func run(args []string) int {
 			return 0
 		case err := <-served:
 			if errors.Is(err, server.ErrHandedOver) {
-				return handedOver("handed over to a new daemon")
+				return handedOver("handed over to a new daemon", true)
 			}
 			if !errors.Is(err, server.ErrClosed) {
 				log.Error("ukeyd: serve", "err", err)
@@ -496,4 +526,41 @@ func (e *envs) duration(name string, def time.Duration) time.Duration {
 		return def
 	}
 	return d
+}
+
+// takeoverFlag is -takeover's value: true, false or auto. Written alone
+// (-takeover) it is true, as when it was a boolean flag.
+type takeoverFlag string
+
+func (f *takeoverFlag) String() string { return string(*f) }
+
+func (f *takeoverFlag) IsBoolFlag() bool { return true }
+
+func (f *takeoverFlag) Set(v string) error {
+	switch v {
+	case "auto":
+		*f = "auto"
+		return nil
+	case "", "0", "false", "no":
+		*f = "false"
+		return nil
+	}
+	b, err := strconv.ParseBool(v)
+	if err != nil && v != "1" && v != "yes" {
+		return errors.New("not true, false or auto")
+	}
+	*f = takeoverFlag(strconv.FormatBool(b || err != nil))
+	return nil
+}
+
+// serving reports whether a daemon answers on socket: -takeover auto
+// takes over from it if so. A socket file left by a daemon that died
+// refuses the connection, and the daemon starts afresh on it.
+func serving(socket string) bool {
+	c, err := net.DialTimeout("unix", socket, 2*time.Second)
+	if err != nil {
+		return false
+	}
+	c.Close()
+	return true
 }

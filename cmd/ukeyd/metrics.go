@@ -85,10 +85,29 @@ func listenMetrics(addr string) (net.Listener, error) {
 }
 
 // metricsServer serves reg's /metrics with the endpoint's bounds.
-func metricsServer(reg *prometheus.Registry) *http.Server {
+func metricsServer(reg *prometheus.Registry, ready func() bool) *http.Server {
 	h := promhttp.HandlerFor(reg, promhttp.HandlerOpts{MaxRequestsInFlight: 1})
 	mux := http.NewServeMux()
-	mux.Handle("/metrics", &spacedHandler{h: h, every: metricsMinInterval})
+	spaced := &spacedHandler{h: h, every: metricsMinInterval}
+	mux.Handle("/metrics", http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !ready() {
+			// Handed over (-after-handover wait): the keys are another
+			// daemon's, and so are their figures.
+			http.Error(w, "handed over", http.StatusServiceUnavailable)
+			return
+		}
+		spaced.ServeHTTP(w, r)
+	}))
+	// A readiness probe's: 200 while this process serves the key socket,
+	// 503 before and once it has handed over, so that a DaemonSet's
+	// rolling update deletes the old pod only once the new one serves.
+	mux.HandleFunc("/readyz", func(w http.ResponseWriter, r *http.Request) {
+		if !ready() {
+			http.Error(w, "not serving", http.StatusServiceUnavailable)
+			return
+		}
+		w.Write([]byte("serving\n"))
+	})
 	return &http.Server{
 		Handler:           mux,
 		ReadHeaderTimeout: 5 * time.Second,
