@@ -87,7 +87,7 @@ func init() {
 		{"sysctl", "[<name>[=<value>]]", (*app).cmdSysctl},
 		{"status", "", (*app).cmdStatus},
 		{"run", "[--] <program> [<args>...]", (*app).cmdRun},
-		{"seccomp-profile", "[--listener <path>] [<profile>]", (*app).cmdSeccompProfile},
+		{"seccomp-profile", "[--listener <path>] [--output <file>] [--base default | <profile>]", (*app).cmdSeccompProfile},
 		{"oci-runtime", "[--listener <path>] [--runtime <runtime>] [--new-keyring] -- <runtime args>...", (*app).cmdOCIRuntime},
 		{"request-key", "[-d] [-D <desc>] [-l] [-n] [-v] <op> <key> <uid> <gid> <threadring> <processring> <sessionring> [<info>]", (*app).cmdRequestKey},
 	}

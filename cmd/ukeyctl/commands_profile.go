@@ -14,22 +14,38 @@ var keyCalls = []string{"add_key", "keyctl", "request_key"}
 // cmdSeccompProfile turns a container runtime's seccomp profile (Docker's
 // or podman's default one, say, in the OCI/Docker JSON form) into one
 // that hands the key system calls to ukeyd's agent: ukeyctl
-// seccomp-profile [--listener PATH] [PROFILE]. Every rule keeps what it
-// says of every other call; add_key, keyctl and request_key leave the
-// rules that named them and get one of their own, SCMP_ACT_NOTIFY, and
-// listenerPath names the agent. The profile is read from PROFILE or
-// standard input and written to standard output.
+// seccomp-profile [--listener PATH] [--output FILE] [--base default |
+// PROFILE]. Every rule keeps what it says of every other call; add_key,
+// keyctl and request_key leave the rules that named them and get one of
+// their own, SCMP_ACT_NOTIFY, and listenerPath names the agent. The
+// profile is read from PROFILE or standard input, or is [baseProfile]
+// (--base default), and written to standard output or FILE (replaced
+// whole, as an image with no shell to redirect needs: a DaemonSet's
+// initContainer).
 func (a *app) cmdSeccompProfile(args []string) {
+	const usage = "seccomp-profile"
 	args = args[1:]
-	listener := "/run/ukeys/agent.sock"
-	if len(args) >= 2 && args[0] == "--listener" {
-		listener, args = args[1], args[2:]
+	listener, output, base := "/run/ukeys/agent.sock", "", ""
+	for len(args) >= 2 && strings.HasPrefix(args[0], "--") {
+		switch args[0] {
+		case "--listener":
+			listener = args[1]
+		case "--output":
+			output = args[1]
+		case "--base":
+			base = args[1]
+		default:
+			a.extraUsage(usage)
+		}
+		args = args[2:]
 	}
-	if len(args) > 1 {
-		a.extraUsage("seccomp-profile")
+	if len(args) > 1 || base != "" && (base != "default" || len(args) > 0) {
+		a.extraUsage(usage)
 	}
 	var in io.Reader = a.stdin
-	if len(args) == 1 {
+	if base != "" {
+		in = strings.NewReader(baseProfile())
+	} else if len(args) == 1 {
 		f, err := os.Open(args[0])
 		if err != nil {
 			a.fail(args[0], err)
@@ -49,7 +65,50 @@ func (a *app) cmdSeccompProfile(args []string) {
 		a.eprintf("ukeyctl seccomp-profile: %v\n", err)
 		a.exit(1)
 	}
-	a.printf("%s\n", out)
+	if output == "" {
+		a.printf("%s\n", out)
+		return
+	}
+	// Written beside and renamed: a runtime starting a container never
+	// reads half a profile.
+	tmp := output + ".tmp"
+	if err := os.WriteFile(tmp, append(out, '\n'), 0o644); err != nil {
+		a.fail(tmp, err)
+	}
+	if err := os.Rename(tmp, output); err != nil {
+		os.Remove(tmp)
+		a.fail(output, err)
+	}
+}
+
+// refusedCalls are the calls [baseProfile] refuses: the kernel's
+// modules, kexec and reboot, swap, the clock, mounts and the root,
+// other processes' memory and tracing, BPF and perf, raw I/O ports and
+// file handles, new namespaces, and accounting. Most need a capability a pod's container lacks anyway; refused here,
+// they stay refused for one granted it.
+var refusedCalls = []string{
+	"acct", "adjtimex", "bpf", "clock_adjtime", "clock_settime",
+	"create_module", "delete_module", "finit_module", "fsconfig", "fsmount", "fsopen",
+	"fspick", "get_kernel_syms", "init_module", "ioperm", "iopl", "kcmp",
+	"kexec_file_load", "kexec_load", "lookup_dcookie", "mount", "mount_setattr",
+	"move_mount", "nfsservctl", "open_by_handle_at", "open_tree", "perf_event_open",
+	"pivot_root", "process_vm_readv", "process_vm_writev", "ptrace", "query_module",
+	"quotactl", "reboot", "settimeofday", "swapoff", "swapon", "sysfs", "umount",
+	"umount2", "unshare", "uselib", "vm86", "vm86old",
+}
+
+// baseProfile is ukeyctl's own base for --base default, for a node
+// whose runtime has no profile file to start from (containerd builds
+// its RuntimeDefault in): every call allowed but [refusedCalls], which
+// fail with EPERM. It is weaker than a runtime's default, which allows
+// a list of calls and refuses the rest, and is for where nothing better
+// is at hand (docs/containers.md, Kubernetes).
+func baseProfile() string {
+	b, _ := json.Marshal(map[string]any{
+		"defaultAction": "SCMP_ACT_ALLOW",
+		"syscalls":      []any{map[string]any{"names": refusedCalls, "action": "SCMP_ACT_ERRNO", "errnoRet": 1}},
+	})
+	return string(b)
 }
 
 // pipeCalls are the calls that make and set up a notification pipe,

@@ -18,7 +18,7 @@
 //	ukeyctl run [--] <program> [<args>...]
 //	                               run a program whose own key system calls
 //	                               ukeyd serves (seccomp user notification)
-//	ukeyctl seccomp-profile [--listener <path>] [<profile>]
+//	ukeyctl seccomp-profile [--listener <path>] [--output <file>] [--base default | <profile>]
 //	                               a runtime's seccomp profile that hands the
 //	                               key calls to ukeyd's agent
 //	ukeyctl oci-runtime [--listener <path>] [--runtime <runtime>] [--new-keyring] -- <args>...

@@ -3,6 +3,8 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -139,5 +141,38 @@ func TestNotifyProfilePipes(t *testing.T) {
 	// Neither allowed: the container has no pipes to be given.
 	if _, meta := rewrite(`{"defaultAction": "SCMP_ACT_ERRNO", "syscalls": [{"names": ["read"], "action": "SCMP_ACT_ALLOW"}]}`); meta != "" {
 		t.Errorf("a profile without pipe2: listenerMetadata %q", meta)
+	}
+}
+
+// --base default (a node whose runtime has no profile file) makes a
+// profile that allows what it does not refuse, refuses the dangerous
+// calls, and hands the key calls over; --output writes it to a file, for
+// an image that has no shell to redirect; a PROFILE beside --base, or
+// another base, is a usage error.
+func TestSeccompProfileBaseDefault(t *testing.T) {
+	out := filepath.Join(t.TempDir(), "keys.json")
+	if r := run("ukeyctl", "", "seccomp-profile", "--listener", "/run/x/agent.sock", "--output", out, "--base", "default"); r.Code != 0 || r.Stdout != "" {
+		t.Fatalf("%+v", r)
+	}
+	b, err := os.ReadFile(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var sc map[string]any
+	if err := json.Unmarshal(b, &sc); err != nil {
+		t.Fatalf("%v\n%s", err, b)
+	}
+	if sc["defaultAction"] != "SCMP_ACT_ALLOW" || sc["listenerPath"] != "/run/x/agent.sock" || !keyCallsHandedOver(sc) {
+		t.Errorf("profile:\n%s", b)
+	}
+	for _, c := range []string{"kexec_load", "init_module", "bpf", "ptrace", "mount"} {
+		if !strings.Contains(string(b), `"`+c+`"`) {
+			t.Errorf("%s is not refused:\n%s", c, b)
+		}
+	}
+	for _, args := range [][]string{{"--base", "default", "/x.json"}, {"--base", "strict"}, {"--outptu", "x"}} {
+		if r := run("ukeyctl", "", append([]string{"seccomp-profile"}, args...)...); r.Code != 2 {
+			t.Errorf("%q: %+v", args, r)
+		}
 	}
 }
