@@ -28,6 +28,7 @@ func TestBadSettingsAreRejected(t *testing.T) {
 		{nil, []string{"-after-handover", "linger"}, `-after-handover "linger": not exit or wait`},
 		{[]string{"UKEYD_TAKEOVER=sometimes"}, nil, `UKEYD_TAKEOVER="sometimes": not true, false or auto`},
 		{nil, []string{"-takeover=sometimes"}, `not true, false or auto`},
+		{nil, []string{"-takeover", "auto"}, `unexpected argument "auto" (-takeover=auto, not -takeover auto)`},
 	} {
 		cmd := exec.Command(os.Args[0], append([]string{childArg, "-socket", socket, "-request-key", ""}, tc.args...)...)
 		cmd.Env = append(os.Environ(), tc.env...)

@@ -83,6 +83,11 @@ func run(args []string) int {
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
+	if fs.NArg() > 0 {
+		// Such as "-takeover auto", which is -takeover and a word: the
+		// boolean form takes no separate value.
+		ev.bad = append(ev.bad, fmt.Sprintf("unexpected argument %q (-takeover=auto, not -takeover auto)", fs.Arg(0)))
+	}
 	if *afterHandover != "exit" && *afterHandover != "wait" {
 		ev.bad = append(ev.bad, fmt.Sprintf("-after-handover %q: not exit or wait", *afterHandover))
 	}
