@@ -11,7 +11,6 @@ import (
 	"io"
 	"maps"
 	"net"
-	"os"
 	"runtime/debug"
 	"slices"
 	"strings"
@@ -659,7 +658,7 @@ func (a *Agent) TakeOver(r io.Reader, fds []int) (start func(serve bool), err er
 		}
 	}
 	for i := range h.Listeners {
-		ln, err := listenerFrom(fds[i])
+		ln, err := server.ListenerFrom(fds[i])
 		fds[i] = -1
 		if err != nil {
 			drop()
@@ -775,28 +774,6 @@ func (a *Agent) Listeners() []*net.UnixListener {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	return slices.Clone(a.taken)
-}
-
-// listenerFrom makes a listener of a descriptor handed over (taken).
-func listenerFrom(fd int) (*net.UnixListener, error) {
-	if fd < 0 {
-		return nil, errors.New("agent: a listening socket did not come")
-	}
-	f := os.NewFile(uintptr(fd), "agent-listener")
-	defer f.Close()
-	ln, err := net.FileListener(f)
-	if err != nil {
-		return nil, err
-	}
-	u, ok := ln.(*net.UnixListener)
-	if !ok {
-		ln.Close()
-		return nil, fmt.Errorf("agent: a listener of type %T handed over", ln)
-	}
-	// It removes the socket's name when it closes, as one made by
-	// server.Listen does.
-	u.SetUnlinkOnClose(true)
-	return u, nil
 }
 
 func closeAll(fds []int) {

@@ -141,7 +141,7 @@ func takeOver(path string, keyOpts []keys.Option, cfg Config, fault takeoverFaul
 		}
 	}
 	for i := 0; i < rec.Listeners; i++ {
-		ln, err := listenerFrom(fds[i])
+		ln, err := ListenerFrom(fds[i])
 		fds[i] = -1
 		if err != nil {
 			closeListeners()
@@ -532,8 +532,15 @@ func (t *takeover) receiveFDs() ([]int, error) {
 	}
 }
 
-// listenerFrom makes a listener of a descriptor handed over.
-func listenerFrom(fd int) (*net.UnixListener, error) {
+// ListenerFrom makes a listening socket of a descriptor handed over
+// (taken: it is closed whatever happens), or fails for one that did not
+// come (-1). The listener removes the socket's name when it closes, as
+// one made by [Listen] does. The seccomp agent's socket comes the same
+// way in the agent's own section of the hand-over.
+func ListenerFrom(fd int) (*net.UnixListener, error) {
+	if fd < 0 {
+		return nil, errors.New("server: a listening socket did not come")
+	}
 	f := os.NewFile(uintptr(fd), "listener")
 	defer f.Close()
 	ln, err := net.FileListener(f)
@@ -545,8 +552,6 @@ func listenerFrom(fd int) (*net.UnixListener, error) {
 		ln.Close()
 		return nil, fmt.Errorf("server: a listener of type %T handed over", ln)
 	}
-	// It removes the socket's name when it closes, as one made by Listen
-	// does.
 	u.SetUnlinkOnClose(true)
 	return u, nil
 }
