@@ -800,11 +800,18 @@ func (a *Agent) NamespaceOf(pid int) (*keys.Service, *server.Server, bool) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	// Under a.mu: a container leaves the map before its init's handle
-	// is closed (leave).
+	// is closed (leave). The reader's namespaces are read once for all
+	// the containers (container.IndexHolding), not once each.
+	live := make([]*member, 0, len(a.ctrs))
+	whos := make([]container.Identity, 0, len(a.ctrs))
 	for _, m := range a.ctrs {
-		if m.who.Holds(pid) && !m.init.Exited() {
-			return m.ns.svc, m.ns.srv, true
+		if !m.init.Exited() {
+			live = append(live, m)
+			whos = append(whos, m.who)
 		}
+	}
+	if i := container.IndexHolding(whos, pid); i >= 0 {
+		return live[i].ns.svc, live[i].ns.srv, true
 	}
 	return nil, nil, false
 }

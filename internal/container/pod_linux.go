@@ -3,6 +3,7 @@ package container
 import (
 	"errors"
 	"os"
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -106,31 +107,44 @@ func (p *Pod) Close() {
 }
 
 // HoldsAny reports whether process pid is one of the containers' of
-// whos ([Identity.Holds]), its pid namespace read once.
-func HoldsAny(whos []Identity, pid int) bool {
-	switch len(whos) {
-	case 0:
-		return false
-	case 1:
-		return whos[0].Holds(pid)
+// whos ([Identity.Holds]).
+func HoldsAny(whos []Identity, pid int) bool { return IndexHolding(whos, pid) >= 0 }
+
+// IndexHolding returns the index in whos of a container that holds
+// process pid ([Identity.Holds]), or -1: pid's namespaces are read once,
+// whatever the number of containers asked about.
+func IndexHolding(whos []Identity, pid int) int {
+	if len(whos) == 0 {
+		return -1
 	}
-	p, ok := process.NSOf(pid, "pid")
-	if !ok {
-		return false
-	}
-	for _, w := range whos {
-		if w.mntNS == (process.NSID{}) && w.pidNS == p {
-			return true
-		}
-	}
-	for _, w := range whos {
-		if w.mntNS != (process.NSID{}) || w.pidNS != p {
-			if w.Holds(pid) {
-				return true
+	p, pok := process.NSOf(pid, "pid")
+	var m process.NSID
+	mok, mread := false, false
+	for i, w := range whos {
+		if w.mntNS != (process.NSID{}) {
+			if !mread {
+				m, mok = process.NSOf(pid, "mnt")
+				mread = true
 			}
+			if mok && m == w.mntNS {
+				return i
+			}
+		} else if pok && w.pidNS == p {
+			return i
 		}
 	}
-	return false
+	if !pok {
+		return -1
+	}
+	// A pid namespace below a container's own: a process of the
+	// container may make one.
+	parents := process.PIDNSParents(pid)
+	for i, w := range whos {
+		if w.mntNS == (process.NSID{}) && slices.Contains(parents, w.pidNS) {
+			return i
+		}
+	}
+	return -1
 }
 
 // PodRecord is a [Pod] as a hand-over carries it to the next daemon:

@@ -30,6 +30,9 @@ func (*Pod) Close() {}
 // HoldsAny: no process is a container's here.
 func HoldsAny([]Identity, int) bool { return false }
 
+// IndexHolding: no process is a container's here.
+func IndexHolding([]Identity, int) int { return -1 }
+
 // PodRecord is a [Pod] as a hand-over carries it: on Linux, its
 // namespaces. Elsewhere there is none.
 type PodRecord struct{}

@@ -1,6 +1,7 @@
 package process
 
 import (
+	"slices"
 	"strconv"
 
 	"golang.org/x/sys/unix"
@@ -43,28 +44,33 @@ func NSOf(pid int, kind string) (NSID, bool) {
 // below ns: its parents, walked up, reach ns before the daemon's own pid
 // namespace (where the walk ends, EPERM). The caller makes sure that pid
 // is still the process it means once this returns.
-func PIDNSBelow(pid int, ns NSID) bool {
-	// Pid namespaces nest at most 32 deep.
+func PIDNSBelow(pid int, ns NSID) bool { return slices.Contains(PIDNSParents(pid), ns) }
+
+// PIDNSParents returns the pid namespaces above process pid's, nearest
+// first, up to and without the daemon's own (where the walk ends,
+// EPERM): what [PIDNSBelow] looks through, read once for a caller that
+// asks about many namespaces. The caller makes sure that pid is still
+// the process it means once this returns.
+func PIDNSParents(pid int) []NSID {
 	fd, err := unix.Open("/proc/"+strconv.Itoa(pid)+"/ns/pid", unix.O_RDONLY|unix.O_CLOEXEC, 0)
 	if err != nil {
-		return false
+		return nil
 	}
+	var parents []NSID
+	// Pid namespaces nest at most 32 deep.
 	for range 33 {
 		parent, err := unix.IoctlRetInt(fd, unix.NS_GET_PARENT)
 		unix.Close(fd)
 		if err != nil {
-			return false
+			return parents
 		}
 		fd = parent
 		var st unix.Stat_t
 		if unix.Fstat(fd, &st) != nil {
 			break
 		}
-		if nsIDOf(&st) == ns {
-			unix.Close(fd)
-			return true
-		}
+		parents = append(parents, nsIDOf(&st))
 	}
 	unix.Close(fd)
-	return false
+	return parents
 }
