@@ -3,7 +3,6 @@ package server
 import (
 	"time"
 
-	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/keys"
 )
 
@@ -39,18 +38,6 @@ func SetExpensiveHook(s *Server, f func(uid uint32, start bool)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.expensiveHook = f
-}
-
-// ServeRunListener serves listener fd as a client's OpIntercept does
-// (ukeyctl run), whose filter hands the daemon its programs'
-// notification pipes too, until every process under it has exited.
-func (s *Server) ServeRunListener(fd int) error {
-	done, err := s.startListener(fd, listenerInfo{notify: true}, intercept.HandlerFunc(s.intercepted))
-	if err != nil {
-		return err
-	}
-	<-done
-	return nil
 }
 
 // WatchPipes returns how many notification pipes s's keys post to.

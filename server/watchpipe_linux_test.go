@@ -261,7 +261,7 @@ func runWatched(t *testing.T, role string) string {
 	defer svc.Close()
 	srv := server.New(svc, server.Config{})
 	defer srv.Shutdown(t.Context())
-	said := runFiltered(t, role, srv.ServeRunListener)
+	said := runFiltered(t, role, srv.ServeNotifyListener)
 	// The pipes end once their readers have: their watches go.
 	for deadline := time.Now().Add(5 * time.Second); server.WatchPipes(srv) != 0; {
 		if time.Now().After(deadline) {
@@ -386,7 +386,7 @@ func TestHandOverWatchPipe(t *testing.T) {
 	c := startChild(t, "watchpipe-handover")
 	defer c.cmd.Wait()
 	served := make(chan error, 1)
-	go func() { served <- oldSrv.ServeRunListener(c.listener) }()
+	go func() { served <- oldSrv.ServeNotifyListener(c.listener) }()
 	c.begin()
 	lines, in, cmd := c.lines, c.in, c.cmd
 	if !lines.Scan() || lines.Text() != "watching" {
@@ -467,7 +467,7 @@ func TestHandOverThreadWatchPipe(t *testing.T) {
 	c := startChild(t, "watchpipe-thread-handover")
 	defer c.cmd.Wait()
 	served := make(chan error, 1)
-	go func() { served <- oldSrv.ServeRunListener(c.listener) }()
+	go func() { served <- oldSrv.ServeNotifyListener(c.listener) }()
 	c.begin()
 	if !c.lines.Scan() || c.lines.Text() != "made" {
 		t.Fatalf("before the hand-over: %q", c.lines.Text())
