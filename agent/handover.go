@@ -21,6 +21,7 @@ import (
 
 	"github.com/ukeys/ukeys/internal/container"
 	"github.com/ukeys/ukeys/internal/process"
+	"github.com/ukeys/ukeys/internal/sock"
 	"github.com/ukeys/ukeys/keys"
 	"github.com/ukeys/ukeys/server"
 )
@@ -322,7 +323,7 @@ func (a *Agent) HandOver(w io.Writer) (fds []int, done func(handedOver bool), er
 	}
 	h := sectionHeader{Version: HandoverVersion}
 	for _, ln := range lns {
-		fd, err := listenerFD(ln)
+		fd, err := sock.FD(ln)
 		if err != nil {
 			return fail(err)
 		}
@@ -388,19 +389,6 @@ func (a *Agent) thawFailed(ns *namespace) {
 	for i, m := range left {
 		a.gone(m, lasts[i])
 	}
-}
-
-// listenerFD returns the descriptor under ln, which stays ln's.
-func listenerFD(ln *net.UnixListener) (int, error) {
-	raw, err := ln.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
-		return -1, err
-	}
-	return fd, nil
 }
 
 // park stops the accept loops (their sockets stay open: runtimes wait

@@ -12,7 +12,6 @@ import (
 	"os"
 	"runtime/debug"
 	"sync"
-	"syscall"
 	"time"
 
 	"golang.org/x/sys/unix"
@@ -585,7 +584,7 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		if !ok {
 			return rec, nil, fmt.Errorf("server: a listener of type %T cannot be handed over", ln)
 		}
-		fd, err := rawFD(u)
+		fd, err := sock.FD(u)
 		if err != nil {
 			return rec, nil, err
 		}
@@ -605,7 +604,7 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 			// ended: it ends with this daemon.
 			continue
 		}
-		fd, err := rawFD(c.uc)
+		fd, err := sock.FD(c.uc)
 		if err != nil {
 			return rec, nil, err
 		}
@@ -650,19 +649,6 @@ func (s *Server) records(ho *handover) (handoverRecords, []int, error) {
 		fds = append(fds, ho.extraFDs...)
 	}
 	return rec, fds, nil
-}
-
-// rawFD returns the descriptor under a socket, which stays the socket's.
-func rawFD(x syscall.Conn) (int, error) {
-	raw, err := x.SyscallConn()
-	if err != nil {
-		return -1, err
-	}
-	fd := -1
-	if err := raw.Control(func(f uintptr) { fd = int(f) }); err != nil {
-		return -1, err
-	}
-	return fd, nil
 }
 
 // maxFDsPerMessage is how many descriptors one message carries, under
