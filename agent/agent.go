@@ -768,24 +768,14 @@ func (a *Agent) gone(m *member, last bool) {
 func (a *Agent) Containers() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ids := make([]string, 0, len(a.ctrs))
-	for id := range a.ctrs {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(a.ctrs))
 }
 
 // Pods returns the sandbox ids of the pods whose keys the agent holds.
 func (a *Agent) Pods() []string {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	ids := make([]string, 0, len(a.pods))
-	for id := range a.pods {
-		ids = append(ids, id)
-	}
-	slices.Sort(ids)
-	return ids
+	return slices.Sorted(maps.Keys(a.pods))
 }
 
 // NamespaceOf returns the key namespace (a container's, or its pod's)
