@@ -18,9 +18,17 @@ const (
 )
 
 // Capabilities reports what the service supports (KEYCTL_CAPABILITIES).
+// As the kernel sets the public-key and big_key bits only when built
+// with those types, they follow the types registered in this service:
+// a program that trusts `keyctl supports` is never promised a type
+// that add_key would refuse.
 func (c *Caller) Capabilities() []byte {
-	return []byte{
-		CapCapabilities | CapPersistent | CapDH | CapPublicKey | CapBigKey | CapInvalidate | CapRestrict | CapMove,
-		Cap2Notifications,
+	caps := byte(CapCapabilities | CapPersistent | CapDH | CapInvalidate | CapRestrict | CapMove)
+	if t := c.s.lookupType("asymmetric"); t != nil && t.Pkey != nil {
+		caps |= CapPublicKey
 	}
+	if c.s.lookupType("big_key") != nil {
+		caps |= CapBigKey
+	}
+	return []byte{caps, Cap2Notifications}
 }
