@@ -127,6 +127,16 @@ func run(args []string) int {
 		return 2
 	}
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))
+	// A take-over, or -takeover auto's look at the socket and what it
+	// leads to, one daemon at a time until it serves.
+	releaseStart := func() {}
+	if takeoverMode != "false" {
+		if releaseStart, err = lockStart(*socket, log); err != nil {
+			log.Error("ukeyd: cannot start", "socket", *socket, "err", err)
+			return 1
+		}
+		defer func() { releaseStart() }()
+	}
 	*takeover = takeoverMode == "true" || takeoverMode == "auto" && serving(*socket)
 	if takeoverMode == "auto" {
 		log.Info("ukeyd: -takeover auto", "socket", *socket, "daemon_serving", *takeover)
@@ -370,6 +380,8 @@ func run(args []string) int {
 			log.Warn("ukeyd: cannot keep the socket in systemd's file-descriptor store", "err", err)
 		}
 	}
+	releaseStart()
+	releaseStart = func() {}
 	notify("READY=1")
 	readyFD()
 	ready.Store(true)

@@ -101,3 +101,70 @@ func TestAfterHandoverExit(t *testing.T) {
 		t.Fatalf("pid %d answers, not the new daemon's %d", pid, nu.cmd.Process.Pid)
 	}
 }
+
+// Two DaemonSet pods' daemons start at once on a node where none
+// serves (after the node's reboot, or maxSurge's new pod while the old
+// one still starts), each with -takeover auto: one starts afresh and
+// the other takes over from it once it serves. Both starting afresh
+// left two daemons, the second having removed the first's socket as a
+// stale one (server.Listen) while the first was between its bind and
+// its listen, or failing on it: the first then served a socket no path
+// reached, its containers lost to the node at the next upgrade. A race,
+// so run many times.
+func TestTwoStartAtOnce(t *testing.T) {
+	rounds := 12
+	if testing.Short() {
+		rounds = 3
+	}
+	for round := range rounds {
+		dir := t.TempDir()
+		socket := filepath.Join(dir, "ukeyd.sock")
+		pod := childOpts{args: []string{"-takeover=auto", "-after-handover", "wait", "-seccomp-agent", filepath.Join(dir, "agent.sock")}}
+		d := []*child{spawnChild(t, socket, pod), spawnChild(t, socket, pod)}
+		var fresh, taker *child
+		testutil.Eventually(t, "one daemon to serve and the other to wait, handed over", func() bool {
+			for _, c := range d {
+				select {
+				case err := <-c.done:
+					c.done <- err
+					t.Fatalf("round %d: a daemon exited: %v\n%s\nthe other's log:\n%s", round, err, c.stderrText(), other(d, c).stderrText())
+				default:
+				}
+			}
+			for _, c := range d {
+				if strings.Contains(c.stderrText(), "waiting for SIGTERM") && strings.Contains(other(d, c).stderrText(), "took over") {
+					fresh, taker = c, other(d, c)
+					return true
+				}
+			}
+			time.Sleep(10 * time.Millisecond)
+			return false
+		})
+		if strings.Count(d[0].stderrText()+d[1].stderrText(), "daemon_serving=false") != 1 {
+			t.Fatalf("round %d: both daemons started afresh:\n%s\n%s", round, d[0].stderrText(), d[1].stderrText())
+		}
+		if pid := daemonPID(t, socket); pid != taker.cmd.Process.Pid {
+			t.Fatalf("round %d: pid %d answers, not the one that took over (%d)", round, pid, taker.cmd.Process.Pid)
+		}
+		if s := readyz(t, taker); s != http.StatusOK {
+			t.Errorf("round %d: the serving daemon's /readyz: %d", round, s)
+		}
+		if s := readyz(t, fresh); s != http.StatusServiceUnavailable {
+			t.Errorf("round %d: the handed-over daemon's /readyz: %d", round, s)
+		}
+		for _, c := range d {
+			c.cmd.Process.Signal(syscall.SIGTERM)
+			if code := c.wait(t); code != 0 {
+				t.Fatalf("round %d: a daemon exited %d on SIGTERM\n%s", round, code, c.stderrText())
+			}
+		}
+	}
+}
+
+// other is the daemon of d that is not c.
+func other(d []*child, c *child) *child {
+	if d[0] == c {
+		return d[1]
+	}
+	return d[0]
+}

@@ -76,6 +76,28 @@ type childOpts struct {
 // startChild runs the daemon on socket and waits until it serves.
 func startChild(t *testing.T, socket string, opts ...childOpts) *child {
 	t.Helper()
+	c := spawnChild(t, socket, opts...)
+	testutil.Eventually(t, "the daemon to serve", func() bool {
+		select {
+		case err := <-c.done:
+			c.done <- err
+			t.Fatalf("the daemon exited: %v\n%s", err, c.stderr)
+		default:
+		}
+		cl, err := client.Dial(socket)
+		if err != nil {
+			return false
+		}
+		defer cl.Close()
+		_, err = cl.Status()
+		return err == nil
+	})
+	return c
+}
+
+// spawnChild runs the daemon on socket, killed when the test ends.
+func spawnChild(t *testing.T, socket string, opts ...childOpts) *child {
+	t.Helper()
 	c := &child{stderr: &testutil.Buffer{}, done: make(chan error, 1)}
 	args := []string{childArg, "-socket", socket, "-request-key", "", "-metrics", "127.0.0.1:0", "-log-level", "debug"}
 	var o childOpts
@@ -93,21 +115,6 @@ func startChild(t *testing.T, socket string, opts ...childOpts) *child {
 		t.Fatal(err)
 	}
 	go func() { c.done <- c.cmd.Wait() }()
-	testutil.Eventually(t, "the daemon to serve", func() bool {
-		select {
-		case err := <-c.done:
-			c.done <- err
-			t.Fatalf("the daemon exited: %v\n%s", err, c.stderr)
-		default:
-		}
-		cl, err := client.Dial(socket)
-		if err != nil {
-			return false
-		}
-		defer cl.Close()
-		_, err = cl.Status()
-		return err == nil
-	})
 	t.Cleanup(func() {
 		c.cmd.Process.Kill()
 		<-c.done

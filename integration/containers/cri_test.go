@@ -117,6 +117,13 @@ type criRig struct {
 // ctr, crictl, runc or the go command is missing.
 func startCRI(t *testing.T) *criRig {
 	t.Helper()
+	return startCRIWith(t, func() (string, string, *testutil.Buffer) { return agentDaemonLog(t) })
+}
+
+// startCRIWith is startCRI with the ukeyd that daemon starts: it returns
+// the test's directory, the agent's socket and the daemon's log.
+func startCRIWith(t *testing.T, daemon func() (dir, agent string, log *testutil.Buffer)) *criRig {
+	t.Helper()
 	ukeystest.NeedRoot(t, "containerd runs pods as root")
 	need := map[string]string{
 		"containerd": "Debian package containerd",
@@ -133,7 +140,7 @@ func startCRI(t *testing.T) *criRig {
 		}
 		paths[cmd] = p
 	}
-	dir, agent, ukeydLog := agentDaemonLog(t)
+	dir, agent, ukeydLog := daemon()
 	r := &criRig{t: t, dir: dir, crictl: paths["crictl"], sock: filepath.Join(dir, "containerd.sock"), log: ukeydLog}
 
 	// The images: a pause program for the sandboxes and keyprog for the

@@ -14,15 +14,18 @@
 //	                              child of it (keyprog peek) see it in /proc/keys
 //	keyprog loop DESC SECONDS OTHER
 //	                              add a user key DESC to @u, then read and
-//	                              search it as fast as it can for SECONDS,
+//	                              search it as fast as it can for SECONDS
+//	                              (or until SIGTERM),
 //	                              and say how many calls it made and how
 //	                              many failed; then search @u for OTHER
+//	keyprog show                  list @u's keys, as keyctl show @u does
 package main
 
 import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"strconv"
 	"strings"
 	"time"
@@ -56,6 +59,9 @@ func main() {
 		return
 	case "loop":
 		loop(os.Args[2], os.Args[3], os.Args[4])
+		return
+	case "show":
+		show()
 		return
 	}
 	if e != 0 {
@@ -181,7 +187,7 @@ func possess() {
 }
 
 // loop adds desc, then reads and searches it in turn until seconds
-// have passed, counting its calls and their failures; then it searches
+// have passed or it is sent SIGTERM, counting its calls and their failures; then it searches
 // for other, which must be another container's.
 func loop(desc, seconds, other string) {
 	const userKeyring = 0xfffffffc
@@ -199,7 +205,10 @@ func loop(desc, seconds, other string) {
 	calls, failures := 0, 0
 	var first error
 	var slowest time.Duration
-	for time.Now().Before(end) {
+	// Stopped (crictl stop), it says how it went all the same.
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, unix.SIGTERM)
+	for time.Now().Before(end) && len(stop) == 0 {
 		start := time.Now()
 		var r uintptr
 		if calls%2 == 0 {
@@ -228,5 +237,37 @@ func loop(desc, seconds, other string) {
 		fmt.Println("other", e)
 	} else {
 		fmt.Println("other ok")
+	}
+}
+
+// show prints the user keyring's id and each key linked in it, with
+// its type and description, as keyctl show @u does.
+func show() {
+	const userKeyring = 0xfffffffc
+	ring, _, e := unix.Syscall(unix.SYS_KEYCTL, unix.KEYCTL_GET_KEYRING_ID, userKeyring, 0)
+	if e != 0 {
+		fmt.Println("show", e)
+		return
+	}
+	ids := make([]byte, 4096)
+	n, _, e := unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_READ, userKeyring, uintptr(unsafe.Pointer(&ids[0])), uintptr(len(ids)), 0, 0)
+	if e != 0 {
+		fmt.Println("show", e)
+		return
+	}
+	fmt.Printf("@u keyring %d\n", ring)
+	desc := make([]byte, 256)
+	for i := 0; i+4 <= int(min(n, uintptr(len(ids)))); i += 4 {
+		id := uintptr(uint32(ids[i]) | uint32(ids[i+1])<<8 | uint32(ids[i+2])<<16 | uint32(ids[i+3])<<24)
+		m, _, e := unix.Syscall6(unix.SYS_KEYCTL, unix.KEYCTL_DESCRIBE, id, uintptr(unsafe.Pointer(&desc[0])), uintptr(len(desc)), 0, 0)
+		if e != 0 || m == 0 {
+			fmt.Printf("  %d %v\n", id, e)
+			continue
+		}
+		// type;uid;gid;perm;description
+		f := strings.SplitN(strings.TrimRight(string(desc[:min(m, uintptr(len(desc)))]), "\x00"), ";", 5)
+		if len(f) == 5 {
+			fmt.Printf("  %d %s: %s\n", id, f[0], f[4])
+		}
 	}
 }
