@@ -68,7 +68,7 @@ func run(args []string) int {
 		ev.bad = append(ev.bad, "UKEYD_TAKEOVER="+strconv.Quote(string(takeoverMode))+": "+err.Error())
 		takeoverMode = "false"
 	}
-	fs.Var(&takeoverMode, "takeover", "take over from the ukeyd serving -socket (an upgrade): its listening socket, its clients' connections, every key, session and process record, with no client refused; it exits once this one serves, and serves on if this one fails; auto: take over if a daemon serves -socket, start afresh if none does, as a DaemonSet's new pod beside the old one needs (env UKEYD_TAKEOVER)")
+	fs.Var(&takeoverMode, "takeover", "take over from the ukeyd serving -socket (an upgrade): its listening socket, its clients' connections, every key, session and process record, with no client refused; it exits once this one serves, and serves on if this one fails; auto: take over if a daemon serves -socket, start afresh if none does or from what systemd passed, as a DaemonSet's new pod beside the old one needs (env UKEYD_TAKEOVER)")
 	afterHandover := fs.String("after-handover", envOr("UKEYD_AFTER_HANDOVER", "exit"), "what the daemon does once another has taken over from it: exit (0), or wait, serving nothing (its /readyz answers 503), until SIGTERM or SIGINT, so that a container whose restart policy is Always is not started again to take back over (env UKEYD_AFTER_HANDOVER)")
 	fdstoreState := fs.Bool("fdstore-state", envBool("UKEYD_FDSTORE_STATE", false), "under systemd, on SIGTERM keep every key, record and connection in systemd's file-descriptor store (a sealed memfd beside the descriptors; FileDescriptorStoreMax must hold them), so that a restart loses nothing; the next daemon takes them back (env UKEYD_FDSTORE_STATE)")
 	detach := fs.Bool("detach", false, "with -takeover: start the new daemon in the background and exit once it has taken over (0) or failed (1), as systemd's ExecReload needs")
@@ -137,9 +137,9 @@ func run(args []string) int {
 		}
 		defer func() { releaseStart() }()
 	}
-	*takeover = takeoverMode == "true" || takeoverMode == "auto" && serving(*socket)
+	*takeover = takeoverMode == "true" || takeoverMode == "auto" && !systemdPassed() && serving(*socket)
 	if takeoverMode == "auto" {
-		log.Info("ukeyd: -takeover auto", "socket", *socket, "daemon_serving", *takeover)
+		log.Info("ukeyd: -takeover auto", "socket", *socket, "daemon_serving", *takeover, "systemd_passed", systemdPassed())
 	}
 	gomaxprocs := procSet.Apply()
 	log.Debug("ukeyd: Go processors", "setting", procSet.String(), "gomaxprocs", gomaxprocs)
@@ -568,6 +568,16 @@ func (f *takeoverFlag) Set(v string) error {
 	}
 	*f = takeoverFlag(strconv.FormatBool(b || err != nil))
 	return nil
+}
+
+// systemdPassed reports whether systemd started this process with
+// descriptors (socket activation, or its store after a stop): the
+// daemon then starts from them. A socket that systemd holds accepts
+// connections with no daemon behind it, so -takeover auto must not read
+// an accepted connection as a daemon to take over from.
+func systemdPassed() bool {
+	n, err := strconv.Atoi(os.Getenv("LISTEN_FDS"))
+	return err == nil && n > 0 && os.Getenv("LISTEN_PID") == strconv.Itoa(os.Getpid())
 }
 
 // serving reports whether a daemon answers on socket: -takeover auto

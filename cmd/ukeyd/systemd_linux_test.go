@@ -227,7 +227,18 @@ func startActivated(t *testing.T, ns *notifySocket, files []*os.File, names []st
 // key and connection in systemd's file-descriptor store (a sealed memfd
 // and the sockets), and the next daemon takes them back: a client's open
 // connection goes on with its session and keys, and the store is emptied.
+//
+// The next daemon may run with -takeover=auto (a unit shared with a
+// DaemonSet's image): the socket systemd holds accepts connections with
+// no daemon behind it, and the next one must start from the store, not
+// try to take over from nobody.
 func TestSystemdRestartKeepsState(t *testing.T) {
+	for _, mode := range []string{"-takeover=false", "-takeover=auto"} {
+		t.Run(mode, func(t *testing.T) { testSystemdRestartKeepsState(t, mode) })
+	}
+}
+
+func testSystemdRestartKeepsState(t *testing.T, mode string) {
 	_, socket, lf := socketUnit(t)
 	ns := newNotifySocket(t)
 	first, stderr, done := startActivated(t, ns, []*os.File{lf}, []string{"ukeyd.socket"}, "-fdstore-state", "-socket", socket)
@@ -292,7 +303,7 @@ func TestSystemdRestartKeepsState(t *testing.T) {
 	// systemd starts the next one with the socket and the store.
 	all := append([]*os.File{lf, state}, files...)
 	allNames := append([]string{"ukeyd.socket", "ukeyd-state"}, names...)
-	next, stderr2, done2 := startActivated(t, ns, all, allNames, "-fdstore-state", "-socket", socket)
+	next, stderr2, done2 := startActivated(t, ns, all, allNames, "-fdstore-state", mode, "-socket", socket)
 	removed := 0
 	for {
 		msg, _ := ns.next(t)
