@@ -161,7 +161,10 @@ type collector struct {
 }
 
 // gcMeter is what GCStats reports, under its own lock: readers of the
-// statistics never wait for the collector's state.
+// statistics never wait for the collector's state. Its histograms are
+// made by their first record (recordTo), a few hundred KiB each: a
+// service whose collector never ran (an idle container's namespace,
+// of which the agent holds hundreds) holds none.
 type gcMeter struct {
 	mu     sync.Mutex
 	stats  GCStats
@@ -170,11 +173,26 @@ type gcMeter struct {
 	deathH *hdrhistogram.Histogram
 }
 
+// recordTo records v in *h, made first if it is not yet, of values up
+// to highest; mu is held.
+func (m *gcMeter) recordTo(h **hdrhistogram.Histogram, highest time.Duration, v int64) {
+	if *h == nil {
+		*h = hdrhistogram.New(1, int64(highest), 3)
+	}
+	_ = (*h).RecordValue(v)
+}
+
+// summary summarises h, which may not be made yet.
+func summary(h *hdrhistogram.Histogram) latency.Summary {
+	if h == nil {
+		return latency.Summary{}
+	}
+	return latency.Of(h)
+}
+
 func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
 	g := &collector{s: s, wq: wq, chunk: chunk, nextRun: math.MaxInt64,
-		prune: prunePass{byRing: map[*Key][]deadKey{}, fresh: freshNodes{}, sweeps: map[*Key]*ringSweep{}},
-		meter: gcMeter{itemH: hdrhistogram.New(1, int64(time.Hour), 3), cpuH: hdrhistogram.New(1, int64(time.Hour), 3),
-			deathH: hdrhistogram.New(1, int64(24*time.Hour), 3)}}
+		prune: prunePass{byRing: map[*Key][]deadKey{}, fresh: freshNodes{}, sweeps: map[*Key]*ringSweep{}}}
 	if g.wq == nil {
 		g.wq = workqueue.New(s.dom, workqueue.WithName("keys-gc"), workqueue.WithWorkers(1))
 		g.ownWQ = true
@@ -340,9 +358,9 @@ func (g *collector) run(t *rcu.Task) {
 		}
 		g.meter.mu.Lock()
 		g.meter.stats.Items++
-		_ = g.meter.itemH.RecordValue(d.Nanoseconds())
+		g.meter.recordTo(&g.meter.itemH, time.Hour, d.Nanoseconds())
 		if cpuOK && ok {
-			_ = g.meter.cpuH.RecordValue(max(int64(cpu1-cpu0), 1))
+			g.meter.recordTo(&g.meter.cpuH, time.Hour, max(int64(cpu1-cpu0), 1))
 		}
 		g.meter.stats.MaxScannedPerItem = max(g.meter.stats.MaxScannedPerItem, scanned)
 		g.meter.stats.MaxDestroyedPerItem = max(g.meter.stats.MaxDestroyedPerItem, destroyed)
@@ -452,9 +470,9 @@ func (s *Service) GCStats() GCStats {
 	g.meter.mu.Lock()
 	defer g.meter.mu.Unlock()
 	st := g.meter.stats
-	st.ItemTime = latency.Of(g.meter.itemH)
-	st.ItemCPU = latency.Of(g.meter.cpuH)
-	st.DeathToDestruction = latency.Of(g.meter.deathH)
+	st.ItemTime = summary(g.meter.itemH)
+	st.ItemCPU = summary(g.meter.cpuH)
+	st.DeathToDestruction = summary(g.meter.deathH)
 	return st
 }
 
