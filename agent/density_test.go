@@ -5,12 +5,13 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"testing"
+
+	"go.uber.org/goleak"
 )
 
 // idleCost makes n idle namespaces as the agent makes them and returns
 // the heap bytes and goroutines each holds, and what ends them.
-func idleCost(t testing.TB, a *Agent, n int) (heap, goroutines float64, end func()) {
-	t.Helper()
+func idleCost(a *Agent, n int) (heap, goroutines float64, end func()) {
 	before, g0 := heapNow(), runtime.NumGoroutine()
 	end = a.IdleNamespaces(n)
 	after, g1 := heapNow(), runtime.NumGoroutine()
@@ -26,21 +27,56 @@ func heapNow() uint64 {
 	return ms.HeapAlloc
 }
 
-// TestIdleNamespaceCost reports what an idle namespace costs; with
-// UKEYS_DENSITY_PROFILE set it writes a heap profile there.
+// Bounds of what an idle key namespace may cost (issue 36: a node of
+// hundreds of pods holds hundreds of them): 64 KiB of heap and no
+// goroutine of its own. Each was a whole keys.Service with its rcu
+// domain and collector's queue, and their histograms: 1,206.6 KiB and
+// 5 goroutines.
+const (
+	maxIdleHeap       = 64 << 10
+	idleNamespacesRun = 1000
+)
+
+// An idle namespace costs at most maxIdleHeap and no goroutine, over
+// enough of them that the heap's noise is a few bytes each; and ending
+// them gives the heap back and leaves no goroutine behind, the commons'
+// included. With UKEYS_DENSITY_PROFILE set it writes a heap profile of
+// the namespaces there.
 func TestIdleNamespaceCost(t *testing.T) {
+	before, base := goleak.IgnoreCurrent(), heapNow()
 	a := New(Config{})
 	defer a.Shutdown(t.Context())
-	const n = 1000
-	heap, gs, end := idleCost(t, a, n)
+	// The first namespace makes the commons every namespace shares: the
+	// agent's, whatever the count.
+	first := a.IdleNamespaces(1)
+	heap, gs, end := idleCost(a, idleNamespacesRun)
 	if p := os.Getenv("UKEYS_DENSITY_PROFILE"); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
 			t.Fatal(err)
 		}
-		pprof.Lookup("heap").WriteTo(f, 0)
+		if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+			t.Fatal(err)
+		}
 		f.Close()
 	}
-	t.Logf("%d idle namespaces: %.1f KiB of heap and %.2f goroutines each", n, heap/1024, gs)
+	t.Logf("%d idle namespaces: %.1f KiB of heap and %.3f goroutines each", idleNamespacesRun, heap/1024, gs)
+	if heap > maxIdleHeap {
+		t.Errorf("an idle namespace holds %.1f KiB of heap; at most %d KiB", heap/1024, maxIdleHeap>>10)
+	}
+	if gs != 0 {
+		t.Errorf("an idle namespace has %.3f goroutines of its own; want none", gs)
+	}
 	end()
+	first()
+	// Every goroutine made since the test began is gone: no namespace's,
+	// nor the commons'.
+	if err := goleak.Find(before); err != nil {
+		t.Errorf("ended namespaces left goroutines: %v", err)
+	}
+	left := float64(int64(heapNow())-int64(base)) / float64(idleNamespacesRun)
+	t.Logf("once ended: %.3f KiB each left of the heap", left/1024)
+	if left > 1024 {
+		t.Errorf("ended namespaces left %.2f KiB each of the heap; want none", left/1024)
+	}
 }
