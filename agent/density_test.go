@@ -5,8 +5,12 @@ import (
 	"runtime"
 	"runtime/pprof"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
+
+	"github.com/ukeys/ukeys/internal/container"
+	"github.com/ukeys/ukeys/keys"
 )
 
 // idleCost makes n idle namespaces as the agent makes them and returns
@@ -35,6 +39,10 @@ func heapNow() uint64 {
 const (
 	maxIdleHeap       = 64 << 10
 	idleNamespacesRun = 1000
+	// maxUsedHeap bounds a namespace whose container added a key and
+	// dropped it, reaped: its keyrings and the collector's statistics
+	// (whose histograms alone were some 600 KiB once made).
+	maxUsedHeap = 128 << 10
 )
 
 // An idle namespace costs at most maxIdleHeap and no goroutine, over
@@ -78,5 +86,61 @@ func TestIdleNamespaceCost(t *testing.T) {
 	t.Logf("once ended: %.3f KiB each left of the heap", left/1024)
 	if left > 1024 {
 		t.Errorf("ended namespaces left %.2f KiB each of the heap; want none", left/1024)
+	}
+}
+
+// A namespace whose container has used its keys (joined a session,
+// added a key and invalidated it, which the collector reaped) and gone
+// idle costs at most maxUsedHeap, and no goroutine once its clock and
+// collector are quiet.
+func TestUsedNamespaceCost(t *testing.T) {
+	a := New(Config{})
+	defer a.Shutdown(t.Context())
+	first := a.IdleNamespaces(1)
+	defer first()
+	const n = 200
+	h0, g0 := heapNow(), runtime.NumGoroutine()
+	nss := make([]*namespace, n)
+	a.mu.Lock()
+	for i := range nss {
+		nss[i] = a.newNamespace("", container.Pod{})
+	}
+	a.mu.Unlock()
+	defer func() {
+		for _, ns := range nss {
+			ns.end()
+		}
+	}()
+	for _, ns := range nss {
+		c := ns.svc.NewCaller(keys.Cred{PID: 4242})
+		if _, err := c.JoinSessionKeyring(nil); err != nil {
+			t.Fatal(err)
+		}
+		id, err := c.AddKey("user", "krb5cc", []byte("ticket"), keys.SessionKeyring)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := c.Invalidate(id); err != nil {
+			t.Fatal(err)
+		}
+		c.Release()
+		if err := ns.svc.WaitGC(t.Context()); err != nil {
+			t.Fatal(err)
+		}
+		if st := ns.svc.GCStats(); st.Items == 0 {
+			t.Fatal("the collector ran no item")
+		}
+	}
+	// The coarse clock's goroutine stops a tick after its last reader.
+	for deadline := time.Now().Add(10 * time.Second); runtime.NumGoroutine() > g0 && time.Now().Before(deadline); {
+		time.Sleep(10 * time.Millisecond)
+	}
+	heap, gs := float64(int64(heapNow())-int64(h0))/n, runtime.NumGoroutine()-g0
+	t.Logf("%d namespaces used and idle: %.1f KiB of heap each, %d goroutines", n, heap/1024, gs)
+	if heap > maxUsedHeap {
+		t.Errorf("a namespace used and idle holds %.1f KiB of heap; at most %d KiB", heap/1024, maxUsedHeap>>10)
+	}
+	if gs > 0 {
+		t.Errorf("%d namespaces used and idle keep %d goroutines; want none", n, gs)
 	}
 }

@@ -10,10 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
-
 	"github.com/ukeys/ukeys/internal/invariants"
-	"github.com/ukeys/ukeys/internal/latency"
 	"github.com/ukeys/ukeys/rcu"
 	"github.com/ukeys/ukeys/workqueue"
 )
@@ -161,38 +158,19 @@ type collector struct {
 }
 
 // gcMeter is what GCStats reports, under its own lock: readers of the
-// statistics never wait for the collector's state. Its histograms are
-// made by their first record (recordTo), a few hundred KiB each: a
-// service whose collector never ran (an idle container's namespace,
-// of which the agent holds hundreds) holds none.
+// statistics never wait for the collector's state.
 type gcMeter struct {
 	mu     sync.Mutex
 	stats  GCStats
-	itemH  *hdrhistogram.Histogram
-	cpuH   *hdrhistogram.Histogram
-	deathH *hdrhistogram.Histogram
-}
-
-// recordTo records v in *h, made first if it is not yet, of values up
-// to highest; mu is held.
-func (m *gcMeter) recordTo(h **hdrhistogram.Histogram, highest time.Duration, v int64) {
-	if *h == nil {
-		*h = hdrhistogram.New(1, int64(highest), 3)
-	}
-	_ = (*h).RecordValue(v)
-}
-
-// summary summarises h, which may not be made yet.
-func summary(h *hdrhistogram.Histogram) latency.Summary {
-	if h == nil {
-		return latency.Summary{}
-	}
-	return latency.Of(h)
+	itemH  gcHist
+	cpuH   gcHist
+	deathH gcHist
 }
 
 func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
 	g := &collector{s: s, wq: wq, chunk: chunk, nextRun: math.MaxInt64,
-		prune: prunePass{byRing: map[*Key][]deadKey{}, fresh: freshNodes{}, sweeps: map[*Key]*ringSweep{}}}
+		prune: prunePass{byRing: map[*Key][]deadKey{}, fresh: freshNodes{}, sweeps: map[*Key]*ringSweep{}},
+		meter: gcMeter{itemH: gcHist{highest: time.Hour}, cpuH: gcHist{highest: time.Hour}, deathH: gcHist{highest: 24 * time.Hour}}}
 	if g.wq == nil {
 		g.wq = workqueue.New(s.dom, workqueue.WithName("keys-gc"), workqueue.WithWorkers(1))
 		g.ownWQ = true
@@ -358,9 +336,9 @@ func (g *collector) run(t *rcu.Task) {
 		}
 		g.meter.mu.Lock()
 		g.meter.stats.Items++
-		g.meter.recordTo(&g.meter.itemH, time.Hour, d.Nanoseconds())
+		g.meter.itemH.record(d.Nanoseconds())
 		if cpuOK && ok {
-			g.meter.recordTo(&g.meter.cpuH, time.Hour, max(int64(cpu1-cpu0), 1))
+			g.meter.cpuH.record(max(int64(cpu1-cpu0), 1))
 		}
 		g.meter.stats.MaxScannedPerItem = max(g.meter.stats.MaxScannedPerItem, scanned)
 		g.meter.stats.MaxDestroyedPerItem = max(g.meter.stats.MaxDestroyedPerItem, destroyed)
@@ -470,9 +448,9 @@ func (s *Service) GCStats() GCStats {
 	g.meter.mu.Lock()
 	defer g.meter.mu.Unlock()
 	st := g.meter.stats
-	st.ItemTime = summary(g.meter.itemH)
-	st.ItemCPU = summary(g.meter.cpuH)
-	st.DeathToDestruction = summary(g.meter.deathH)
+	st.ItemTime = g.meter.itemH.summary()
+	st.ItemCPU = g.meter.cpuH.summary()
+	st.DeathToDestruction = g.meter.deathH.summary()
 	return st
 }
 

@@ -1,10 +1,6 @@
 package keys
 
-import (
-	"time"
-
-	"github.com/ukeys/ukeys/rcu"
-)
+import "github.com/ukeys/ukeys/rcu"
 
 // destroyPass is the destroy phase's state: the keys buried before the
 // last scan ended, destroyed a chunk at a time once the grace period
@@ -137,7 +133,7 @@ func (g *collector) destroyChunk(t *rcu.Task, budget int) (int, bool) {
 		es := g.destroy.batch.front(budget - n)
 		g.meter.mu.Lock()
 		for _, e := range es {
-			g.meter.recordTo(&g.meter.deathH, 24*time.Hour, max(now-e.died, 1))
+			g.meter.deathH.record(max(now-e.died, 1))
 		}
 		g.meter.mu.Unlock()
 		// Outstanding drops only once the owners have their quota back:
