@@ -67,6 +67,9 @@ type Agent struct {
 	// heavy is the one bound of expensive operations running, for every
 	// container's Server (and the host's, given in Config.Server).
 	heavy *server.Slots
+	// commons are the rcu domain and collectors' queue every namespace
+	// shares (commons.go).
+	commons commons
 
 	mu sync.Mutex
 	// ctrs are the containers served, by id; pods the namespaces of
@@ -151,6 +154,8 @@ type namespace struct {
 	// share is what its keys hold of the agent's bounds, given back
 	// whole when the namespace ends (keys.Share.Detach).
 	share *keys.Share
+	// letGo lets go of the agent's commons once svc is closed.
+	letGo func()
 	// sandbox is the pod's sandbox id ("" for a container's own
 	// namespace), bind the namespaces its containers share, held open
 	// while the namespace lives.
@@ -661,7 +666,8 @@ func (a *Agent) join(id string, who container.Identity, init process.Handle, unr
 }
 
 // newNamespace makes a key namespace, a container's or (sandbox) a
-// pod's bound to pod, with one container's share of the agent's bounds:
+// pod's bound to pod, on the agent's commons (no goroutine of its own),
+// with one container's share of the agent's bounds:
 // its keys count against a share of the agent's (keys, bytes, big_key
 // files, and files per uid), each uid in it has a quota of at most its
 // share (root's too), and its Server keeps at most its share of
@@ -671,12 +677,13 @@ func (a *Agent) newNamespace(sandbox string, pod container.Pod) *namespace {
 	ctr, uid := Share(a.bounds)
 	share := keys.NewShare(a.keys, keys.ShareLimits{Keys: ctr.Keys, Bytes: ctr.Bytes,
 		BigKeyFiles: ctr.BigKeyFiles, BigKeyFilesPerUID: uid.BigKeyFiles})
-	svc := keys.New(append(slices.Clone(a.cfg.Keys), keys.WithShare(share))...)
+	shared, release := a.commons.acquire()
+	svc := keys.New(append(slices.Concat(a.cfg.Keys, shared), keys.WithShare(share))...)
 	t := svc.Tunables()
 	t.MaxKeys, t.MaxBytes = min(t.MaxKeys, uid.Keys), min(t.MaxBytes, uid.Bytes)
 	t.RootMaxKeys, t.RootMaxBytes = min(t.RootMaxKeys, uid.Keys), min(t.RootMaxBytes, uid.Bytes)
 	_ = svc.SetTunables(t) // within the valid range: each at least 1
-	ns := &namespace{svc: svc, share: share, sandbox: sandbox, bind: pod}
+	ns := &namespace{svc: svc, share: share, letGo: release, sandbox: sandbox, bind: pod}
 	ns.setMembers()
 	ns.srv = server.New(svc, a.serverConfig(ns, ctr, uid))
 	return ns

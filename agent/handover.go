@@ -503,11 +503,14 @@ func (a *Agent) forgetLocked(ns *namespace) {
 }
 
 // end lets go of a namespace that is no container's any more: its
-// server, keys, share of the bounds and pod's binding (its members'
-// inits are theirs).
+// server, keys, hold on the agent's commons, share of the bounds and
+// pod's binding (its members' inits are theirs).
 func (ns *namespace) end() {
 	ns.srv.Shutdown(context.Background())
 	ns.svc.Close()
+	if ns.letGo != nil {
+		ns.letGo()
+	}
 	ns.share.Detach()
 	ns.bind.Close()
 }
@@ -529,17 +532,20 @@ func (a *Agent) thawNamespace(r io.Reader, fds []int, sandbox string, bind conta
 		m.ns = ns
 	}
 	ns.setMembers()
-	opts := append(slices.Clone(a.cfg.Keys), keys.WithShare(share))
+	shared, release := a.commons.acquire()
+	opts := append(slices.Concat(a.cfg.Keys, shared), keys.WithShare(share))
 	res, start, err := server.ThawHeld(r, fds, opts, a.serverConfig(ns, ctr, uid))
 	if err != nil {
+		release() // its Service closed already
 		share.Detach()
 		return nil, nil, err
 	}
-	ns.svc, ns.srv = res.Service, res.Server
+	ns.svc, ns.srv, ns.letGo = res.Service, res.Server, release
 	return ns, func(serve bool) ([]<-chan struct{}, []string) {
 		start(serve)
 		if !serve {
 			res.Service.Close()
+			release()
 			share.Detach()
 			return nil, nil
 		}

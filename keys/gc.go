@@ -10,10 +10,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	hdrhistogram "github.com/HdrHistogram/hdrhistogram-go"
-
 	"github.com/ukeys/ukeys/internal/invariants"
-	"github.com/ukeys/ukeys/internal/latency"
 	"github.com/ukeys/ukeys/rcu"
 	"github.com/ukeys/ukeys/workqueue"
 )
@@ -165,16 +162,15 @@ type collector struct {
 type gcMeter struct {
 	mu     sync.Mutex
 	stats  GCStats
-	itemH  *hdrhistogram.Histogram
-	cpuH   *hdrhistogram.Histogram
-	deathH *hdrhistogram.Histogram
+	itemH  gcHist
+	cpuH   gcHist
+	deathH gcHist
 }
 
 func newCollector(s *Service, wq *workqueue.Queue, chunk int) *collector {
 	g := &collector{s: s, wq: wq, chunk: chunk, nextRun: math.MaxInt64,
 		prune: prunePass{byRing: map[*Key][]deadKey{}, fresh: freshNodes{}, sweeps: map[*Key]*ringSweep{}},
-		meter: gcMeter{itemH: hdrhistogram.New(1, int64(time.Hour), 3), cpuH: hdrhistogram.New(1, int64(time.Hour), 3),
-			deathH: hdrhistogram.New(1, int64(24*time.Hour), 3)}}
+		meter: gcMeter{itemH: gcHist{highest: time.Hour}, cpuH: gcHist{highest: time.Hour}, deathH: gcHist{highest: 24 * time.Hour}}}
 	if g.wq == nil {
 		g.wq = workqueue.New(s.dom, workqueue.WithName("keys-gc"), workqueue.WithWorkers(1))
 		g.ownWQ = true
@@ -340,9 +336,9 @@ func (g *collector) run(t *rcu.Task) {
 		}
 		g.meter.mu.Lock()
 		g.meter.stats.Items++
-		_ = g.meter.itemH.RecordValue(d.Nanoseconds())
+		g.meter.itemH.record(d.Nanoseconds())
 		if cpuOK && ok {
-			_ = g.meter.cpuH.RecordValue(max(int64(cpu1-cpu0), 1))
+			g.meter.cpuH.record(max(int64(cpu1-cpu0), 1))
 		}
 		g.meter.stats.MaxScannedPerItem = max(g.meter.stats.MaxScannedPerItem, scanned)
 		g.meter.stats.MaxDestroyedPerItem = max(g.meter.stats.MaxDestroyedPerItem, destroyed)
@@ -452,9 +448,9 @@ func (s *Service) GCStats() GCStats {
 	g.meter.mu.Lock()
 	defer g.meter.mu.Unlock()
 	st := g.meter.stats
-	st.ItemTime = latency.Of(g.meter.itemH)
-	st.ItemCPU = latency.Of(g.meter.cpuH)
-	st.DeathToDestruction = latency.Of(g.meter.deathH)
+	st.ItemTime = g.meter.itemH.summary()
+	st.ItemCPU = g.meter.cpuH.summary()
+	st.DeathToDestruction = g.meter.deathH.summary()
 	return st
 }
 

@@ -133,7 +133,7 @@ func (g *collector) destroyChunk(t *rcu.Task, budget int) (int, bool) {
 		es := g.destroy.batch.front(budget - n)
 		g.meter.mu.Lock()
 		for _, e := range es {
-			_ = g.meter.deathH.RecordValue(max(now-e.died, 1))
+			g.meter.deathH.record(max(now-e.died, 1))
 		}
 		g.meter.mu.Unlock()
 		// Outstanding drops only once the owners have their quota back:

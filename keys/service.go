@@ -57,8 +57,17 @@ func WithTunables(t Tunables) Option { return func(s *Service) { s.tun.Store(&t)
 func WithClock(now func() time.Time) Option { return func(s *Service) { s.clock = now } }
 
 // WithDomain makes the service use d for its grace periods instead of a
-// domain of its own (which Close would then not close).
+// domain of its own (which Close would then not close, but wait for the
+// callbacks the service queued on: [rcu.Domain.Barrier]).
 func WithDomain(d *rcu.Domain) Option { return func(s *Service) { s.dom, s.ownDom = d, false } }
+
+// WithGCQueue runs the service's collector on q, a queue of the
+// service's domain ([WithDomain]), instead of a queue of its own (whose
+// worker and watchdog are two goroutines): services that share a domain
+// may share one queue, as the seccomp agent's key namespaces do, each
+// of the collectors' work items still bounded by its chunk. Close
+// cancels the collector's items, and leaves q to its owner.
+func WithGCQueue(q *workqueue.Queue) Option { return func(s *Service) { s.gcQueue = q } }
 
 // Service owns every key: the serial index, the key types, the per-user
 // quota records and the tunables. It is safe for concurrent use.
@@ -245,7 +254,11 @@ func (s *Service) Close() error {
 	if s.ownDom {
 		return s.dom.Close()
 	}
-	return nil
+	// A domain of its own runs the callbacks queued on it as it closes
+	// (payloads wiped after their grace period); a shared one lives on,
+	// and is waited for, so that every payload is wiped once Close
+	// returns either way.
+	return s.dom.Barrier(context.Background())
 }
 
 // wipeLive wipes the payloads of the keys still indexed once the service

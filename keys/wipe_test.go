@@ -3,6 +3,9 @@ package keys
 import (
 	"bytes"
 	"testing"
+
+	"github.com/ukeys/ukeys/rcu"
+	"github.com/ukeys/ukeys/workqueue"
 )
 
 // Payload memory is wiped, not merely dropped, whenever a payload leaves
@@ -144,4 +147,65 @@ func TestHeldKeysWipedAtClose(t *testing.T) {
 		t.Errorf("the share still counts %d big_key files once they are closed", u.BigKeyFiles)
 	}
 	sh.Detach()
+}
+
+// A service on a domain and a collectors' queue it shares (the seccomp
+// agent's namespaces: WithDomain, WithGCQueue) wipes as one with its own
+// does by the time Close returns: the payload an update retired (waiting
+// for a grace period on the domain, which a domain of its own would run
+// as it closed), the one in the graveyard, the ones still held; and the
+// domain and queue serve on for the others.
+func TestPayloadWipedAtCloseOnSharedDomain(t *testing.T) {
+	dom := rcu.New(rcu.WithName("shared"))
+	defer dom.Close()
+	wq := workqueue.New(dom, workqueue.WithName("shared-gc"), workqueue.WithWorkers(1))
+	defer wq.Close()
+	other := New(WithDomain(dom), WithGCQueue(wq))
+	defer other.Close()
+	s := New(WithDomain(dom), WithGCQueue(wq))
+	c := s.NewCaller(Cred{UID: 1000, GID: 100, PID: 4242})
+	if _, err := c.JoinSessionKeyring(nil); err != nil {
+		t.Fatal(err)
+	}
+	up, err := c.AddKey("user", "updated", []byte("retired-by-update"), SessionKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	held, err := c.AddKey("user", "held", []byte("held-in-user-keyring"), UserKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mems := map[string][]byte{"the updated key's old payload": backing(t, s, up), "the key in the user keyring": backing(t, s, held)}
+	if err := c.Update(up, []byte("replacement")); err != nil {
+		t.Fatal(err)
+	}
+	c.Release()
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for what, mem := range mems {
+		if !isZero(mem) {
+			t.Errorf("payload memory of %s after Close: %q", what, mem)
+		}
+	}
+	// The other service's collector still runs on the shared queue.
+	oc := other.NewCaller(Cred{UID: 1000, GID: 100, PID: 4243})
+	defer oc.Release()
+	if _, err := oc.JoinSessionKeyring(nil); err != nil {
+		t.Fatal(err)
+	}
+	id, err := oc.AddKey("user", "k", []byte("v"), SessionKeyring)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mem := backing(t, other, id)
+	if err := oc.Invalidate(id); err != nil {
+		t.Fatal(err)
+	}
+	if err := other.WaitGC(t.Context()); err != nil {
+		t.Fatal(err)
+	}
+	if !isZero(mem) || other.DestroyedKeys() == 0 {
+		t.Errorf("the other service's collector did not destroy its invalidated key (payload %q)", mem)
+	}
 }

@@ -15,7 +15,7 @@ figures=docs/figures.md
 mkdir -p "$out"
 bin=$(mktemp -d)/ukeybench
 go build -o "$bin" ./cmd/ukeybench
-scenarios=${*:-gc gp stall read expiry daemon handover}
+scenarios=${*:-gc gp stall read expiry daemon handover density}
 for s in $scenarios; do
 	# shellcheck disable=SC2086 # UKEYBENCH_FLAGS is a list of flags
 	"$bin" ${UKEYBENCH_FLAGS:-} -markdown -save-json "$out/$s.json" -plot "$out" -plot-formats svg "$s" >"$out/$s.md"

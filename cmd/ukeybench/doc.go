@@ -32,6 +32,10 @@
 //	        user namespace's uids, the protocol's spin, big_key files):
 //	        their p50/p99/p99.9 beside an idle run, and the table of the
 //	        bounds in force. Needs root.
+//	density what an idle key namespace of the seccomp agent costs, made
+//	        as the agent makes a container's: heap and goroutines each,
+//	        for 1 and 1,000 of them (-idle), beside the agent's commons
+//	        (the rcu domain and collectors' queue they share).
 //
 // Every scenario prints a table (or, with -json, one object
 // {"scenario", "params", "results"}), shows progress on stderr, and with

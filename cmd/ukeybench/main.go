@@ -50,7 +50,7 @@ type report struct {
 	notes []string
 }
 
-var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall", "handover", "tenants"}
+var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall", "handover", "tenants", "density"}
 
 func main() {
 	if v := os.Getenv(childEnv); v != "" {
@@ -96,6 +96,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	subUIDs := fs.Int("subuids", 32, "uids of the connection attacker's user namespace (tenants)")
 	retry := fs.Duration("retry", 10*time.Millisecond, "each of those uids' pause between attempts once at the bound (tenants)")
 	spinEvery := fs.Duration("spin-every", 60*time.Microsecond, "the spinning attacker's request period (tenants)")
+	idle := fs.String("idle", "1,1000", "comma-separated counts of idle key namespaces (density)")
 	quick := fs.Bool("quick", false, "small presets that finish each scenario in well under a minute")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown")
@@ -292,6 +293,12 @@ func run(args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		rep, err = runTenants(p, *duration, *interval, prog)
+	case "density":
+		var ns []int
+		if ns, err = parseInts(*idle); err != nil {
+			break
+		}
+		rep, err = runDensity(densityParams{Namespaces: ns, TargetKiB: 64}, prog)
 	default:
 		fmt.Fprintf(stderr, "ukeybench: unknown scenario %q\n", fs.Arg(0))
 		fs.Usage()

@@ -439,3 +439,18 @@ func TestTenantsQuickShape(t *testing.T) {
 		t.Errorf("the container filling big_key files: %s", a)
 	}
 }
+
+// The density scenario gives the agent's commons and each count of idle
+// namespaces, heap and goroutines; none has a goroutine of its own (a
+// count, not a speed).
+func TestDensityShape(t *testing.T) {
+	rep := runJSON(t, "-idle", "1,50", "density")
+	if rep.Scenario != "density" || len(rep.Results) != 6 {
+		t.Fatalf("scenario %q with %d rows, want density with 6", rep.Scenario, len(rep.Results))
+	}
+	for _, r := range rep.Results {
+		if r.Case != "first" && r.Variant == "goroutines" && r.Avg != 0 {
+			t.Errorf("%s idle namespaces have %v goroutines each; want none", r.Case, r.Avg)
+		}
+	}
+}
