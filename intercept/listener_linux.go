@@ -248,7 +248,12 @@ const continueCall = syscall.Errno(1 << 31)
 
 // answer serves one notification and sends its answer.
 func (l *Listener) answer(n *notif) {
-	val, errno := l.serve(n)
+	c := noCall
+	// Closed once the caller has its answer: the descriptors a call
+	// opened and no longer needs are not its to wait for (each close is
+	// a system call, a microsecond or more where system calls are dear).
+	defer c.end()
+	val, errno := l.serve(n, &c)
 	r := notifResp{id: n.id, val: val}
 	if errno == continueCall {
 		r.val, r.flags = 0, unix.SECCOMP_USER_NOTIF_FLAG_CONTINUE
@@ -331,8 +336,9 @@ func (l *Listener) instantiateFault(caller Caller, id int32) syscall.Errno {
 }
 
 // serve decodes a call, has the handler serve it and writes its results
-// back, returning the system call's value or an errno.
-func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
+// back, returning the system call's value or an errno. What it opens of
+// the caller it leaves in c, for answer to close.
+func (l *Listener) serve(n *notif, c *call) (int64, syscall.Errno) {
 	if n.arch == native.arch {
 		switch uint32(n.nr) {
 		case native.pipe2:
@@ -354,8 +360,8 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	}
 	// The thread's credentials now, as the kernel would check them, and
 	// its memory, opened for this call if it writes results.
-	st, c, errno := l.tasks.read(pid, n.ip, spec.Result.BufReg != 0)
-	defer c.end()
+	st, cc, errno := l.tasks.read(pid, n.ip, spec.Result.BufReg != 0)
+	*c = cc
 	if errno != 0 {
 		return 0, errno
 	}
@@ -393,7 +399,7 @@ func (l *Listener) serve(n *notif) (int64, syscall.Errno) {
 	if !l.valid(n.id) {
 		return 0, unix.ENOENT
 	}
-	exec := l.tasks.commit(&c)
+	exec := l.tasks.commit(c)
 	caller := Caller{Tid: pid, Pid: st.Tgid, Task: c.tv.task, Status: st, Caps: caps, Exec: exec, Pipe: pipe}
 	if askAuthority {
 		return 0, l.instantiateFault(caller, int32(uint32(n.args[1])))

@@ -120,7 +120,13 @@ type call struct {
 	// pin is a pidfd of the caller's process, opened for a view found
 	// by pid that the call may make, or -1.
 	pin int
+	// old is the witness this call's memory replaced (commit), or -1:
+	// closed with the rest at end, once the caller has its answer.
+	old int
 }
+
+// noCall is a call with nothing open, for end to close nothing.
+var noCall = call{mem: -1, pin: -1, old: -1}
 
 // read returns the credentials and process of thread tid as they are
 // now, and what is needed to serve its call: with mem, the thread's
@@ -131,7 +137,7 @@ type call struct {
 // is still pending, which proves tid was the caller's while it was read,
 // and then commits the call (commit); either way it ends it (end).
 func (t *tasks) read(tid int, ip uint64, mem bool) (st procfs.Status, c call, errno syscall.Errno) {
-	c.mem, c.pin = -1, -1
+	c = noCall
 	st, tv, ok := t.readStatus(tid)
 	if !ok {
 		return procfs.Status{}, c, unix.EPERM // gone, or /proc not to be read
@@ -206,24 +212,23 @@ func (t *tasks) commit(c *call) (exec bool) {
 		pv.exec = true
 	}
 	if c.mem >= 0 {
-		if pv.witness >= 0 {
-			unix.Close(pv.witness) // its place in the budget goes to the new one
-		}
-		pv.witness, c.mem = c.mem, -1
+		// The old witness's place in the budget goes to the new one; it
+		// is closed at end.
+		c.old, pv.witness, c.mem = pv.witness, c.mem, -1
 	}
 	exec, pv.exec = pv.exec, false
 	return exec
 }
 
-// end closes what a call opened and did not keep.
+// end closes what a call opened and did not keep, and the witness it
+// replaced. The listener calls it once it has answered: nothing it
+// closes is the caller's to wait for.
 func (c *call) end() {
-	if c.mem >= 0 {
-		unix.Close(c.mem)
-		c.mem = -1
-	}
-	if c.pin >= 0 {
-		unix.Close(c.pin)
-		c.pin = -1
+	for _, fd := range []*int{&c.mem, &c.pin, &c.old} {
+		if *fd >= 0 {
+			unix.Close(*fd)
+			*fd = -1
+		}
 	}
 }
 

@@ -27,6 +27,12 @@
 //	        package and the Go caches people use.
 //	daemon  round trips through ukeyd's server with K clients, with the
 //	        collector idle and busy.
+//	syscall keyctl_read of a small key by 1 and 4 calling processes: to a
+//	        minimal supervisor in C that answers each call with fixed
+//	        bytes (the floor, compiled with cc at run time; skipped with a
+//	        note without one), to the kernel, intercepted by ukeys, and
+//	        over the socket; the intercepted rows give their p50 and p99
+//	        as multiples of the floor's (p50_x_floor, p99_x_floor).
 //	tenants a host user and a container's process read keys while one
 //	        tenant at a time sits at its bound (CPU, connections of a
 //	        user namespace's uids, the protocol's spin, big_key files):

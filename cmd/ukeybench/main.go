@@ -82,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	duration := fs.Duration("duration", time.Second, "measuring time per cell (read), per case and variant (daemon), or per phase (tenants; default 10s)")
 	entries := fs.Int("entries", 1_000_000, "entries that expire at once (expiry)")
 	setEvery := fs.Int("set-every", 4, "one foreground operation in this many is a Set, the others Gets; 0: Gets only (expiry)")
-	only := fs.String("variants", "", "comma-separated subset of the variants to run (expiry; default all)")
+	only := fs.String("variants", "", "comma-separated subset of the variants to run (expiry, syscall; default all)")
 	cases := fs.String("cases", "", "comma-separated subset of the cases to run: unused, expired, mixed (gc; default all; combined needs unused and expired)")
 	window := fs.Duration("window", 0, "longest measurement after the expiry (expiry; default 4m, 12s with -quick)")
 	clients := fs.String("clients", "1,4,16,64", "comma-separated client counts (daemon)")
@@ -269,6 +269,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		p := syscallParams{Callers: ks, DurationMS: ms(*duration)}
+		if *only != "" {
+			p.Variants = strings.Split(*only, ",")
+		}
 		rep, err = runSyscall(p, *duration, prog)
 	case "handover":
 		quickly("keys", keysN, 20_000)

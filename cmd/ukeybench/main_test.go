@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime"
 	"strings"
@@ -221,7 +222,47 @@ func TestSyscallQuickShape(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatal(err)
 	}
-	checkRows(t, rep, "syscall", []string{"callers-1", "callers-2"}, []string{"kernel", "intercepted", "socket"}, "us", "calls_per_s")
+	variants := []string{"kernel", "intercepted", "socket"}
+	if _, err := exec.LookPath("cc"); err == nil {
+		// The floor, the C supervisor, is measured where there is a C
+		// compiler, and each intercepted row says how far it is.
+		variants = append(variants, "floor")
+	}
+	rows := checkRows(t, rep, "syscall", []string{"callers-1", "callers-2"}, variants, "us", "calls_per_s")
+	if len(variants) == 4 {
+		for _, c := range []string{"callers-1", "callers-2"} {
+			r := rows[c+"/intercepted"]
+			if x, ok := r.Extra["p50_x_floor"].(float64); !ok || x <= 0 {
+				t.Errorf("%s/intercepted: p50_x_floor %v", c, r.Extra["p50_x_floor"])
+			}
+		}
+	}
+}
+
+// -variants runs those named alone; with no C compiler on PATH, the floor
+// is left out with a note saying why, and the rest still runs.
+func TestSyscallVariants(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the syscall scenario needs Linux")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"-json", "-quick", "-callers", "1", "-duration", "50ms", "-variants", "kernel", "syscall"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	checkRows(t, rep, "syscall", []string{"callers-1"}, []string{"kernel"}, "us", "calls_per_s")
+	t.Setenv("PATH", t.TempDir())
+	out.Reset()
+	errb.Reset()
+	if code := run([]string{"-quick", "-callers", "1", "-duration", "50ms", "-variants", "floor,kernel", "syscall"}, &out, &errb); code != 0 {
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	if !strings.Contains(out.String(), "floor not measured: no C compiler (cc) on PATH") || strings.Contains(out.String(), " floor ") {
+		t.Errorf("without cc:\n%s", out.String())
+	}
 }
 
 func TestTableAndMarkdown(t *testing.T) {

@@ -4,6 +4,9 @@ package main
 type syscallParams struct {
 	Callers    []int   `json:"callers"`
 	DurationMS float64 `json:"duration_ms"`
+	// Variants, if set, are those to run: floor, kernel, intercepted,
+	// socket.
+	Variants []string `json:"variants,omitempty"`
 }
 
 // childEnv makes this program a caller of the syscall scenario: the

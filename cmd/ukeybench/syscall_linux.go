@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -25,26 +26,61 @@ import (
 )
 
 // runSyscall measures keyctl_read of a small user key as a program makes
-// it: to the kernel, intercepted by ukeys (the program under the seccomp
-// filter, its listener served by a Server in this process), and over the
-// socket with the Go client; each by 1 or more callers, each a process
-// of its own, in parallel.
+// it: intercepted by the floor (the least a supervisor can do, in C:
+// floorSource), to the kernel, intercepted by ukeys (the program under the
+// seccomp filter, its listener served by a Server in this process), and
+// over the socket with the Go client; each by 1 or more callers, each a
+// process of its own, in parallel. The intercepted rows say how many
+// times the floor's latency they take (p50_x_floor, p99_x_floor).
 func runSyscall(p syscallParams, dur time.Duration, prog *progress) (report, error) {
 	var rows []row
-	for _, variant := range []string{"kernel", "intercepted", "socket"} {
+	var notes []string
+	dir, err := os.MkdirTemp("", "ukeybench-floor-")
+	if err != nil {
+		return report{}, err
+	}
+	defer os.RemoveAll(dir)
+	variants := []string{"floor", "kernel", "intercepted", "socket"}
+	if p.Variants != nil {
+		for _, v := range p.Variants {
+			if !slices.Contains(variants, v) {
+				return report{}, fmt.Errorf("no variant %q: %v", v, variants)
+			}
+		}
+		variants = slices.DeleteFunc(variants, func(v string) bool { return !slices.Contains(p.Variants, v) })
+	}
+	var floor string
+	if slices.Contains(variants, "floor") {
+		if floor, err = buildFloor(dir); err != nil {
+			note := fmt.Sprintf("floor not measured: %v", err)
+			prog.say("syscall " + note)
+			notes = append(notes, note)
+			variants = variants[1:]
+		}
+	}
+	floors := map[int]row{}
+	for _, variant := range variants {
 		for _, k := range p.Callers {
 			prog.say(fmt.Sprintf("syscall %s, %d callers", variant, k))
-			r, err := syscallOnce(variant, k, dur)
+			r, err := syscallOnce(variant, k, dur, floor)
 			if err != nil {
 				return report{}, fmt.Errorf("syscall %s/%d: %w", variant, k, err)
+			}
+			if variant == "floor" {
+				floors[k] = r
+			} else if f, ok := floors[k]; ok && variant == "intercepted" {
+				r.Extra["p50_x_floor"] = r.P50 / f.P50
+				r.Extra["p99_x_floor"] = r.P99 / f.P99
 			}
 			rows = append(rows, r)
 		}
 	}
-	return report{Scenario: "syscall", Params: p, Results: rows}, nil
+	return report{Scenario: "syscall", Params: p, Results: rows, notes: notes}, nil
 }
 
-func syscallOnce(variant string, k int, dur time.Duration) (row, error) {
+// syscallOnce runs one variant with k callers; floor is the floor's
+// program.
+func syscallOnce(variant string, k int, dur time.Duration, floor string) (row, error) {
 	dir, err := os.MkdirTemp("", "ukeybench-")
 	if err != nil {
 		return row{}, err
@@ -74,6 +110,10 @@ func syscallOnce(variant string, k int, dur time.Duration) (row, error) {
 		cmd    *exec.Cmd
 		ours   *os.File
 		stderr *outBuf // what a caller that fails says why
+		// floor is the caller's supervisor in the floor variant, and
+		// what it says on its standard error.
+		floor       *exec.Cmd
+		floorStderr *outBuf
 	}
 	kids := make([]*kid, k)
 	var wg sync.WaitGroup
@@ -82,8 +122,45 @@ func syscallOnce(variant string, k int, dur time.Duration) (row, error) {
 		c := &kid{cmd: exec.Command(exe), stderr: &outBuf{}}
 		c.cmd.Stdout = &outBuf{}
 		c.cmd.Stderr = c.stderr
-		c.cmd.Env = append(os.Environ(), childEnv+"="+variant, "UKEYBENCH_DURATION="+dur.String(), "UKEYS_SOCKET="+sock)
-		if variant == "intercepted" {
+		childVariant := variant
+		if variant == "floor" {
+			childVariant = "intercepted" // the same caller, another supervisor
+		}
+		c.cmd.Env = append(os.Environ(), childEnv+"="+childVariant, "UKEYBENCH_DURATION="+dur.String(), "UKEYS_SOCKET="+sock)
+		if variant == "floor" {
+			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			if err != nil {
+				return row{}, err
+			}
+			c.ours = os.NewFile(uintptr(fds[0]), "ours")
+			defer c.ours.Close()
+			theirs := os.NewFile(uintptr(fds[1]), "theirs")
+			c.cmd.ExtraFiles = []*os.File{theirs}
+			if err := c.cmd.Start(); err != nil {
+				return row{}, err
+			}
+			theirs.Close()
+			// The supervisor receives the listener on the socket, as
+			// ReceiveListener does, and says when it serves.
+			c.floor, c.floorStderr = exec.Command(floor), &outBuf{}
+			c.floor.ExtraFiles = []*os.File{c.ours}
+			c.floor.Stderr = c.floorStderr
+			ready, err := c.floor.StdoutPipe()
+			if err != nil {
+				return row{}, err
+			}
+			if err := c.floor.Start(); err != nil {
+				c.cmd.Wait()
+				return row{}, err
+			}
+			defer c.floor.Process.Kill()
+			var word [1]byte
+			if _, err := ready.Read(word[:]); err != nil {
+				c.cmd.Wait()
+				c.floor.Wait()
+				return row{}, fmt.Errorf("the floor did not serve (seccomp user notification unavailable?): %s", bytes.TrimSpace(c.floorStderr.b))
+			}
+		} else if variant == "intercepted" {
 			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
 			if err != nil {
 				return row{}, err
@@ -121,6 +198,13 @@ func syscallOnce(variant string, k int, dur time.Duration) (row, error) {
 		go func() {
 			defer wg.Done()
 			out, err := outputOf(c.cmd)
+			if c.floor != nil {
+				// It ends when its caller has (POLLHUP on the listener).
+				if ferr := c.floor.Wait(); ferr != nil && err == nil {
+					errs <- fmt.Errorf("floor: %w: %s", ferr, bytes.TrimSpace(c.floorStderr.b))
+					return
+				}
+			}
 			if err != nil {
 				errs <- fmt.Errorf("%w: %s", err, bytes.TrimSpace(c.stderr.b))
 				return

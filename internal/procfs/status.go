@@ -19,11 +19,14 @@ type Status struct {
 }
 
 // ParseStatus parses the text of a status file. It needs the Uid, Gid
-// and Threads lines; Tgid, Groups and CapEff are read where present.
+// and Threads lines; Tgid, Groups and CapEff are read where present. An
+// intercepted call parses one, so it allocates nothing but the groups,
+// and stops once it has every line it reads (CapEff comes halfway).
 func ParseStatus(b []byte) (Status, bool) {
 	var st Status
 	seen := 0
-	for len(b) > 0 {
+	var tgid, groups bool
+	for len(b) > 0 && !(seen == 3 && tgid && groups && st.HasCapEff) {
 		line := b
 		if i := bytes.IndexByte(b, '\n'); i >= 0 {
 			line, b = b[:i], b[i+1:]
@@ -36,16 +39,16 @@ func ParseStatus(b []byte) (Status, bool) {
 		}
 		switch string(name) {
 		case "Uid", "Gid":
-			f := bytes.Fields(rest)
-			if len(f) < 4 {
-				return Status{}, false
-			}
 			dst := &st.UIDs
 			if string(name) == "Gid" {
 				dst = &st.GIDs
 			}
 			for i := range dst {
-				v, err := strconv.ParseUint(string(f[i]), 10, 32)
+				var f []byte
+				if f, rest = nextField(rest); f == nil {
+					return Status{}, false
+				}
+				v, err := strconv.ParseUint(string(f), 10, 32)
 				if err != nil {
 					return Status{}, false
 				}
@@ -53,20 +56,25 @@ func ParseStatus(b []byte) (Status, bool) {
 			}
 			seen++
 		case "Groups":
-			for _, g := range bytes.Fields(rest) {
+			for {
+				var g []byte
+				if g, rest = nextField(rest); g == nil {
+					break
+				}
 				v, err := strconv.ParseUint(string(g), 10, 32)
 				if err != nil {
 					return Status{}, false
 				}
 				st.Groups = append(st.Groups, uint32(v))
 			}
+			groups = true
 		case "Threads", "Tgid":
 			n, err := strconv.Atoi(string(bytes.TrimSpace(rest)))
 			if err != nil || n < 1 {
 				return Status{}, false
 			}
 			if string(name) == "Tgid" {
-				st.Tgid = n
+				st.Tgid, tgid = n, true
 			} else {
 				st.Threads = n
 				seen++
@@ -80,6 +88,21 @@ func ParseStatus(b []byte) (Status, bool) {
 		}
 	}
 	return st, seen == 3
+}
+
+// nextField returns the first field of b (separated by spaces and tabs,
+// as the kernel writes them) and what follows it; nil where there is
+// none.
+func nextField(b []byte) (field, rest []byte) {
+	b = bytes.TrimLeft(b, " \t")
+	if len(b) == 0 {
+		return nil, nil
+	}
+	i := bytes.IndexAny(b, " \t")
+	if i < 0 {
+		return b, nil
+	}
+	return b[:i], b[i:]
 }
 
 // ReadStatus reads and parses /proc/<pid>/status.
