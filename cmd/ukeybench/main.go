@@ -50,7 +50,7 @@ type report struct {
 	notes []string
 }
 
-var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall", "handover", "tenants"}
+var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall", "handover", "tenants", "namespaces"}
 
 func main() {
 	if v := os.Getenv(childEnv); v != "" {
@@ -61,6 +61,9 @@ func main() {
 	}
 	if v := os.Getenv(tenantEnv); v != "" {
 		os.Exit(tenantChild(v)) // a victim or attacker of the tenants scenario
+	}
+	if os.Getenv(idleEnv) != "" {
+		os.Exit(idleContainer()) // an idle container of the namespaces scenario
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -79,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	loop := fs.Duration("loop", 5*time.Second, "length of the long loop (stall)")
 	rounds := fs.Int("rounds", 3, "long loops run per variant (stall)")
 	stallTimeout := fs.Duration("stall-timeout", time.Second, "grace-period age reported as a stall (stall)")
-	duration := fs.Duration("duration", time.Second, "measuring time per cell (read), per case and variant (daemon), or per phase (tenants; default 10s)")
+	duration := fs.Duration("duration", time.Second, "measuring time per cell (read), per case and variant (daemon), per phase (tenants; default 10s), or per window (namespaces; default 5s)")
 	entries := fs.Int("entries", 1_000_000, "entries that expire at once (expiry)")
 	setEvery := fs.Int("set-every", 4, "one foreground operation in this many is a Set, the others Gets; 0: Gets only (expiry)")
 	only := fs.String("variants", "", "comma-separated subset of the variants to run (expiry; default all)")
@@ -96,6 +99,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	subUIDs := fs.Int("subuids", 32, "uids of the connection attacker's user namespace (tenants)")
 	retry := fs.Duration("retry", 10*time.Millisecond, "each of those uids' pause between attempts once at the bound (tenants)")
 	spinEvery := fs.Duration("spin-every", 60*time.Microsecond, "the spinning attacker's request period (tenants)")
+	nsCounts := fs.String("namespaces", "1,1000", "comma-separated counts of key namespaces the agent holds in each window, the first the baseline, measured again at the end (namespaces)")
 	quick := fs.Bool("quick", false, "small presets that finish each scenario in well under a minute")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown")
@@ -292,6 +296,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		rep, err = runTenants(p, *duration, *interval, prog)
+	case "namespaces":
+		if !set["duration"] {
+			*duration = 5 * time.Second
+		}
+		quicklyD("duration", duration, 300*time.Millisecond)
+		if *quick && !set["namespaces"] {
+			*nsCounts = "1,20"
+		}
+		var ns []int
+		if ns, err = parseInts(*nsCounts); err != nil {
+			break
+		}
+		p := namespacesParams{Counts: ns, DurationMS: ms(*duration)}
+		rep, err = runNamespaces(p, *duration, prog)
 	default:
 		fmt.Fprintf(stderr, "ukeybench: unknown scenario %q\n", fs.Arg(0))
 		fs.Usage()

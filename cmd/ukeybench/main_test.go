@@ -23,6 +23,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(tenantEnv); v != "" {
 		os.Exit(tenantChild(v)) // a victim or attacker of the tenants scenario
 	}
+	if os.Getenv(idleEnv) != "" {
+		os.Exit(idleContainer()) // an idle container of the namespaces scenario
+	}
 	goleak.VerifyTestMain(m,
 		// golang-lru's expirable LRU never stops its cleaner goroutine (its
 		// done channel is never closed); nothing outside the library can.
