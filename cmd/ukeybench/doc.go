@@ -32,6 +32,13 @@
 //	        user namespace's uids, the protocol's spin, big_key files):
 //	        their p50/p99/p99.9 beside an idle run, and the table of the
 //	        bounds in force. Needs root.
+//	namespaces
+//	        a container's process reads its key through the kernel's
+//	        keyctl, intercepted, while the seccomp agent holds 1, then
+//	        1,000, then 1 key namespaces again (idle containers handed
+//	        to it as runc hands them): each window's p50/p99 against the
+//	        first's, and what an idle namespace costs of heap and
+//	        goroutines. Needs root.
 //
 // Every scenario prints a table (or, with -json, one object
 // {"scenario", "params", "results"}), shows progress on stderr, and with

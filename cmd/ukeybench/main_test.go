@@ -442,3 +442,37 @@ func TestTenantsQuickShape(t *testing.T) {
 		t.Errorf("the container filling big_key files: %s", a)
 	}
 }
+
+// The namespaces scenario, small: the measured container is served in
+// every window, the idle containers are the agent's namespaces while
+// they run (each costs goroutines), and each window after the first is
+// compared with the baseline.
+func TestNamespacesQuickShape(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the namespaces scenario needs Linux")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the namespaces scenario needs root: its containers are pid and mount namespaces")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"-json", "-duration", "100ms", "-namespaces", "1,4", "namespaces"}, &out, &errb); code != 0 {
+		if strings.Contains(errb.String(), "seccomp user notification") {
+			t.Skipf("not here: %s", errb.String())
+		}
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	rows := checkRows(t, rep, "namespaces", []string{"namespaces-1", "namespaces-4", "namespaces-1-again"}, []string{"intercepted"}, "us",
+		"calls_per_s", "daemon_cpus", "heap_kib", "goroutines")
+	for _, name := range []string{"namespaces-4/intercepted", "namespaces-1-again/intercepted"} {
+		if _, ok := rows[name].Extra["p50_vs_baseline"]; !ok {
+			t.Errorf("%s: no p50_vs_baseline", name)
+		}
+	}
+	if g1, g4 := rows["namespaces-1/intercepted"].Extra["goroutines"].(float64), rows["namespaces-4/intercepted"].Extra["goroutines"].(float64); g4 < g1 {
+		t.Errorf("goroutines with 4 namespaces %v, with 1 %v", g4, g1)
+	}
+}
