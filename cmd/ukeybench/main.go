@@ -108,7 +108,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	plotFormats := fs.String("plot-formats", "svg,png", "image formats of -plot (svg, png)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a profile of mutex contention during the run to this file")
-	procsFlag := fs.String("procs", "", "Go processors of the run (GOMAXPROCS): auto (ukeyd's default, one more than Go's), go (Go's default) or a count; unset: auto for gc, daemon and tenants, which measure what ukeyd runs, go for the others")
+	procsFlag := fs.String("procs", "", "Go processors of the run (GOMAXPROCS): auto (ukeyd's default, one more than Go's), go (Go's default) or a count; unset: auto for gc, daemon, tenants and namespaces, which measure what ukeyd runs, go for the others")
 	blockProfile := fs.String("blockprofile", "", "write a profile of blocking (channels, mutexes, sleeps excluded) to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ukeybench [flags] %s\n", strings.Join(scenarios, "|"))
@@ -169,7 +169,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	procSetting := *procsFlag
 	if procSetting == "" {
 		procSetting = "go"
-		if fs.Arg(0) == "gc" || fs.Arg(0) == "daemon" || fs.Arg(0) == "tenants" {
+		if fs.Arg(0) == "gc" || fs.Arg(0) == "daemon" || fs.Arg(0) == "tenants" || fs.Arg(0) == "namespaces" {
 			procSetting = "auto"
 		}
 	}
