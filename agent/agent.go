@@ -169,6 +169,9 @@ type namespace struct {
 	// listeners' ends do not take them out of it, nor end it: the
 	// hand-over decides (handover.go).
 	frozen bool
+	// calls and refusals count the intercepted calls it has served and
+	// those refused (nsObserver), for its status and metrics.
+	calls, refusals atomic.Uint64
 }
 
 // member is one container the agent serves.
@@ -700,7 +703,8 @@ func (a *Agent) serverConfig(ns *namespace, ctr, uid Bounds) server.Config {
 	cfg.Limits.MaxProcs = min(cfg.Limits.MaxProcs, ctr.Procs)
 	cfg.Limits.MaxProcsPerUID = min(cfg.Limits.MaxProcsPerUID, uid.Procs)
 	cfg.Member = func(pid int) bool { return container.HoldsAny(*ns.whos.Load(), pid) }
-	cfg.HandOverExtra, cfg.TakeOverExtra, cfg.CanHandOver, cfg.BeforeTakeover = nil, nil, nil, nil
+	cfg.HandOverExtra, cfg.TakeOverExtra, cfg.CanHandOver, cfg.BeforeTakeover, cfg.Namespaces = nil, nil, nil, nil, nil
+	cfg.Metrics = nsObserver{ns: ns, next: a.cfg.Server.Metrics}
 	cfg.Pool = a.procs
 	cfg.Expensive = a.heavy
 	return cfg

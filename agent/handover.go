@@ -77,6 +77,10 @@ type nsRecord struct {
 	Sandbox string         `json:"sandbox,omitempty"`
 	Pod     *podRecord     `json:"pod,omitempty"`
 	Members []memberRecord `json:"members"`
+	// Calls and Refusals are its counts so far (Agent.Namespaces), which
+	// its metrics go on from.
+	Calls    uint64 `json:"calls,omitempty"`
+	Refusals uint64 `json:"refusals,omitempty"`
 }
 
 // podRecord is a pod's binding: the namespace that pins it is the FDth
@@ -332,7 +336,7 @@ func (a *Agent) HandOver(w io.Writer) (fds []int, done func(handedOver bool), er
 	h.Listeners = len(fds)
 	a.mu.Lock()
 	for _, f := range fz {
-		rec := nsRecord{FD: len(fds), FDs: len(f.fds), Sandbox: f.ns.sandbox}
+		rec := nsRecord{FD: len(fds), FDs: len(f.fds), Sandbox: f.ns.sandbox, Calls: f.ns.calls.Load(), Refusals: f.ns.refusals.Load()}
 		fds = append(fds, f.fds...)
 		if f.ns.sandbox != "" {
 			pr, pfd := f.ns.bind.Record()
@@ -717,6 +721,8 @@ func (a *Agent) TakeOver(r io.Reader, fds []int) (start func(serve bool), err er
 			drop()
 			return nil, fmt.Errorf("agent: namespace %s: %w", cmp.Or(rec.Sandbox, rec.Members[0].ID), err)
 		}
+		ns.calls.Store(rec.Calls)
+		ns.refusals.Store(rec.Refusals)
 		if live == 0 {
 			nsStart(false)
 			ns.release()

@@ -223,6 +223,24 @@ func (c *Client) Status() (string, error) {
 	return string(b), err
 }
 
+// NamespaceStatus is what the daemon says of one of its seccomp agent's
+// key namespaces (a pod's or a container's): its containers, what it
+// holds and the calls it has served.
+type NamespaceStatus = wire.NamespaceStatus
+
+// Namespaces returns the key namespaces of the daemon's seccomp agent,
+// read from its status ([Client.Status]); listed is false where the
+// status lists none: a daemon without the agent, an older daemon, or a
+// caller less privileged than the daemon (root with the daemon's
+// capabilities), who is not told other containers' ids.
+func (c *Client) Namespaces() (nss []NamespaceStatus, listed bool, err error) {
+	text, err := c.Status()
+	if err != nil {
+		return nil, false, err
+	}
+	return wire.ParseNamespaces(text)
+}
+
 // SessionToken returns the current session keyring's serial and a token
 // that lets another process possess it, formatted for [SessionEnv].
 func (c *Client) SessionToken() (string, error) {

@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/ukeys/ukeys/intercept"
 	"github.com/ukeys/ukeys/internal/process"
@@ -302,8 +303,18 @@ func (b listenerBudget) Give() {
 }
 
 // intercepted serves one intercepted call of process ic.Pid, with the
-// calling thread's credentials as they were at the call.
+// calling thread's credentials as they were at the call, and tells the
+// [Observer] as a socket's calls are told: a container's key namespace
+// counts its calls and refusals there (package agent).
 func (s *Server) intercepted(ic intercept.Caller, r *wire.Request) *wire.Response {
+	start := time.Now()
+	resp := s.servedIntercepted(ic, r)
+	s.cfg.Metrics.Observe(r.Op, resp.Errno, time.Since(start))
+	return resp
+}
+
+// servedIntercepted is intercepted's call, served.
+func (s *Server) servedIntercepted(ic intercept.Caller, r *wire.Request) *wire.Response {
 	// An exec the connector has queued is applied before the new
 	// program's call.
 	s.syncForks()

@@ -462,8 +462,11 @@ func (s *Server) expensive(uid uint32, f func()) error {
 // Stats is a snapshot of what callers hold of a [Server], against its
 // [Limits].
 type Stats struct {
-	Conns            int // connections open
-	Procs            int // client processes whose keyrings the server keeps
+	Conns int // connections open
+	Procs int // client processes whose keyrings the server keeps, with listeners and the threads waiting in them (what MaxProcs bounds)
+	// Processes are the processes in the process table: those that have
+	// called, and those met as their ancestors or children.
+	Processes        int
 	BufferedBytes    int // bytes reserved for large requests and answers
 	ExpensiveRunning int // expensive operations (dh_compute) running
 	// FollowsForks: the daemon sees processes fork (forks.go), so that a
@@ -479,6 +482,6 @@ func (s *Server) Stats() Stats {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	// A slot of heavy is held exactly while an expensive operation runs.
-	return Stats{Conns: len(s.conns), Procs: s.usage.nprocs, BufferedBytes: s.usage.nbuffered,
+	return Stats{Conns: len(s.conns), Procs: s.usage.nprocs, Processes: len(s.procs.byPID), BufferedBytes: s.usage.nbuffered,
 		ExpensiveRunning: len(s.usage.heavy), FollowsForks: s.procs.forks.able, Limits: s.usage.lim}
 }

@@ -90,6 +90,12 @@ type Config struct {
 	// namespaces serve only the container's own processes, whatever
 	// listener their calls come through.
 	Member func(pid int) bool
+	// Namespaces, if set, returns the key namespaces the seccomp agent
+	// serves beside the daemon's own (package agent's
+	// Agent.Namespaces), which the daemon's status lists to a
+	// caller as privileged as the daemon, and to no other: a
+	// container's id is not for another container to learn.
+	Namespaces func() []wire.NamespaceStatus
 	// Pool, if set, is what the server's tracked processes and listeners
 	// count against besides [Limits.MaxProcs], shared with other Servers
 	// ([Pool]): the seccomp agent's bound for every container's

@@ -42,6 +42,13 @@
 //	        as the agent makes a container's: heap and goroutines each,
 //	        for 1 and 1,000 of them (-idle), beside the agent's commons
 //	        (the rcu domain and collectors' queue they share).
+//	namespaces
+//	        a container's process reads its key through the kernel's
+//	        keyctl, intercepted, while the seccomp agent holds 1, then
+//	        1,000, then 1 key namespaces again (idle containers handed
+//	        to it as runc hands them): each window's p50/p99 against the
+//	        first's, and what an idle namespace costs of heap and
+//	        goroutines. Needs root.
 //
 // Every scenario prints a table (or, with -json, one object
 // {"scenario", "params", "results"}), shows progress on stderr, and with

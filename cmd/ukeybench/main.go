@@ -50,7 +50,7 @@ type report struct {
 	notes []string
 }
 
-var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall", "handover", "tenants", "density"}
+var scenarios = []string{"gc", "gp", "stall", "read", "expiry", "daemon", "syscall", "handover", "tenants", "density", "namespaces"}
 
 func main() {
 	if v := os.Getenv(childEnv); v != "" {
@@ -61,6 +61,9 @@ func main() {
 	}
 	if v := os.Getenv(tenantEnv); v != "" {
 		os.Exit(tenantChild(v)) // a victim or attacker of the tenants scenario
+	}
+	if os.Getenv(idleEnv) != "" {
+		os.Exit(idleContainer()) // an idle container of the namespaces scenario
 	}
 	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
 }
@@ -79,7 +82,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	loop := fs.Duration("loop", 5*time.Second, "length of the long loop (stall)")
 	rounds := fs.Int("rounds", 3, "long loops run per variant (stall)")
 	stallTimeout := fs.Duration("stall-timeout", time.Second, "grace-period age reported as a stall (stall)")
-	duration := fs.Duration("duration", time.Second, "measuring time per cell (read), per case and variant (daemon), or per phase (tenants; default 10s)")
+	duration := fs.Duration("duration", time.Second, "measuring time per cell (read), per case and variant (daemon), per phase (tenants; default 10s), or per window (namespaces; default 5s)")
 	entries := fs.Int("entries", 1_000_000, "entries that expire at once (expiry)")
 	setEvery := fs.Int("set-every", 4, "one foreground operation in this many is a Set, the others Gets; 0: Gets only (expiry)")
 	only := fs.String("variants", "", "comma-separated subset of the variants to run (expiry, syscall; default all)")
@@ -97,6 +100,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	retry := fs.Duration("retry", 10*time.Millisecond, "each of those uids' pause between attempts once at the bound (tenants)")
 	spinEvery := fs.Duration("spin-every", 60*time.Microsecond, "the spinning attacker's request period (tenants)")
 	idle := fs.String("idle", "1,1000", "comma-separated counts of idle key namespaces (density)")
+	nsCounts := fs.String("namespaces", "1,1000", "comma-separated counts of key namespaces the agent holds in each window, the first the baseline, measured again at the end (namespaces)")
 	quick := fs.Bool("quick", false, "small presets that finish each scenario in well under a minute")
 	asJSON := fs.Bool("json", false, "print one JSON object instead of a table")
 	asMarkdown := fs.Bool("markdown", false, "print the table as Markdown")
@@ -105,7 +109,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	plotFormats := fs.String("plot-formats", "svg,png", "image formats of -plot (svg, png)")
 	cpuProfile := fs.String("cpuprofile", "", "write a CPU profile of the run to this file")
 	mutexProfile := fs.String("mutexprofile", "", "write a profile of mutex contention during the run to this file")
-	procsFlag := fs.String("procs", "", "Go processors of the run (GOMAXPROCS): auto (ukeyd's default, one more than Go's), go (Go's default) or a count; unset: auto for gc, daemon and tenants, which measure what ukeyd runs, go for the others")
+	procsFlag := fs.String("procs", "", "Go processors of the run (GOMAXPROCS): auto (ukeyd's default, one more than Go's), go (Go's default) or a count; unset: auto for gc, daemon, tenants and namespaces, which measure what ukeyd runs, go for the others")
 	blockProfile := fs.String("blockprofile", "", "write a profile of blocking (channels, mutexes, sleeps excluded) to this file")
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "usage: ukeybench [flags] %s\n", strings.Join(scenarios, "|"))
@@ -166,7 +170,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 	procSetting := *procsFlag
 	if procSetting == "" {
 		procSetting = "go"
-		if fs.Arg(0) == "gc" || fs.Arg(0) == "daemon" || fs.Arg(0) == "tenants" {
+		if fs.Arg(0) == "gc" || fs.Arg(0) == "daemon" || fs.Arg(0) == "tenants" || fs.Arg(0) == "namespaces" {
 			procSetting = "auto"
 		}
 	}
@@ -302,6 +306,20 @@ func run(args []string, stdout, stderr io.Writer) int {
 			break
 		}
 		rep, err = runDensity(densityParams{Namespaces: ns, TargetKiB: 64}, prog)
+	case "namespaces":
+		if !set["duration"] {
+			*duration = 5 * time.Second
+		}
+		quicklyD("duration", duration, 300*time.Millisecond)
+		if *quick && !set["namespaces"] {
+			*nsCounts = "1,20"
+		}
+		var ns []int
+		if ns, err = parseInts(*nsCounts); err != nil {
+			break
+		}
+		p := namespacesParams{Counts: ns, DurationMS: ms(*duration)}
+		rep, err = runNamespaces(p, *duration, prog)
 	default:
 		fmt.Fprintf(stderr, "ukeybench: unknown scenario %q\n", fs.Arg(0))
 		fs.Usage()

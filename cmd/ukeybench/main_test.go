@@ -24,6 +24,9 @@ func TestMain(m *testing.M) {
 	if v := os.Getenv(tenantEnv); v != "" {
 		os.Exit(tenantChild(v)) // a victim or attacker of the tenants scenario
 	}
+	if os.Getenv(idleEnv) != "" {
+		os.Exit(idleContainer()) // an idle container of the namespaces scenario
+	}
 	goleak.VerifyTestMain(m,
 		// golang-lru's expirable LRU never stops its cleaner goroutine (its
 		// done channel is never closed); nothing outside the library can.
@@ -493,5 +496,39 @@ func TestDensityShape(t *testing.T) {
 		if r.Case != "first" && r.Variant == "goroutines" && r.Avg != 0 {
 			t.Errorf("%s idle namespaces have %v goroutines each; want none", r.Case, r.Avg)
 		}
+	}
+}
+
+// The namespaces scenario, small: the measured container is served in
+// every window, the idle containers are the agent's namespaces while
+// they run (each costs goroutines), and each window after the first is
+// compared with the baseline.
+func TestNamespacesQuickShape(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("the namespaces scenario needs Linux")
+	}
+	if os.Geteuid() != 0 {
+		t.Skip("the namespaces scenario needs root: its containers are pid and mount namespaces")
+	}
+	var out, errb bytes.Buffer
+	if code := run([]string{"-json", "-duration", "100ms", "-namespaces", "1,4", "namespaces"}, &out, &errb); code != 0 {
+		if strings.Contains(errb.String(), "seccomp user notification") {
+			t.Skipf("not here: %s", errb.String())
+		}
+		t.Fatalf("exit %d: %s", code, errb.String())
+	}
+	var rep report
+	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
+		t.Fatal(err)
+	}
+	rows := checkRows(t, rep, "namespaces", []string{"namespaces-1", "namespaces-4", "namespaces-1-again"}, []string{"intercepted"}, "us",
+		"calls_per_s", "daemon_cpus", "heap_kib", "goroutines")
+	for _, name := range []string{"namespaces-4/intercepted", "namespaces-1-again/intercepted"} {
+		if _, ok := rows[name].Extra["p50_vs_baseline"]; !ok {
+			t.Errorf("%s: no p50_vs_baseline", name)
+		}
+	}
+	if g1, g4 := rows["namespaces-1/intercepted"].Extra["goroutines"].(float64), rows["namespaces-4/intercepted"].Extra["goroutines"].(float64); g4 < g1 {
+		t.Errorf("goroutines with 4 namespaces %v, with 1 %v", g4, g1)
 	}
 }

@@ -431,30 +431,10 @@ func (e *tenantsEnv) startContainer(name, id, role string) (*kid, error) {
 		return nil, err
 	}
 	k.ours = ours
-	listener, err := intercept.ReceiveListener(fds[0])
-	if err != nil {
-		return nil, fmt.Errorf("no listener from the %s: %w %s", name, err, k.stderr.String())
+	if err := handToAgent(e.agentSock, id, cmd.Process.Pid, fds[0]); err != nil {
+		return nil, fmt.Errorf("the %s: %w %s", name, err, k.stderr.String())
 	}
-	defer unix.Close(listener)
-	pid := cmd.Process.Pid
-	var st agent.ContainerProcessState
-	st.OCIVersion, st.FDs, st.Pid = "1.0.2", []string{"seccompFd"}, pid
-	st.State.ID, st.State.Status, st.State.Pid = id, "creating", pid
-	msg, err := json.Marshal(st)
-	if err != nil {
-		return nil, err
-	}
-	conn, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: e.agentSock, Net: "unix"})
-	if err != nil {
-		return nil, err
-	}
-	_, _, err = conn.WriteMsgUnix(msg, unix.UnixRights(listener), nil)
-	conn.Close()
-	if err != nil {
-		return nil, err
-	}
-	_, err = ours.Write([]byte{1})
-	return k, err
+	return k, nil
 }
 
 // startFlood starts the connection attacker: unshare makes a user

@@ -1,9 +1,12 @@
 package main
 
 import (
+	"fmt"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/ukeys/ukeys/client"
+	"github.com/ukeys/ukeys/wire"
 )
 
 // ukeyctl's own commands: views of the daemon that the kernel gives in
@@ -77,5 +80,34 @@ func (a *app) cmdStatus(args []string) {
 	if err != nil {
 		a.fail("status", err)
 	}
-	a.printf("socket: %s\n%s", client.DefaultSocket(), text)
+	a.printf("socket: %s\n%s", client.DefaultSocket(), statusText(text))
+}
+
+// statusText is the daemon's status as ukeyctl shows it: its "name:
+// value" lines, and the seccomp agent's namespaces, where the daemon
+// lists them, as a table under their count. A list it cannot read (a
+// newer daemon's) is shown as it came.
+func statusText(text string) string {
+	nss, listed, err := wire.ParseNamespaces(text)
+	if !listed || err != nil {
+		return text
+	}
+	var b strings.Builder
+	for line := range strings.SplitSeq(strings.TrimSuffix(text, "\n"), "\n") {
+		if strings.HasPrefix(line, "namespace: ") {
+			continue
+		}
+		b.WriteString(line + "\n")
+		if !strings.HasPrefix(line, "namespaces: ") || len(nss) == 0 {
+			continue
+		}
+		tw := tabwriter.NewWriter(&b, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  KIND\tID\tKEYS\tBYTES\tPROCESSES\tCALLS\tREFUSALS\tCONTAINERS")
+		for _, ns := range nss {
+			fmt.Fprintf(tw, "  %s\t%s\t%d\t%d\t%d\t%d\t%d\t%s\n", ns.Kind, ns.ID, ns.Keys, ns.Bytes, ns.Processes, ns.Calls, ns.Refusals,
+				strings.Join(ns.Containers, ","))
+		}
+		tw.Flush()
+	}
+	return b.String()
 }

@@ -11,7 +11,8 @@
 //	ukeyctl proc keys              the daemon's /proc/keys view
 //	ukeyctl proc key-users         the daemon's /proc/key-users view
 //	ukeyctl sysctl [name[=value]]  the daemon's /proc/sys/kernel/keys
-//	ukeyctl status                 the daemon's state
+//	ukeyctl status                 the daemon's state (for root, the seccomp
+//	                               agent's key namespaces too)
 //	ukeyctl request-key <op> <key> <uid> <gid> <thread> <process> <session>
 //	                               the request-key upcall helper (as
 //	                               request-key(8), see requestkey.go)

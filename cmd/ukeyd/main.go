@@ -202,6 +202,9 @@ func run(args []string) int {
 			Keys:   []keys.Option{keys.WithTunables(tun), keys.WithUpcallTimeout(*upcallTimeout)},
 			Server: server.Config{Logger: log, Limits: lim, Expensive: heavy}, Bounds: containers})
 		cfg.HandOverExtra, cfg.TakeOverExtra = ag.HandOver, ag.TakeOver
+		// Its namespaces are in the status of callers as privileged
+		// as the daemon, and in the metrics.
+		cfg.Namespaces = ag.Namespaces
 	}
 	var svc *keys.Service
 	var srv *server.Server
@@ -293,6 +296,9 @@ func run(args []string) int {
 	}
 	m.RegisterService(reg, svc)
 	m.RegisterServer(reg, srv)
+	if ag != nil {
+		m.RegisterNamespaces(reg, ag.Namespaces)
+	}
 	ln := lns[0]
 	var hs *http.Server
 	var ready atomic.Bool // this process serves: its /readyz answers 200

@@ -195,3 +195,62 @@ func (c serviceCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(gcItemMaxDesc, prometheus.GaugeValue, st.ItemTime.Max.Seconds())
 	ch <- prometheus.MustNewConstMetric(gcDeathP99Desc, prometheus.GaugeValue, st.DeathToDestruction.P99.Seconds())
 }
+
+// RegisterNamespaces adds the seccomp agent's key namespaces, read from
+// nss at scrape time (ukeyd gives package agent's Agent.Namespaces): for each,
+// its keys, bytes, processes and containers, and the calls it has
+// served and refused, labelled pod (its sandbox's id) or container (the
+// container's id, for a container's own), the other label empty. A
+// namespace's series are there from its making to its end, and with it
+// after a hand-over (the calls and refusals go on from their counts);
+// an ended one's are not, so that the series are as many as the
+// namespaces alive. No label carries a key's description.
+func (m *Metrics) RegisterNamespaces(reg prometheus.Registerer, nss func() []wire.NamespaceStatus) {
+	reg.MustRegister(namespaceCollector{nss})
+}
+
+// namespaceCollector reads the namespaces once per scrape.
+type namespaceCollector struct{ nss func() []wire.NamespaceStatus }
+
+var (
+	nsLabels       = []string{"pod", "container"}
+	nsKeysDesc     = prometheus.NewDesc("ukeyd_namespace_keys", "Keys of a container's or a pod's key namespace, as its share counts them.", nsLabels, nil)
+	nsBytesDesc    = prometheus.NewDesc("ukeyd_namespace_bytes", "Bytes of a key namespace's keys, as its share counts them.", nsLabels, nil)
+	nsProcsDesc    = prometheus.NewDesc("ukeyd_namespace_processes", "Processes a key namespace keeps.", nsLabels, nil)
+	nsCtrsDesc     = prometheus.NewDesc("ukeyd_namespace_containers", "Containers in a key namespace.", nsLabels, nil)
+	nsCallsDesc    = prometheus.NewDesc("ukeyd_namespace_calls_total", "Intercepted key calls a key namespace has served.", nsLabels, nil)
+	nsRefusalsDesc = prometheus.NewDesc("ukeyd_namespace_refusals_total", "Intercepted key calls of a key namespace refused for permission, a quota or a bound (EACCES, EPERM, EDQUOT, EMFILE, ENFILE).", nsLabels, nil)
+	namespaceDescs = []*prometheus.Desc{nsKeysDesc, nsBytesDesc, nsProcsDesc, nsCtrsDesc, nsCallsDesc, nsRefusalsDesc}
+)
+
+func (namespaceCollector) Describe(ch chan<- *prometheus.Desc) {
+	for _, d := range namespaceDescs {
+		ch <- d
+	}
+}
+
+func (c namespaceCollector) Collect(ch chan<- prometheus.Metric) {
+	seen := map[[2]string]bool{}
+	for _, ns := range c.nss() {
+		labels := [2]string{ns.ID, ""}
+		if ns.Kind != "pod" {
+			labels = [2]string{"", ns.ID}
+		}
+		// A container's id may name an old namespace waiting for its
+		// last listener beside the new one, which comes first: one
+		// series each.
+		if seen[labels] {
+			continue
+		}
+		seen[labels] = true
+		gauge := func(d *prometheus.Desc, v int) {
+			ch <- prometheus.MustNewConstMetric(d, prometheus.GaugeValue, float64(v), labels[0], labels[1])
+		}
+		gauge(nsKeysDesc, ns.Keys)
+		gauge(nsBytesDesc, ns.Bytes)
+		gauge(nsProcsDesc, ns.Processes)
+		gauge(nsCtrsDesc, len(ns.Containers))
+		ch <- prometheus.MustNewConstMetric(nsCallsDesc, prometheus.CounterValue, float64(ns.Calls), labels[0], labels[1])
+		ch <- prometheus.MustNewConstMetric(nsRefusalsDesc, prometheus.CounterValue, float64(ns.Refusals), labels[0], labels[1])
+	}
+}
