@@ -783,3 +783,5 @@ type handle struct {
 	sysctl string
 	write  bool
 }
+
+func closeFD(fd int) { unix.Close(fd) }
