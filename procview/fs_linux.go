@@ -785,3 +785,8 @@ type handle struct {
 }
 
 func closeFD(fd int) { unix.Close(fd) }
+
+// Detach detaches the files mounted at dir, if any: a daemon that does
+// not serve the files it was handed (another -proc-dir, or none) lets
+// their mount go, as a fresh start's Mount would.
+func Detach(dir string) { detachStale(dir) }

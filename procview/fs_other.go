@@ -36,6 +36,9 @@ func (s *Server) HandOver(w io.Writer) (fd int, done func(handedOver bool), err 
 }
 
 // TakeOver fails: the /proc files need Linux.
-func TakeOver(r io.Reader, fd int, cfg Config) (*Server, func(serve bool), error) {
+func TakeOver(r io.Reader, fd int) (*Server, func(cfg *Config), error) {
 	return nil, nil, errors.New("the /proc files need Linux")
 }
+
+// Detach does nothing: there are no files.
+func Detach(dir string) {}

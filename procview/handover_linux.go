@@ -100,11 +100,11 @@ func (s *Server) HandOver(w io.Writer) (fd int, done func(handedOver bool), err 
 	return s.fd, resume, nil
 }
 
-// TakeOver reads the files' section (what HandOver wrote) and serves
-// its connection, fd (taken), with cfg: start (serve) starts reading,
-// once the old daemon has let go; otherwise it lets go of fd, which is
-// the old daemon's still.
-func TakeOver(r io.Reader, fd int, cfg Config) (*Server, func(serve bool), error) {
+// TakeOver reads the files' section (what HandOver wrote) with its
+// connection, fd (taken): start serves the connection with cfg, once the
+// old daemon has let go (the requests made meanwhile wait in the kernel's
+// queue); start(nil) lets go of fd, which is the old daemon's still.
+func TakeOver(r io.Reader, fd int) (*Server, func(cfg *Config), error) {
 	var n [4]byte
 	_, err := io.ReadFull(r, n[:])
 	size := binary.BigEndian.Uint32(n[:])
@@ -138,7 +138,7 @@ func TakeOver(r io.Reader, fd int, cfg Config) (*Server, func(serve bool), error
 		}
 		return nil, nil, fmt.Errorf("procview: the hand-over's section: %w", err)
 	}
-	s, err := newServer(rec.Dir, fd, rec.Ino, cfg)
+	s, err := newServer(rec.Dir, fd, rec.Ino, Config{})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -154,8 +154,9 @@ func TakeOver(r io.Reader, fd int, cfg Config) (*Server, func(serve bool), error
 	for _, h := range rec.Handles {
 		s.fs.handles[h.FH] = &handle{node: h.Node, data: h.Data, sysctl: h.Sysctl, write: h.Write}
 	}
-	return s, func(serve bool) {
-		if serve {
+	return s, func(cfg *Config) {
+		if cfg != nil {
+			s.fs.v = newView(*cfg)
 			s.start()
 			return
 		}

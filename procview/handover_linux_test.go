@@ -83,12 +83,12 @@ func TestHandOverKeepsTheConnection(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	second, start, err := TakeOver(&b, dup, Config{Lookup: none, Host: &nu})
+	second, start, err := TakeOver(&b, dup)
 	if err != nil {
 		t.Fatal(err)
 	}
 	done(true)
-	start(true)
+	start(&Config{Lookup: none, Host: &nu})
 	t.Cleanup(func() { second.Close() })
 
 	rest, err := io.ReadAll(f)
