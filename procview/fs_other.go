@@ -4,6 +4,7 @@ package procview
 
 import (
 	"errors"
+	"io"
 	"log/slog"
 )
 
@@ -28,3 +29,16 @@ func (s *Server) Dir() string { return "" }
 
 // Close does nothing.
 func (s *Server) Close() error { return nil }
+
+// HandOver fails: there are no files to hand over.
+func (s *Server) HandOver(w io.Writer) (fd int, done func(handedOver bool), err error) {
+	return -1, nil, errors.New("the /proc files need Linux")
+}
+
+// TakeOver fails: the /proc files need Linux.
+func TakeOver(r io.Reader, fd int) (*Server, func(cfg *Config), error) {
+	return nil, nil, errors.New("the /proc files need Linux")
+}
+
+// Detach does nothing: there are no files.
+func Detach(dir string) {}

@@ -201,13 +201,20 @@ func run(args []string) int {
 		ag = agent.New(agent.Config{Logger: log,
 			Keys:   []keys.Option{keys.WithTunables(tun), keys.WithUpcallTimeout(*upcallTimeout)},
 			Server: server.Config{Logger: log, Limits: lim, Expensive: heavy}, Bounds: containers})
-		cfg.HandOverExtra, cfg.TakeOverExtra = ag.HandOver, ag.TakeOver
 		// Its namespaces are in the status of callers as privileged
 		// as the daemon, and in the metrics.
 		cfg.Namespaces = ag.Namespaces
 	}
 	var svc *keys.Service
 	var srv *server.Server
+	// The /proc files go with the agent's containers in the daemon's
+	// section of a hand-over (extra.go): the same FUSE connection, so
+	// that the containers' bind mounts of them live on.
+	var pv *procview.Server
+	x := &extra{ag: ag, pv: &pv, log: log}
+	if ag != nil || *procDir != "" {
+		cfg.HandOverExtra, cfg.TakeOverExtra = x.handOver, x.takeOver
+	}
 	var lns []*net.UnixListener
 	activated := false // the listening sockets came from systemd
 	if *takeover {
@@ -363,11 +370,18 @@ func run(args []string) int {
 	}
 
 	// The /proc files are unmounted when the daemon stops; at a
-	// hand-over the new daemon has put its own in their place
+	// hand-over the new daemon serves them on (procview.TakeOver), or,
+	// if this one did not hand them over, puts its own in their place
 	// (procview.Mount), and these go with this process.
-	var pv *procview.Server
+	absProc := ""
 	if *procDir != "" {
-		if pv, err = mountProcFiles(*procDir, ag, svc, srv, log); err != nil {
+		absProc, _ = filepath.Abs(*procDir)
+	}
+	pcfg := procConfig(ag, svc, srv, log)
+	if pv = x.files(absProc, pcfg); pv != nil {
+		log.Info("ukeyd: the /proc files of key namespaces, handed over", "dir", *procDir)
+	} else if *procDir != "" {
+		if pv, err = procview.Mount(*procDir, pcfg); err != nil {
 			log.Error("ukeyd: cannot mount the /proc files", "dir", *procDir, "err", err)
 			ln.Close()
 			return 1

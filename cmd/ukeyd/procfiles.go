@@ -9,12 +9,12 @@ import (
 	"github.com/ukeys/ukeys/server"
 )
 
-// mountProcFiles serves /proc/keys, /proc/key-users and
-// /proc/sys/kernel/keys/* in dir (-proc-dir) for the containers' recipes
-// to bind over the kernel's: each reader sees the key namespace of its
-// container (ag's, if the agent runs), and a host process the daemon's
-// own store (svc, srv).
-func mountProcFiles(dir string, ag *agent.Agent, svc *keys.Service, srv *server.Server, log *slog.Logger) (*procview.Server, error) {
+// procConfig is the Config of the /proc/keys, /proc/key-users and
+// /proc/sys/kernel/keys/* files in -proc-dir, which the containers'
+// recipes bind over the kernel's: each reader sees the key namespace of
+// its container (ag's, if the agent runs), and a host process the
+// daemon's own store (svc, srv).
+func procConfig(ag *agent.Agent, svc *keys.Service, srv *server.Server, log *slog.Logger) procview.Config {
 	lookup := func(pid int) (procview.Namespace, bool) {
 		if ag == nil {
 			return procview.Namespace{}, false
@@ -22,6 +22,6 @@ func mountProcFiles(dir string, ag *agent.Agent, svc *keys.Service, srv *server.
 		s, sv, ok := ag.NamespaceOf(pid)
 		return procview.Namespace{Keys: s, ProcKeys: sv.ProcKeys}, ok
 	}
-	return procview.Mount(dir, procview.Config{Lookup: lookup,
-		Host: &procview.Namespace{Keys: svc, ProcKeys: srv.ProcKeys}, Logger: log})
+	return procview.Config{Lookup: lookup,
+		Host: &procview.Namespace{Keys: svc, ProcKeys: srv.ProcKeys}, Logger: log}
 }
