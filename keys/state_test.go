@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -597,5 +598,46 @@ func TestStateSerialTwiceLate(t *testing.T) {
 	// them: more in use is a payload the refused import kept.
 	if after := secmem.Stats().InUse; after > inUse {
 		t.Errorf("%d bytes of the arena more in use after the refused import", after-inUse)
+	}
+}
+
+// A stream that claims a payload of a GiB and ends is refused without
+// the reader allocating (and wiping) the GiB it claimed: its buffer
+// grows as the bytes arrive. (Found by FuzzImport, whose input took 12 s
+// to clear the buffer.)
+func TestStateClaimedLengthNotAllocated(t *testing.T) {
+	e := newEnv(t)
+	var buf bytes.Buffer
+	w := newStateWriter(&buf)
+	w.raw([]byte(stateMagic))
+	w.uvarint(StateVersion)
+	tun := e.s.Tunables()
+	for _, v := range []int64{int64(tun.GCDelay), int64(tun.MaxKeys), int64(tun.MaxBytes), int64(tun.RootMaxKeys), int64(tun.RootMaxBytes), int64(tun.PersistentExpiry)} {
+		w.varint(v)
+	}
+	w.uvarint(1)
+	w.uvarint(1000) // serial
+	w.str("user")
+	w.str("k")
+	for range 4 {
+		w.uvarint(0) // uid, gid, perm, flags
+	}
+	w.varint(int64(statePositive))
+	w.varint(0)        // expiry
+	w.uvarint(1)       // a payload follows
+	w.uvarint(1 << 30) // of a GiB
+	w.raw([]byte("only this"))
+	if err := w.flush(); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Import(&buf)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrStateCorrupt) {
+		t.Fatalf("a stream that ends in a payload: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 256<<20 {
+		t.Errorf("the import allocated %d MiB for a payload of 9 bytes", got>>20)
 	}
 }
