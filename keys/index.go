@@ -379,8 +379,22 @@ func newIndexTable(want int) *indexTable {
 	for 1<<b < want || 1<<b < indexMinSlots {
 		b++
 	}
-	return &indexTable{slots: make([]atomic.Uint32, 1<<b), serials: make([]Serial, 1<<b), bits: b}
+	t := &indexTable{slots: make([]atomic.Uint32, 1<<b), serials: make([]Serial, 1<<b), bits: b}
+	// A large table is fresh memory from the system, which a probe's
+	// first read would map to the shared zero page and the insertion
+	// after it fault in again, copying it and flushing every processor's
+	// TLB: half the faults of a restore's index, and the costlier ones.
+	// One write a page faults each in once.
+	for i := 0; i < len(t.slots); i += pageWords {
+		t.slots[i].Store(slotFree)
+		t.serials[i] = 0
+	}
+	return t
 }
+
+// pageWords is how many 4-byte words a page of 4 KiB holds (the smallest
+// page of the systems ukeys runs on).
+const pageWords = 4096 / 4
 
 // rebuildInto fills t, empty and large enough, with old's keys and
 // publishes it. Called with the shard's mu held.

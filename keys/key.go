@@ -136,7 +136,12 @@ func (k *Key) description() string { return unsafe.String(k.desc, k.descLen) }
 // newKey returns a key described by desc, with the hash of its type and
 // desc, its record, and nothing else set yet.
 func newKey(desc string, hash uint64) *Key {
-	return &Key{desc: unsafe.StringData(desc), descLen: uint32(len(desc)), keyRec: &keyRec{hash: hash}}
+	return newKeyOf(desc, &keyRec{hash: hash})
+}
+
+// newKeyOf returns a key described by desc, whose record is rec.
+func newKeyOf(desc string, rec *keyRec) *Key {
+	return &Key{desc: unsafe.StringData(desc), descLen: uint32(len(desc)), keyRec: rec}
 }
 
 // keyRec is the part of a Key that holds no pointer, 64 bytes that Go's

@@ -346,11 +346,30 @@ type keySpec struct {
 	// regPos, if not nil, is told the key's position in the index's
 	// registry (Import, for the keyrings' leaves), with a serial given.
 	regPos *uint32
+	// rec, if not nil, is the key's record, made ahead with its hash and
+	// nothing else (Import, which makes it in another goroutine than
+	// the key).
+	rec *keyRec
 }
 
 // alloc creates an uninstantiated key holding one reference for the
 // caller, charged to its owner.
 func (s *Service) alloc(sp keySpec) (*Key, error) {
+	k, err := makeKey(sp)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.admit(k, sp); err != nil {
+		return nil, err
+	}
+	return k, nil
+}
+
+// makeKey returns the key sp describes, uninstantiated, with one
+// reference, neither charged nor indexed yet ([Service.admit]): it reads
+// and writes nothing of a service's, so that [Import] makes keys in one
+// goroutine while another admits those made before.
+func makeKey(sp keySpec) (*Key, error) {
 	if sp.desc == "" {
 		return nil, EINVAL
 	}
@@ -359,29 +378,40 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 			return nil, err
 		}
 	}
-	k := newKey(sp.desc, indexHash(sp.typ.Name, sp.desc))
+	var k *Key
+	if sp.rec != nil {
+		k = newKeyOf(sp.desc, sp.rec)
+	} else {
+		k = newKey(sp.desc, indexHash(sp.typ.Name, sp.desc))
+	}
 	k.typ.Store(sp.typ)
 	k.uid.Store(sp.uid)
 	k.gid.Store(sp.gid)
 	k.perm.Store(uint32(sp.perm))
 	k.usage.Store(1)
 	k.flags.Store(sp.flags)
+	k.quotalen = int32(len(sp.desc) + 1)
+	if sp.typ == keyringType {
+		k.storeRing(&ringSnap{})
+	}
+	return k, nil
+}
+
+// admit charges k, made by makeKey from sp, to its owner, gives it its
+// serial and publishes it; on error, k is neither charged nor indexed.
+func (s *Service) admit(k *Key, sp keySpec) error {
 	u := s.quotaFor(sp.uid)
 	k.quota = u
-	k.quotalen = int32(len(sp.desc) + 1)
 	if sp.quota || sp.overrun {
 		if err := s.charge(u, int(k.quotalen), sp.overrun); err != nil {
 			s.quotaPut(u)
-			return nil, err
+			return err
 		}
 		k.flags.Store(sp.flags | flagInQuota)
 	}
 	u.mu.Lock()
 	u.nkeys++
 	u.mu.Unlock()
-	if sp.typ == keyringType {
-		k.storeRing(&ringSnap{})
-	}
 	if sp.serial != 0 {
 		pos, ok := s.index.insertExact(k, sp.serial)
 		if !ok {
@@ -393,7 +423,7 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 				s.uncharge(u, int(k.quotalen))
 			}
 			s.quotaPut(u)
-			return nil, EEXIST
+			return EEXIST
 		}
 		if sp.regPos != nil {
 			*sp.regPos = pos
@@ -405,7 +435,7 @@ func (s *Service) alloc(sp keySpec) (*Key, error) {
 	if sp.typ == keyringType && sp.desc[0] != '.' {
 		s.publishName(k)
 	}
-	return k, nil
+	return nil
 }
 
 // publishName adds keyring k to the list of keyrings by name.

@@ -226,20 +226,31 @@ func (d *stateReader) varint(what string) int64 {
 // bytes reads a length-prefixed string of at most max bytes into the
 // reader's scratch buffer: the result is valid until the next call, and
 // the caller wipes it (wipe) once it has what it needs.
-func (d *stateReader) bytes(max int, what string) []byte {
-	n := int(d.uvarint(uint64(max), what))
+func (d *stateReader) bytes(limit int, what string) []byte {
+	n := int(d.uvarint(uint64(limit), what))
 	if d.err != nil {
 		return nil
 	}
-	if cap(d.scratch) < n {
-		clear(d.scratch[:cap(d.scratch)])
-		d.scratch = make([]byte, n)
+	// The buffer grows as the bytes arrive, not to the length claimed:
+	// a stream that claims a GiB and ends makes the reader allocate, and
+	// wipe, no GiB.
+	b := d.scratch[:0]
+	for len(b) < n {
+		if len(b) == cap(b) {
+			grown := make([]byte, len(b), min(n, max(2*cap(b), 4096)))
+			copy(grown, b)
+			clear(b[:cap(b)])
+			b = grown
+		}
+		m, err := io.ReadFull(d.r, b[len(b):min(n, cap(b))])
+		b = b[:len(b)+m]
+		if err != nil {
+			d.scratch = b
+			d.fail(readErr(err, what))
+			return nil
+		}
 	}
-	b := d.scratch[:n]
-	if _, err := io.ReadFull(d.r, b); err != nil {
-		d.fail(readErr(err, what))
-		return nil
-	}
+	d.scratch = b
 	return b
 }
 

@@ -21,10 +21,6 @@ type Restore struct {
 	// regPos[i] is byPos[i]'s position in the index's registry, which a
 	// keyring's leaves name, as the index gave it to the key.
 	regPos []uint32
-	// entries and linked are readLinks' buffers, reused from keyring to
-	// keyring.
-	entries []trieEntry
-	linked  []*Key
 	// lastType is the type of the last key read (readKey).
 	lastType *Type
 	done     bool
@@ -166,44 +162,49 @@ func (rs *Restore) read(d *stateReader) error {
 	}
 
 	hint := d.uvarint(stateMaxKeys, "the number of keys")
-	reserved := uint64(0)
-	for i := uint64(0); d.err == nil; i++ {
-		id := d.serial("a serial")
-		if id == 0 || d.err != nil {
-			break // the end of the keys
-		}
-		if i >= stateMaxKeys {
-			return corrupt("more than %d keys", uint64(stateMaxKeys))
-		}
-		if i == reserved {
-			// Size the index and the slices of keys ahead by the hint,
-			// a million keys at first (each step rehashes the index's
-			// keys, in a random order), then sixteenfold at a time: a
-			// stream that claims more keys than it holds costs no more
-			// than it holds, or a million keys' room (some 40 MB).
-			more := min(max(hint, i+1)-i, max(1<<20, 15*i))
-			rs.s.index.reserve(int(more))
-			reserved = i + more
-			rs.byPos = slices.Grow(rs.byPos, int(more))
-			rs.regPos = slices.Grow(rs.regPos, int(more))
-		}
-		if err := rs.readKey(d, id); err != nil {
-			return err
-		}
-	}
 	if d.err != nil {
 		return d.err
+	}
+	// This goroutine reads the keys and makes their payloads; another
+	// makes the keys and admits them to the service (admitter), so that
+	// a restore uses two processors.
+	rs.byPos = slices.Grow(rs.byPos, int(min(hint, 1<<20)))
+	rs.regPos = slices.Grow(rs.regPos, int(min(hint, 1<<20)))
+	a := rs.startAdmitting()
+	err := rs.readKeys(d, hint, a)
+	if aerr := a.finish(); err == nil {
+		err = aerr
+	}
+	if err != nil {
+		return err
 	}
 	n := uint64(len(rs.byPos))
 
 	nr := d.uvarint(n, "the number of keyrings with links")
-	for i := uint64(0); i < nr && d.err == nil; i++ {
-		if err := rs.readLinks(d); err != nil {
-			return err
-		}
-	}
 	if d.err != nil {
 		return d.err
+	}
+	// This goroutine reads the keyrings' links, another builds their
+	// tries (ringBuilder); each keyring gets its links once all are
+	// built, in the stream's order.
+	bd := rs.startBuilding()
+	var rings []*ringJob
+	seen := make(map[*Key]struct{})
+	for i := uint64(0); i < nr && err == nil; i++ {
+		var j *ringJob
+		if j, err = rs.readLinks(d, bd, seen); err == nil {
+			rings = append(rings, j)
+			bd.jobs <- j
+		}
+	}
+	bd.finish()
+	if err != nil {
+		return err
+	}
+	for _, j := range rings {
+		if err := rs.storeLinks(j); err != nil {
+			return err
+		}
 	}
 	if err := rs.checkAcyclic(); err != nil {
 		return err
@@ -251,9 +252,68 @@ func (rs *Restore) read(d *stateReader) error {
 	return nil
 }
 
-// readKey reads one key's record and makes the key, with the import's
-// reference.
-func (rs *Restore) readKey(d *stateReader, id Serial) error {
+// readKeys reads the keys' records up to the serial 0 that ends them,
+// makes each one's payload and record, and hands them to a, which makes
+// and admits the keys, in the stream's order.
+func (rs *Restore) readKeys(d *stateReader, hint uint64, a *admitter) error {
+	b := <-a.empty
+	defer func() { a.full <- b }() // the last keys, or none
+	reserved := uint64(0)
+	for i := uint64(0); ; i++ {
+		id := d.serial("a serial")
+		if d.err != nil {
+			return d.err
+		}
+		if id == 0 {
+			return nil // the end of the keys
+		}
+		if i >= stateMaxKeys {
+			return corrupt("more than %d keys", uint64(stateMaxKeys))
+		}
+		if i == reserved {
+			// Size the index ahead by the hint, a million keys at first
+			// (each step rehashes the index's keys, in a random order),
+			// then sixteenfold at a time: a stream that claims more
+			// keys than it holds costs no more than it holds, or a
+			// million keys' room (some 40 MB).
+			more := min(max(hint, i+1)-i, max(1<<20, 15*i))
+			rs.s.index.reserve(int(more))
+			reserved = i + more
+		}
+		mk, err := rs.readKey(d, id)
+		if err != nil {
+			return err
+		}
+		b = append(b, mk)
+		if len(b) == cap(b) {
+			a.full <- b
+			if b = <-a.empty; a.failed.Load() {
+				return nil // the admitter's error is the restore's
+			}
+		}
+	}
+}
+
+// madeKey is a key's record read from the stream, its payload made,
+// waiting for the key to be made and admitted to the service (admitKey).
+type madeKey struct {
+	spec    keySpec
+	expiry  int64
+	state   keyState
+	payload *Payload
+	charge  int // what the payload costs its owner, if in quota
+}
+
+// release wipes and frees the payload of a key never admitted.
+func (mk *madeKey) release() {
+	if mk.payload != nil {
+		mk.payload.release(mk.spec.typ.Destroy)
+		mk.payload = nil
+	}
+}
+
+// readKey reads one key's record and makes its payload.
+func (rs *Restore) readKey(d *stateReader, id Serial) (madeKey, error) {
 	s := rs.s
 	// The type name, found without a string made for each key: most
 	// keys are of the type of the key before.
@@ -272,32 +332,75 @@ func (rs *Restore) readKey(d *stateReader, id Serial) error {
 	st := d.varint("a state")
 	expiry := d.varint("an expiry time")
 	if d.err != nil {
-		return d.err
+		return madeKey{}, d.err
 	}
 	if id < 1 {
-		return corrupt("serial %d", id)
+		return madeKey{}, corrupt("serial %d", id)
 	}
 	if t == nil {
 		t = s.lookupType(typ)
 		rs.lastType = t
 	}
 	if t == nil || t == authType {
-		return corrupt("key %d of type %q, which this daemon does not have", id, typ)
+		return madeKey{}, corrupt("key %d of type %q, which this daemon does not have", id, typ)
 	}
 	if uint32(flags)&^exportedFlags != 0 {
-		return corrupt("key %d: flags %#x", id, flags)
+		return madeKey{}, corrupt("key %d: flags %#x", id, flags)
 	}
 	state := keyState(st)
 	if st > int64(statePositive) || st < -int64(math.MaxInt16) || (st == int64(stateUninstantiated)) {
-		return corrupt("key %d: state %d", id, st)
+		return madeKey{}, corrupt("key %d: state %d", id, st)
 	}
 	if t == keyringType && state != statePositive {
-		return corrupt("key %d: a keyring that is not instantiated", id)
+		return madeKey{}, corrupt("key %d: a keyring that is not instantiated", id)
 	}
-	inQuota := uint32(flags)&flagInQuota != 0
+	mk := madeKey{spec: keySpec{typ: t, desc: desc, uid: uint32(uid), gid: uint32(gid), perm: Perm(perm),
+		overrun: uint32(flags)&flagInQuota != 0, flags: uint32(flags) &^ flagInQuota, serial: id,
+		// The record here, the key in the admitter: each half of the
+		// memory a key takes is faulted in on a processor of its own.
+		rec: &keyRec{hash: indexHash(t.Name, desc)}},
+		expiry: expiry, state: state}
+	if state != statePositive || t == keyringType {
+		return mk, nil
+	}
+	if d.uvarint(1, "whether a payload follows") == 0 {
+		if d.err == nil && uint32(flags)&flagRevoked == 0 {
+			return madeKey{}, corrupt("key %d: positive, not revoked, and without a payload", id)
+		}
+		return mk, d.err
+	}
+	b := d.bytes(stateMaxPayload, "a payload")
+	if d.err != nil {
+		return madeKey{}, d.err
+	}
+	var err error
+	switch {
+	case t.Import != nil:
+		mk.payload, mk.charge, err = t.Import(desc, b)
+	case t.Preparse != nil:
+		mk.payload, mk.charge, err = t.Preparse(b)
+	default:
+		err = EINVAL
+	}
+	clear(b)
+	if err != nil {
+		return madeKey{}, corrupt("key %d (%s %q): its payload: %v", id, typ, desc, err)
+	}
+	return mk, nil
+}
+
+// admitKey makes the key readKey read, charges it to its owner, gives it
+// its serial, its state and its payload, and appends it to the keys
+// read; on error, the payload is the caller's to release.
+func (rs *Restore) admitKey(mk *madeKey) error {
+	s, id := rs.s, mk.spec.serial
+	k, err := makeKey(mk.spec)
+	if err != nil {
+		return corrupt("key %d: %v", id, err)
+	}
 	var pos uint32
-	k, err := s.alloc(keySpec{typ: t, desc: desc, uid: uint32(uid), gid: uint32(gid), perm: Perm(perm),
-		overrun: inQuota, flags: uint32(flags) &^ flagInQuota, serial: id, regPos: &pos})
+	mk.spec.regPos = &pos
+	err = s.admit(k, mk.spec)
 	if err == EEXIST {
 		return corrupt("serial %d twice", id)
 	}
@@ -306,50 +409,83 @@ func (rs *Restore) readKey(d *stateReader, id Serial) error {
 	}
 	rs.byPos = append(rs.byPos, k)
 	rs.regPos = append(rs.regPos, pos)
-	k.expiry.Store(expiry)
-	if state != statePositive {
+	k.expiry.Store(mk.expiry)
+	if mk.state != statePositive {
 		// Negative: instantiated, with the errno it was negated with.
-		k.state.Store(state)
+		k.state.Store(mk.state)
 		k.quota.mu.Lock()
 		k.quota.nikeys++
 		k.quota.mu.Unlock()
 		return nil
 	}
-	if t == keyringType {
-		s.markInstantiated(k)
-		return nil
-	}
-	if d.uvarint(1, "whether a payload follows") == 0 {
-		if d.err == nil && !k.has(flagRevoked) {
-			return corrupt("key %d: positive, not revoked, and without a payload", id)
+	if mk.payload != nil {
+		if mk.spec.overrun {
+			s.chargeAnyway(k, mk.charge)
 		}
-		s.markInstantiated(k)
-		return d.err
+		k.storePayload(mk.payload)
+		mk.payload = nil // the key's now
 	}
-	b := d.bytes(stateMaxPayload, "a payload")
-	if d.err != nil {
-		return d.err
-	}
-	var p *Payload
-	var charge int
-	switch {
-	case t.Import != nil:
-		p, charge, err = t.Import(desc, b)
-	case t.Preparse != nil:
-		p, charge, err = t.Preparse(b)
-	default:
-		err = EINVAL
-	}
-	clear(b)
-	if err != nil {
-		return corrupt("key %d (%s %q): its payload: %v", id, typ, desc, err)
-	}
-	if inQuota {
-		s.chargeAnyway(k, charge)
-	}
-	k.storePayload(p)
 	s.markInstantiated(k)
 	return nil
+}
+
+// admitter makes and admits the keys that Import reads, in a goroutine
+// of its own: reading a key's record and making its payload, and making
+// the key (its memory faulted in) and admitting it (its owner's quota,
+// the index, whose tables miss the cache at every key) each take about
+// half of a restore's time.
+// Batches of keys go to it through full, and come back empty, cleared,
+// through empty; once it fails, it releases the keys of every batch it
+// is sent.
+type admitter struct {
+	rs          *Restore
+	full, empty chan []madeKey
+	done        chan struct{}
+	failed      atomic.Bool
+	err         error // the first error, read after done
+}
+
+// admitBatches is how many batches of admitBatch keys an admitter's
+// pipeline holds.
+const (
+	admitBatches = 4
+	admitBatch   = 256
+)
+
+func (rs *Restore) startAdmitting() *admitter {
+	a := &admitter{rs: rs, full: make(chan []madeKey, admitBatches),
+		empty: make(chan []madeKey, admitBatches), done: make(chan struct{})}
+	for range admitBatches {
+		a.empty <- make([]madeKey, 0, admitBatch)
+	}
+	go a.run()
+	return a
+}
+
+func (a *admitter) run() {
+	defer close(a.done)
+	for b := range a.full {
+		for i := range b {
+			if a.err == nil {
+				if a.err = a.rs.admitKey(&b[i]); a.err != nil {
+					a.failed.Store(true)
+				}
+			}
+			if a.err != nil {
+				b[i].release()
+			}
+		}
+		clear(b)
+		a.empty <- b[:0]
+	}
+}
+
+// finish waits for the keys sent to be admitted, and returns the first
+// error.
+func (a *admitter) finish() error {
+	close(a.full)
+	<-a.done
+	return a.err
 }
 
 // chargeAnyway adds n bytes to what k costs its owner, over the quota if
@@ -362,42 +498,56 @@ func (s *Service) chargeAnyway(k *Key, n int) {
 	k.quotalen += int32(n)
 }
 
-// readLinks reads one keyring's links and builds its contents, slot for
-// slot.
-func (rs *Restore) readLinks(d *stateReader) error {
+// ringJob is one keyring's links, read (readLinks), its trie built
+// (ringBuilder), to be stored (storeLinks).
+type ringJob struct {
+	ring *Key
+	snap *ringSnap
+	es   []trieEntry // the trie's entries, until it is built
+	ks   []*Key      // the keys linked, in the stream's order
+	dup  *leaf       // a link to a key of the type and description of another
+}
+
+// readLinks reads one keyring's links, which seen (the keyrings read so
+// far) must not hold.
+func (rs *Restore) readLinks(d *stateReader, bd *ringBuilder, seen map[*Key]struct{}) (*ringJob, error) {
 	last := uint64(len(rs.byPos) - 1)
 	ring := rs.keyAt(d, "a keyring")
 	next := d.uvarint(math.MaxInt64, "a keyring's next slot")
 	n := d.uvarint(last+1, "the number of links")
 	if d.err != nil {
-		return d.err
+		return nil, d.err
 	}
 	ringID := ring.serial
 	if !ring.isKeyring() {
-		return corrupt("links of %d, which is not a keyring", ringID)
+		return nil, corrupt("links of %d, which is not a keyring", ringID)
 	}
-	if ring.loadRing().n != 0 {
-		return corrupt("keyring %d's links twice", ringID)
+	if _, twice := seen[ring]; twice {
+		return nil, corrupt("keyring %d's links twice", ringID)
 	}
+	seen[ring] = struct{}{}
 	snap := &ringSnap{ix: &rs.s.index, next: next}
 	// The leaves in one allocation (pointer-free, as each would be), and
 	// the trie built at once from them (hbuild).
 	leaves := make([]leaf, n)
-	es := rs.entries[:0]
-	ks := rs.linked[:0]
+	es := bd.entries()
+	ks := make([]*Key, 0, n)
 	for i := uint64(0); i < n; i++ {
 		pos := rs.posAt(d, "a linked key")
 		slot := d.uvarint(math.MaxInt64, "a slot")
 		if d.err != nil {
-			return d.err
+			bd.recycle(es)
+			return nil, d.err
 		}
 		k := rs.byPos[pos]
 		if k == ring {
-			return corrupt("keyring %d links itself", ringID)
+			bd.recycle(es)
+			return nil, corrupt("keyring %d links itself", ringID)
 		}
 		if slot < 16 {
 			if snap.used&(1<<slot) != 0 {
-				return corrupt("keyring %d: slot %d twice", ringID, slot)
+				bd.recycle(es)
+				return nil, corrupt("keyring %d: slot %d twice", ringID, slot)
 			}
 			snap.used |= 1 << slot
 		} else if slot >= snap.next {
@@ -410,26 +560,73 @@ func (rs *Restore) readLinks(d *stateReader) error {
 			snap.nested = append(snap.nested, link{key: k, slot: slot})
 		}
 	}
-	root, dup := hbuild(snap.ix, es)
-	clear(es)
-	rs.entries = es[:0]
-	if dup != nil {
-		clear(ks)
-		return corrupt("keyring %d links two keys of one type and description", ringID)
-	}
-	snap.root, snap.n = root, int(n)
+	snap.n = int(n)
 	slices.SortFunc(snap.nested, func(a, b link) int { return cmp.Compare(a.slot, b.slot) })
-	if ring.has(flagInQuota) {
-		rs.s.chargeAnyway(ring, linkCost*int(snap.n))
+	return &ringJob{ring: ring, snap: snap, es: es, ks: ks}, nil
+}
+
+// storeLinks gives a keyring the links readLinks read and ringBuilder
+// built.
+func (rs *Restore) storeLinks(j *ringJob) error {
+	if j.dup != nil {
+		return corrupt("keyring %d links two keys of one type and description", j.ring.serial)
 	}
-	ring.storeRing(snap)
-	for _, k := range ks {
+	if j.ring.has(flagInQuota) {
+		rs.s.chargeAnyway(j.ring, linkCost*j.snap.n)
+	}
+	j.ring.storeRing(j.snap)
+	for _, k := range j.ks {
 		k.get()
-		k.addParent(ring)
+		k.addParent(j.ring)
 	}
-	clear(ks)
-	rs.linked = ks[:0]
+	j.ks = nil
 	return nil
+}
+
+// ringBuilder builds the tries of the keyrings that Import reads, in a
+// goroutine of its own (hbuild: a tenth of a restore's time, which
+// reading the links of the next keyring overlaps). The buffers of
+// entries go round between the two.
+type ringBuilder struct {
+	jobs chan *ringJob
+	pool chan []trieEntry
+	done chan struct{}
+}
+
+// ringBuffers is how many buffers of entries a ringBuilder's pipeline
+// holds.
+const ringBuffers = 3
+
+func (rs *Restore) startBuilding() *ringBuilder {
+	bd := &ringBuilder{jobs: make(chan *ringJob, ringBuffers), pool: make(chan []trieEntry, ringBuffers),
+		done: make(chan struct{})}
+	for range ringBuffers {
+		bd.pool <- nil
+	}
+	go func() {
+		defer close(bd.done)
+		for j := range bd.jobs {
+			j.snap.root, j.dup = hbuild(j.snap.ix, j.es)
+			bd.recycle(j.es)
+			j.es = nil
+		}
+	}()
+	return bd
+}
+
+// entries returns an empty buffer of entries, once one is free.
+func (bd *ringBuilder) entries() []trieEntry { return <-bd.pool }
+
+// recycle gives a buffer of entries back.
+func (bd *ringBuilder) recycle(es []trieEntry) {
+	clear(es)
+	bd.pool <- es[:0]
+}
+
+// finish waits for the tries of the keyrings sent to be built.
+func (bd *ringBuilder) finish() {
+	close(bd.jobs)
+	<-bd.done
 }
 
 // keyAt reads a position in the stream's keys and returns the key

@@ -11,12 +11,14 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/ukeys/ukeys/internal/certtest"
+	"github.com/ukeys/ukeys/internal/secmem"
 )
 
 // dumpState describes every key of s as Import must make it again: its
@@ -482,5 +484,160 @@ func TestExportBusyLeavesNoPayloadBuffered(t *testing.T) {
 	b := bw.AvailableBuffer()
 	if i := bytes.IndexFunc(b[:cap(b)], func(r rune) bool { return r != 0 }); i >= 0 {
 		t.Errorf("the buffer still holds data at %d", i)
+	}
+}
+
+// Import makes keys in one goroutine and admits them in another, batch
+// by batch: over many batches, keys of every kind (instantiated,
+// negative, revoked, in quota or not, keyrings nested among them, owners
+// taking turns) come back as they were, each owner charged as before,
+// as when the keys were few (TestStateRoundTrip).
+func TestStateRoundTripManyBatches(t *testing.T) {
+	e := newEnv(t, WithUpcall(UpcallFunc(func(_ context.Context, u *Upcall) error {
+		if _, err := u.Helper.AssumeAuthority(u.Key); err != nil {
+			return err
+		}
+		return u.Helper.Negate(u.Key, 30, 0)
+	})))
+	// Root and two users, whose quota (200 keys) runs out on the way.
+	owners := []*Caller{e.caller(0, 0), e.caller(1000, 1000), e.caller(0, 0), e.caller(1001, 1001)}
+	n := admitBatch*admitBatches*2 + admitBatch/3
+	rings := make([][]Serial, len(owners))
+	for i := range n {
+		o := i % len(owners)
+		c := owners[o]
+		if i%97 == 0 {
+			if r, err := c.AddKey("keyring", fmt.Sprintf("r%d", i), nil, SessionKeyring); err == nil {
+				rings[o] = append(rings[o], r)
+			} else if !errors.Is(err, EDQUOT) {
+				t.Fatal(err)
+			}
+			continue
+		}
+		dest := SessionKeyring
+		if rs := rings[o]; len(rs) > 0 && i%3 != 0 {
+			dest = rs[(i/7)%len(rs)]
+		}
+		if i%11 == 2 {
+			// Negative: the helper negates it.
+			if _, err := c.RequestKey("user", fmt.Sprintf("k%d", i), []byte("info"), dest); !errors.Is(err, ENOKEY) && !errors.Is(err, EDQUOT) {
+				t.Fatalf("requesting key %d: %v, want ENOKEY", i, err)
+			}
+			continue
+		}
+		id, err := c.AddKey("user", fmt.Sprintf("k%d", i), []byte(fmt.Sprintf("payload %d", i)), dest)
+		if errors.Is(err, EDQUOT) {
+			continue
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i%11 == 1 {
+			if err := c.Revoke(id); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	e.settle()
+	before := dumpState(t, e.s)
+	s2, _ := handOver(t, e, owners...)
+	if after := dumpState(t, s2); before != after {
+		t.Fatalf("the state after the hand-over differs\nbefore:\n%s\nafter:\n%s", before, after)
+	}
+	if err := s2.Check(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A stream that names one serial twice, the second time batches after
+// the first, is refused, and every payload made for it is wiped and
+// freed: those of the keys admitted, of the keys made and not yet
+// admitted when the admitter failed, and of those made after.
+func TestStateSerialTwiceLate(t *testing.T) {
+	e := newEnv(t)
+	c := e.caller(0, 0)
+	n := admitBatch * (admitBatches + 2)
+	for i := range n {
+		must(c.AddKey("user", fmt.Sprintf("k%d", i), []byte("sixteen bytes!!!"), SessionKeyring))(t)
+	}
+	e.settle()
+	s := e.s
+	x, err := s.exportOrder(func(*Key) {})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.release()
+	// The keys as Export writes them, the first written again halfway.
+	var buf bytes.Buffer
+	w := newStateWriter(&buf)
+	w.raw([]byte(stateMagic))
+	w.uvarint(StateVersion)
+	tun := s.Tunables()
+	for _, v := range []int64{int64(tun.GCDelay), int64(tun.MaxKeys), int64(tun.MaxBytes), int64(tun.RootMaxKeys), int64(tun.RootMaxBytes), int64(tun.PersistentExpiry)} {
+		w.varint(v)
+	}
+	w.uvarint(uint64(len(x.keys) + 1))
+	sec := s.dom.Read()
+	for i, k := range x.keys {
+		s.exportKey(w, k)
+		if i == len(x.keys)/2 {
+			s.exportKey(w, x.keys[0])
+		}
+	}
+	sec.End()
+	w.uvarint(0)
+	if err := w.flush(); err != nil {
+		t.Fatal(err)
+	}
+	inUse := secmem.Stats().InUse
+	_, err = Import(&buf)
+	if !errors.Is(err, ErrStateCorrupt) || !strings.Contains(err.Error(), "twice") {
+		t.Fatalf("a stream naming serial %d twice: %v", x.keys[0].serial, err)
+	}
+	// Other services' collectors may free payloads meanwhile, never make
+	// them: more in use is a payload the refused import kept.
+	if after := secmem.Stats().InUse; after > inUse {
+		t.Errorf("%d bytes of the arena more in use after the refused import", after-inUse)
+	}
+}
+
+// A stream that claims a payload of a GiB and ends is refused without
+// the reader allocating (and wiping) the GiB it claimed: its buffer
+// grows as the bytes arrive. (Found by FuzzImport, whose input took 12 s
+// to clear the buffer.)
+func TestStateClaimedLengthNotAllocated(t *testing.T) {
+	e := newEnv(t)
+	var buf bytes.Buffer
+	w := newStateWriter(&buf)
+	w.raw([]byte(stateMagic))
+	w.uvarint(StateVersion)
+	tun := e.s.Tunables()
+	for _, v := range []int64{int64(tun.GCDelay), int64(tun.MaxKeys), int64(tun.MaxBytes), int64(tun.RootMaxKeys), int64(tun.RootMaxBytes), int64(tun.PersistentExpiry)} {
+		w.varint(v)
+	}
+	w.uvarint(1)
+	w.uvarint(1000) // serial
+	w.str("user")
+	w.str("k")
+	for range 4 {
+		w.uvarint(0) // uid, gid, perm, flags
+	}
+	w.varint(int64(statePositive))
+	w.varint(0)        // expiry
+	w.uvarint(1)       // a payload follows
+	w.uvarint(1 << 30) // of a GiB
+	w.raw([]byte("only this"))
+	if err := w.flush(); err != nil {
+		t.Fatal(err)
+	}
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err := Import(&buf)
+	runtime.ReadMemStats(&after)
+	if !errors.Is(err, ErrStateCorrupt) {
+		t.Fatalf("a stream that ends in a payload: %v", err)
+	}
+	if got := after.TotalAlloc - before.TotalAlloc; got > 256<<20 {
+		t.Errorf("the import allocated %d MiB for a payload of 9 bytes", got>>20)
 	}
 }
