@@ -307,7 +307,10 @@ func (s *Service) putAll(keys []*Key) {
 
 // detectCycle fails with EDEADLK if ring is reachable from k (or is k),
 // and with ELOOP if k's tree nests deeper than MaxDepth. Permissions and
-// key states are ignored; revoked keyrings are not descended into.
+// key states are ignored; revoked keyrings are not descended into, but
+// one at the level past MaxDepth still fails the link, as the kernel
+// checks the depth before it looks at the keyring it would descend to
+// (links.golden compares it with the kernel's).
 func (s *Service) detectCycle(ring, k *Key) error {
 	if ring == k {
 		return EDEADLK
@@ -322,11 +325,11 @@ func (s *Service) detectCycle(ring, k *Key) error {
 			if l.key == ring {
 				return EDEADLK
 			}
-			if l.key.has(flagRevoked | flagInvalidated) {
-				continue
-			}
 			if depth >= MaxDepth {
 				return ELOOP
+			}
+			if l.key.has(flagRevoked | flagInvalidated) {
+				continue
 			}
 			if err := walk(l.key, depth+1); err != nil {
 				return err
