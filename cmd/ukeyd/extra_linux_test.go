@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 
@@ -290,6 +291,19 @@ func TestExtraSectionRefused(t *testing.T) {
 			t.Errorf("%s: descriptors left open", name)
 			closeFDs(fds)
 		}
+	}
+	// A garbled length (the fuzzer's) costs no more than the bytes there.
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	before := ms.TotalAlloc
+	fds := sectionFDs(t, 1)
+	var pv1 *procview.Server
+	if _, err := (&extra{pv: &pv1, log: discard}).takeOver(bytes.NewReader([]byte("UKX\x01\x01\x3f\xff\xff\xff{}")), fds); err == nil || !closed(fds) {
+		t.Errorf("a files' part of a gibibyte with two bytes: %v, descriptors closed %v", err, closed(fds))
+	}
+	runtime.ReadMemStats(&ms)
+	if got := ms.TotalAlloc - before; got > 1<<20 {
+		t.Errorf("a files' part of a gibibyte with two bytes allocated %d bytes", got)
 	}
 	// A files' part needs its connection.
 	var pv *procview.Server
