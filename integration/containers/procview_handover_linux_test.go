@@ -95,10 +95,16 @@ func TestRuncProcFilesAcrossUpgrades(t *testing.T) {
 		if err := os.WriteFile(filepath.Join(rootfs, "switch-"+strconv.Itoa(n)), nil, 0o644); err != nil {
 			t.Fatal(err)
 		}
-		testutil.Eventually(t, "the containers to see the keys they added after switch "+strconv.Itoa(n), func() bool {
-			return strings.Contains(aOut.String(), "sees key-of-a-"+strconv.Itoa(n)+"\n") &&
-				strings.Contains(bOut.String(), "sees key-of-b-"+strconv.Itoa(n)+"\n")
-		})
+		for end := time.Now().Add(30 * time.Second); !strings.Contains(aOut.String(), "sees key-of-a-"+strconv.Itoa(n)+"\n") ||
+			!strings.Contains(bOut.String(), "sees key-of-b-"+strconv.Itoa(n)+"\n"); time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(end) {
+				// What the containers read, said once they stop.
+				os.WriteFile(filepath.Join(rootfs, "stop"), nil, 0o644)
+				a.Wait()
+				b.Wait()
+				t.Fatalf("after switch %d the containers do not see the keys they added:\na:\n%s\nb:\n%s", n, aOut, bOut)
+			}
+		}
 	}
 	testutil.Eventually(t, "the containers to add their keys", func() bool {
 		return strings.Contains(aOut.String(), "add ok") && strings.Contains(bOut.String(), "add ok")
