@@ -113,8 +113,13 @@ func TakeOver(r io.Reader, fd int) (*Server, func(cfg *Config), error) {
 	}
 	var rec handoverRecord
 	if err == nil {
-		b := make([]byte, size)
-		if _, err = io.ReadFull(r, b); err == nil {
+		// Read as it comes: a garbled length allocates no more than the
+		// section holds, not a gibibyte.
+		var b []byte
+		if b, err = io.ReadAll(io.LimitReader(r, int64(size))); err == nil && len(b) < int(size) {
+			err = io.ErrUnexpectedEOF
+		}
+		if err == nil {
 			err = json.Unmarshal(b, &rec)
 		}
 	}

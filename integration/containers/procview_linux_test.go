@@ -57,33 +57,7 @@ func TestRuncContainersSeeTheirOwnProcKeys(t *testing.T) {
 		defer unix.KeyctlInt(unix.KEYCTL_INVALIDATE, kernelKey, 0, 0, 0)
 	}
 
-	bind := func() {
-		t.Helper()
-		p := filepath.Join(dir, "bundle", "config.json")
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var c map[string]any
-		if err := json.Unmarshal(b, &c); err != nil {
-			t.Fatal(err)
-		}
-		c["hooks"] = procHooks(procDir)
-		linux := c["linux"].(map[string]any)
-		var masked []any
-		for _, m := range linux["maskedPaths"].([]any) {
-			if m != "/proc/keys" {
-				masked = append(masked, m)
-			}
-		}
-		linux["maskedPaths"] = masked
-		if b, err = json.Marshal(c); err == nil {
-			err = os.WriteFile(p, b, 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	bind := func() { t.Helper(); bindProcFiles(t, filepath.Join(dir, "bundle"), procDir) }
 	profile := notifyKeyCalls(sock)
 	configure(profile, "proc", "key-of-a", "3")
 	bind()
@@ -144,4 +118,34 @@ func procHooks(procDir string) map[string]any {
 		"mount --bind " + procDir + "/key-users proc/key-users && " +
 		"mount --bind " + procDir + "/sys/kernel/keys proc/sys/kernel/keys"
 	return map[string]any{"createContainer": []map[string]any{{"path": "/bin/sh", "args": []string{"sh", "-c", script}}}}
+}
+
+// bindProcFiles makes the bundle's next containers bind the files in
+// procDir over their /proc's (procHooks), with /proc/keys unmasked.
+func bindProcFiles(t *testing.T, bundle, procDir string) {
+	t.Helper()
+	p := filepath.Join(bundle, "config.json")
+	b, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var c map[string]any
+	if err := json.Unmarshal(b, &c); err != nil {
+		t.Fatal(err)
+	}
+	c["hooks"] = procHooks(procDir)
+	linux := c["linux"].(map[string]any)
+	var masked []any
+	for _, m := range linux["maskedPaths"].([]any) {
+		if m != "/proc/keys" {
+			masked = append(masked, m)
+		}
+	}
+	linux["maskedPaths"] = masked
+	if b, err = json.Marshal(c); err == nil {
+		err = os.WriteFile(p, b, 0o644)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
 }

@@ -19,6 +19,13 @@
 //	                              and say how many calls it made and how
 //	                              many failed; then search @u for OTHER
 //	keyprog show                  list @u's keys, as keyctl show @u does
+//	keyprog procloop DESC OTHER   add a user key DESC to @u, then read
+//	                              /proc/keys and maxkeys in turn as fast as
+//	                              it can until /stop is in its root (or
+//	                              SIGTERM); at each /switch-N that appears it
+//	                              adds DESC-N; a read fails if it errs, lacks
+//	                              a key of its own or shows one of OTHER's;
+//	                              it says its reads and failures each phase
 package main
 
 import (
@@ -62,6 +69,9 @@ func main() {
 		return
 	case "show":
 		show()
+		return
+	case "procloop":
+		procloop(os.Args[2], os.Args[3])
 		return
 	}
 	if e != 0 {
@@ -270,4 +280,86 @@ func show() {
 			fmt.Printf("  %d %s: %s\n", id, f[0], f[4])
 		}
 	}
+}
+
+// procloop reads the container's /proc files through their bind mounts
+// in a loop while the test switches daemons under them: a phase is the
+// time between two of the test's marks (/switch-N in the container's
+// root, made once a switch is done). Each phase it adds a key of its own
+// and says when it first sees it in /proc/keys; at a phase's end it says
+// how many reads it made and how many failed.
+func procloop(desc, other string) {
+	const userKeyring = 0xfffffffc
+	add := func(d string) unix.Errno {
+		v := []byte("v")
+		_, _, e := unix.Syscall6(unix.SYS_ADD_KEY, cstr("user"), cstr(d), uintptr(unsafe.Pointer(&v[0])), 1, userKeyring, 0)
+		return e
+	}
+	if e := add(desc); e != 0 {
+		fmt.Println("add", e)
+		return
+	}
+	fmt.Println("add ok")
+	own := []string{desc}
+	seen := true
+	phase, reads, failures := 0, 0, 0
+	var first error
+	var slowest time.Duration
+	report := func() {
+		fmt.Printf("phase %d reads %d failures %d slowest %v first %v\n", phase, reads, failures, slowest.Round(time.Millisecond), first)
+	}
+	stop := make(chan os.Signal, 1)
+	signal.Notify(stop, unix.SIGTERM)
+	for i := 0; ; i++ {
+		if i%16 == 0 {
+			if _, err := os.Stat("/stop"); err == nil || len(stop) > 0 {
+				break
+			}
+			if _, err := os.Stat(fmt.Sprintf("/switch-%d", phase+1)); err == nil {
+				report()
+				phase++
+				reads, failures, first, slowest = 0, 0, nil, 0
+				d := fmt.Sprintf("%s-%d", desc, phase)
+				if e := add(d); e != 0 {
+					fmt.Println("add", d, e)
+				} else {
+					own, seen = append(own, d), false
+				}
+			}
+		}
+		start := time.Now()
+		var err error
+		if i%2 == 0 {
+			var b []byte
+			if b, err = os.ReadFile("/proc/keys"); err == nil {
+				for _, d := range own {
+					if !strings.Contains(string(b), " "+d+": ") {
+						err = fmt.Errorf("/proc/keys without %s", d)
+					}
+				}
+				if strings.Contains(string(b), " "+other) {
+					err = fmt.Errorf("/proc/keys with %s", other)
+				}
+			}
+			if err == nil && !seen {
+				seen = true
+				fmt.Printf("phase %d sees %s\n", phase, own[len(own)-1])
+			}
+		} else {
+			var b []byte
+			if b, err = os.ReadFile("/proc/sys/kernel/keys/maxkeys"); err == nil {
+				_, err = strconv.Atoi(strings.TrimSpace(string(b)))
+			}
+		}
+		slowest = max(slowest, time.Since(start))
+		reads++
+		if err != nil {
+			failures++
+			if first == nil {
+				first = fmt.Errorf("read %d: %w", reads, err)
+			}
+		}
+	}
+	report()
+	fmt.Println("procloop done")
 }
