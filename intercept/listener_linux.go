@@ -459,9 +459,10 @@ func (u *userNSCheck) counts() bool {
 }
 
 // end closes the question, before the call is answered: asked later, of
-// a thread that may be making other calls, or none, it has no answer.
+// a thread that may be making other calls, or none, the answer is no,
+// even if it was yes during the call.
 func (u *userNSCheck) end() {
 	u.mu.Lock()
-	u.asked = true
+	u.asked, u.in = true, false
 	u.mu.Unlock()
 }
