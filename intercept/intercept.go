@@ -18,15 +18,12 @@ type Caller struct {
 	// Status is the thread's /proc status, read for this call while the
 	// call was pending: its ids and groups are the ones the kernel would
 	// check. Its effective capabilities are relative to the thread's own
-	// user namespace: Caps says which count.
+	// user namespace: [Caller.CapsCount] says whether they count.
 	Status procfs.Status
-	// Caps is the thread's effective capability set if the thread is in
-	// the daemon's user namespace, and empty otherwise: a process that
-	// made a user namespace of its own (unshare -U, open to every user)
-	// has every capability there, and its status shows them as if they
-	// were the host's, but the kernel counts them only in the initial
-	// namespace.
-	Caps uint64
+	// userNS, for a thread whose status shows capabilities, learns
+	// whether they count ([Caller.CapsCount]); nil for one that shows
+	// none.
+	userNS *userNSCheck
 	// Exec says that the process has run another program (execve) since
 	// the listener last served it, as far as the listener can tell: the
 	// memory its last call ran in no longer maps this call's
@@ -93,4 +90,17 @@ type Budget interface {
 type PipeBudget interface {
 	Budget
 	TakePipe() bool
+}
+
+// CapsCount reports whether the thread's effective capabilities
+// (Status.CapEff) count: whether the thread is in the daemon's user
+// namespace. A process that made a user namespace of its own (unshare
+// -U, open to every user) has every capability there, and its status
+// shows them as if they were the host's, but the kernel counts them only
+// in the initial namespace. Learnt at the first question, once per call
+// (a system call most calls, which check no capability, are spared), and
+// only while the call is still pending: false once it has been answered,
+// and wherever the namespace cannot be read.
+func (c *Caller) CapsCount() bool {
+	return c.userNS != nil && c.userNS.counts()
 }

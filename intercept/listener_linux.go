@@ -365,13 +365,12 @@ func (l *Listener) serve(n *notif, c *call) (int64, syscall.Errno) {
 	if errno != 0 {
 		return 0, errno
 	}
-	// Read after the status, and proved the caller's by the check below
-	// that the call is still pending: a thread cannot return to an
-	// ancestor namespace, so one found in the daemon's now was there when
-	// its status was read.
-	caps := st.CapEff
-	if caps != 0 && !procfs.InOwnUserNS(pid) {
-		caps = 0
+	// Whether its capabilities count is learnt only if a capability is
+	// checked (Caller.CapsCount).
+	var userNS *userNSCheck
+	if st.CapEff != 0 {
+		userNS = &userNSCheck{l: l, pid: pid, id: n.id}
+		defer userNS.end()
 	}
 	l.mem.pid = pid
 	l.mem.out.fd, l.mem.out.ok = c.mem, c.mem >= 0
@@ -400,7 +399,7 @@ func (l *Listener) serve(n *notif, c *call) (int64, syscall.Errno) {
 		return 0, unix.ENOENT
 	}
 	exec := l.tasks.commit(c)
-	caller := Caller{Tid: pid, Pid: st.Tgid, Task: c.tv.task, Status: st, Caps: caps, Exec: exec, Pipe: pipe}
+	caller := Caller{Tid: pid, Pid: st.Tgid, Task: c.tv.task, Status: st, userNS: userNS, Exec: exec, Pipe: pipe}
 	if askAuthority {
 		return 0, l.instantiateFault(caller, int32(uint32(n.args[1])))
 	}
@@ -428,4 +427,42 @@ func (l *Listener) serve(n *notif, c *call) (int64, syscall.Errno) {
 		return 0, syscall.Errno(resp.Errno)
 	}
 	return encode(&l.mem, spec, &n.args, resp)
+}
+
+// userNSCheck learns, once, whether an intercepted call's thread is in
+// the daemon's user namespace, while the call is pending. It is asked
+// from the handler, which may ask from goroutines of its own.
+type userNSCheck struct {
+	l   *Listener
+	pid int
+	id  uint64
+
+	mu sync.Mutex
+	// asked: the question was answered (in), or the call was (ended).
+	asked, in bool
+}
+
+// counts reports whether the thread is in the daemon's user namespace.
+// The namespace is read after the status, and proved the caller's by the
+// check that the call is still pending, made after it: a thread cannot
+// return to an ancestor namespace (setns(2) there needs CAP_SYS_ADMIN in
+// it), and one blocked in a call cannot leave its own, so one found in
+// the daemon's now was there when its status was read.
+func (u *userNSCheck) counts() bool {
+	u.mu.Lock()
+	defer u.mu.Unlock()
+	if !u.asked {
+		u.asked = true
+		u.in = procfs.InOwnUserNS(u.pid) && u.l.valid(u.id)
+	}
+	return u.in
+}
+
+// end closes the question, before the call is answered: asked later, of
+// a thread that may be making other calls, or none, the answer is no,
+// even if it was yes during the call.
+func (u *userNSCheck) end() {
+	u.mu.Lock()
+	u.asked, u.in = true, false
+	u.mu.Unlock()
 }

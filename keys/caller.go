@@ -20,6 +20,21 @@ type Cred struct {
 	// only if its uid is 0.
 	Caps      uint64
 	CapsKnown bool
+	// CapsIf is a capability set that counts only if CapsIn says so
+	// when a capability is checked: an intercepted caller's, whose
+	// effective set counts only in the daemon's user namespace, which
+	// costs a system call to learn that most calls never need. Nothing
+	// that reads Caps alone sees them. CapsIn is the moment's, not
+	// handed over ([Caller.State]): without it CapsIf count for nothing.
+	CapsIf uint64
+	CapsIn CapsSource `json:"-"`
+}
+
+// A CapsSource says whether a caller's conditional capabilities
+// ([Cred.CapsIf]) count: asked at a capability check, so at most once
+// per check. An error learning it is an answer of false.
+type CapsSource interface {
+	CapsCount() bool
 }
 
 // The capabilities the key retention service checks.
@@ -34,7 +49,13 @@ func (c *Cred) Capable(cap int) bool {
 	if !c.CapsKnown {
 		return c.UID == 0
 	}
-	return cap >= 0 && cap < 64 && c.Caps&(1<<cap) != 0
+	if cap < 0 || cap >= 64 {
+		return false
+	}
+	if c.Caps&(1<<cap) != 0 {
+		return true
+	}
+	return c.CapsIf&(1<<cap) != 0 && c.CapsIn != nil && c.CapsIn.CapsCount()
 }
 
 func (c *Cred) inGroup(gid uint32) bool {

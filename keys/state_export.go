@@ -29,6 +29,7 @@ func (c *Caller) State() CallerState {
 	defer c.mu.Unlock()
 	st := CallerState{Cred: *c.cr(), ReqKeyDefault: int(c.jit)}
 	st.Cred.Groups = append([]uint32(nil), st.Cred.Groups...)
+	st.Cred.CapsIn = nil // asked of a call being served, which is this daemon's
 	for _, f := range []struct {
 		k  *Key
 		to *Serial

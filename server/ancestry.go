@@ -166,6 +166,7 @@ func (s *Server) knownProc(pid int, start string, cred keys.Cred) (*proc, error)
 		return nil, keys.EPERM
 	}
 	cred.PID, cred.Caps, cred.CapsKnown = pid, 0, true
+	cred.CapsIf, cred.CapsIn = 0, nil
 	charge := chargeUID(cred, &h)
 	s.mu.Lock()
 	if q := s.procs.lookup(pid); q != nil && q.start == start && !q.handle.Exited() {

@@ -43,6 +43,9 @@ type caller struct {
 	// (KEYCTL_WATCH_KEY's descriptor), set for that call.
 	intercepted bool
 	pipe        *intercept.WatchPipe
+	// call is the intercepted call being served, whose thread's
+	// capabilities count if it says so (CapsCount); nil between calls.
+	call atomic.Pointer[intercept.Caller]
 
 	// rbuf holds payloads read (dispatch.go), wiped after each answer;
 	// on a socket's caller it is in secmem's arena, as the connection's

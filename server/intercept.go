@@ -346,6 +346,10 @@ func (s *Server) servedIntercepted(ic intercept.Caller, r *wire.Request) *wire.R
 		}
 		c = p.calls.caller
 	}
+	if cred.CapsIf != 0 {
+		// Asked, at a check, of the call the thread makes then.
+		cred.CapsIn = c
+	}
 	if !sameCred(&c.cred, &cred) {
 		// The thread changed its credentials (setuid, setgroups, capset)
 		// since its last call: the kernel checks the current ones.
@@ -358,6 +362,8 @@ func (s *Server) servedIntercepted(ic intercept.Caller, r *wire.Request) *wire.R
 // dispatchPiped dispatches an intercepted call, whose watch
 // (KEYCTL_WATCH_KEY) names its queue by the caller's descriptor.
 func (c *caller) dispatchPiped(ic intercept.Caller, r *wire.Request) *wire.Response {
+	c.call.Store(&ic)
+	defer c.call.Store(nil)
 	if ic.Pipe == nil {
 		return c.dispatch(r) // every call but a watch naming a pipe
 	}
@@ -464,17 +470,19 @@ func (s *Server) untilPipeEnds(p *intercept.WatchPipe, q *keys.WatchQueue) {
 // effective ones unless the thread has set them apart (setfsuid).
 func credOf(ic intercept.Caller) keys.Cred {
 	st := &ic.Status
-	// Capabilities count only in the daemon's user namespace (ic.Caps),
-	// and a status that shows none has none: never unknown, which would
-	// make uid 0 privileged whatever it holds.
+	// Capabilities count only in the daemon's user namespace, which is
+	// learnt only if one is checked (CapsIf: intercepted), and a status
+	// that shows none has none: never unknown, which would make uid 0
+	// privileged whatever it holds.
 	return keys.Cred{UID: st.UIDs[3], GID: st.GIDs[3], Groups: st.Groups, PID: ic.Pid,
-		Caps: ic.Caps, CapsKnown: true}
+		CapsIf: st.CapEff, CapsKnown: true}
 }
 
 // sameCred reports whether a and b are the same credentials (their pid
 // aside).
 func sameCred(a, b *keys.Cred) bool {
 	return a.UID == b.UID && a.GID == b.GID && a.Caps == b.Caps && a.CapsKnown == b.CapsKnown &&
+		a.CapsIf == b.CapsIf && a.CapsIn == b.CapsIn &&
 		slices.Equal(a.Groups, b.Groups)
 }
 
@@ -577,3 +585,11 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 
 // closeFD closes a descriptor received and not kept.
 func closeFD(fd int) { syscall.Close(fd) }
+
+// CapsCount says whether the capabilities of intercepted thread c
+// count: asked of the call it is making ([intercept.Caller.CapsCount]),
+// and false between calls.
+func (c *caller) CapsCount() bool {
+	ic := c.call.Load()
+	return ic != nil && ic.CapsCount()
+}
