@@ -663,7 +663,14 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 			continue
 		}
 		p.conns++
-		cred.Caps, cred.CapsKnown = p.caller.Cred().Caps, p.caller.Cred().CapsKnown
+		pc := p.caller.Cred()
+		cred.Caps, cred.CapsKnown = pc.Caps, pc.CapsKnown
+		if pc.CapsIf != 0 && !p.private {
+			// Its last call was intercepted, whose capabilities are
+			// learnt only at a check: read them as a connection made
+			// again reads them (Server.accept).
+			cred.Caps, cred.CapsKnown = p.handle.Capabilities(cred.UID)
+		}
 		c := newConn(s, uc, cred, p, p.charge)
 		if cr.Watch != nil {
 			c.watch.Store(rs.WatchQueue(*cr.Watch, watchQueueSize))
