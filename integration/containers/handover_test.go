@@ -35,10 +35,7 @@ import (
 func TestRuncContainersAcrossUpgrades(t *testing.T) {
 	runc, gobin := runcAndGo(t)
 	dir := t.TempDir()
-	agentSock := filepath.Join(dir, "agent.sock")
-	socket := filepath.Join(dir, "ukeyd.sock")
-	u := startUpgrade(t, []*os.File{activationSocket(t, socket)}, []string{"ukeyd.socket"},
-		"-socket", socket, "-request-key", "", "-seccomp-agent", agentSock, "-fdstore-state", "-log-level", "debug")
+	agentSock, u := startRuncUpgrade(t, dir)
 
 	configure, _ := runcBundle(t, runc, gobin, dir)
 	root := filepath.Join(dir, "runc")
@@ -138,7 +135,7 @@ func TestRuncContainersAcrossUpgrades(t *testing.T) {
 		t.Errorf("a container started after the upgrades: %q\n%s", got, third.log)
 	}
 	u.stop(t)
-	c, err := client.Dial(socket)
+	c, err := client.Dial(filepath.Join(dir, "ukeyd.sock"))
 	if err == nil {
 		c.Close()
 		t.Error("a daemon still serves after the last stopped")

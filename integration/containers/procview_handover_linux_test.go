@@ -27,11 +27,7 @@ func TestRuncProcFilesAcrossUpgrades(t *testing.T) {
 	runc, gobin := runcAndGo(t)
 	dir := t.TempDir()
 	procDir := procDirIn(t, dir)
-	agentSock := filepath.Join(dir, "agent.sock")
-	socket := filepath.Join(dir, "ukeyd.sock")
-	u := startUpgrade(t, []*os.File{activationSocket(t, socket)}, []string{"ukeyd.socket"},
-		"-socket", socket, "-request-key", "", "-seccomp-agent", agentSock, "-proc-dir", procDir,
-		"-fdstore-state", "-log-level", "debug")
+	agentSock, u := startRuncUpgrade(t, dir, "-proc-dir", procDir)
 
 	configure, _ := runcBundle(t, runc, gobin, dir)
 	bundle := filepath.Join(dir, "bundle")

@@ -119,6 +119,18 @@ func startUpgrade(t *testing.T, files []*os.File, names []string, args ...string
 	return u
 }
 
+// startRuncUpgrade starts the first daemon of an upgrade in dir, with
+// its socket through socket activation, the seccomp agent's socket (it
+// returns its path) for runc's containers, the file-descriptor store's
+// state, and extra arguments.
+func startRuncUpgrade(t *testing.T, dir string, extra ...string) (agentSock string, u *upgrade) {
+	t.Helper()
+	agentSock = filepath.Join(dir, "agent.sock")
+	socket := filepath.Join(dir, "ukeyd.sock")
+	args := append([]string{"-socket", socket, "-request-key", "", "-seccomp-agent", agentSock, "-fdstore-state", "-log-level", "debug"}, extra...)
+	return agentSock, startUpgrade(t, []*os.File{activationSocket(t, socket)}, []string{"ukeyd.socket"}, args...)
+}
+
 // takeOver starts second with -takeover, as ExecReload runs it, and
 // waits until it is ready and first has exited.
 func (u *upgrade) takeOver(t *testing.T) {
