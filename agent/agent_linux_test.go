@@ -843,6 +843,21 @@ func criPod(pod string, sandbox bool) map[string]string {
 	return map[string]string{"io.kubernetes.cri.sandbox-id": pod, "io.kubernetes.cri.container-type": typ}
 }
 
+// startPodA starts pod a's sandbox, which finds no ticket, and then its
+// sidecar, which adds one, in the sandbox's IPC and network namespaces.
+func startPodA(t *testing.T, sock string) (sandbox, sidecar *container) {
+	t.Helper()
+	sandbox = startInContainer(t, sock, "pod-a", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-a", true)})
+	if got := sandbox.result(t); got != "required key not available" {
+		t.Fatalf("pod a's sandbox: %s", got)
+	}
+	sidecar = startInContainer(t, sock, "a-side", "add", "ticket", inContainer{pod: sandbox, annotations: criPod("pod-a", false)})
+	if got := sidecar.result(t); got != "ok" {
+		t.Fatalf("pod a's sidecar adding its ticket: %s", got)
+	}
+	return sandbox, sidecar
+}
+
 // Under a CRI runtime a pod is a key namespace: a key its sidecar adds
 // its main container finds, and so does a container of the pod that
 // CRI-O describes, while a container of another pod, one whose profile
@@ -858,14 +873,7 @@ func TestAgentPodIsAKeyNamespace(t *testing.T) {
 		t.Skip("needs nsenter (util-linux)")
 	}
 	a, sock := agentTest(t, t.TempDir(), agent.Config{})
-	sa := startInContainer(t, sock, "pod-a", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-a", true)})
-	if got := sa.result(t); got != "required key not available" {
-		t.Fatalf("pod a's sandbox: %s", got)
-	}
-	side := startInContainer(t, sock, "a-side", "add", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false)})
-	if got := side.result(t); got != "ok" {
-		t.Fatalf("pod a's sidecar adding its ticket: %s", got)
-	}
+	sa, side := startPodA(t, sock)
 	main := startInContainer(t, sock, "a-main", "search", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false)})
 	if got := main.result(t); got != "ok" {
 		t.Fatalf("pod a's main container: %s", got)

@@ -173,14 +173,7 @@ func TestAgentPodHandOver(t *testing.T) {
 		t.Skip("needs nsenter (util-linux)")
 	}
 	a, sock := agentTest(t, t.TempDir(), agent.Config{})
-	sa := startInContainer(t, sock, "pod-a", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-a", true)})
-	if got := sa.result(t); got != "required key not available" {
-		t.Fatalf("pod a's sandbox: %s", got)
-	}
-	side := startInContainer(t, sock, "a-side", "add", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false)})
-	if got := side.result(t); got != "ok" {
-		t.Fatalf("pod a's sidecar adding its ticket: %s", got)
-	}
+	sa, side := startPodA(t, sock)
 	main := startInContainer(t, sock, "a-main", "search", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false)})
 	if got := main.result(t); got != "ok" {
 		t.Fatalf("pod a's main container: %s", got)

@@ -64,14 +64,7 @@ func TestAgentNamespacesStatusAndMetrics(t *testing.T) {
 	// Two big_key files for a container, one for a uid in it: the
 	// second is refused.
 	a, sock := agentTest(t, t.TempDir(), agent.Config{Bounds: agent.Bounds{BigKeyFiles: 16}})
-	sa := startInContainer(t, sock, "pod-a", "search", "ticket", inContainer{podNS: true, annotations: criPod("pod-a", true)})
-	if got := sa.result(t); got != "required key not available" {
-		t.Fatalf("pod a's sandbox: %s", got)
-	}
-	side := startInContainer(t, sock, "a-side", "add", "ticket", inContainer{pod: sa, annotations: criPod("pod-a", false)})
-	if got := side.result(t); got != "ok" {
-		t.Fatalf("pod a's sidecar adding its ticket: %s", got)
-	}
+	sa, side := startPodA(t, sock)
 	c := runInContainer(t, sock, "ctr-c", "fill-big", "big")
 	if got := c.result(t); got != "1 disk quota exceeded" {
 		t.Fatalf("container c filling big_key files: %s", got)

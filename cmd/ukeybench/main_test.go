@@ -443,21 +443,24 @@ func TestUsage(t *testing.T) {
 	}
 }
 
-// The tenants scenario, each phase short: every victim is served in
-// every phase, and can still add a big_key, whatever the attacker holds;
-// no uid of the attacker's user namespace gets a connection past its
-// owner's bound.
-func TestTenantsQuickShape(t *testing.T) {
+// runAsRoot runs ukeybench -json with args and returns its report, or
+// skips the test off Linux, without root (what says what the run is,
+// why says why it needs root), or where the run fails saying one of
+// notHere.
+func runAsRoot(t *testing.T, what, why string, notHere []string, args ...string) report {
+	t.Helper()
 	if runtime.GOOS != "linux" {
-		t.Skip("the tenants scenario needs Linux")
+		t.Skip(what + " needs Linux")
 	}
 	if os.Geteuid() != 0 {
-		t.Skip("the tenants scenario needs root: its processes run as other uids, in containers and a user namespace")
+		t.Skip(what + " needs root: " + why)
 	}
 	var out, errb bytes.Buffer
-	if code := run([]string{"-json", "-quick", "-duration", "100ms", "-subuids", "3", "-costly-conns", "3", "tenants"}, &out, &errb); code != 0 {
-		if strings.Contains(errb.String(), "seccomp user notification") || strings.Contains(errb.String(), "needs unshare") {
-			t.Skipf("not here: %s", errb.String())
+	if code := run(append([]string{"-json"}, args...), &out, &errb); code != 0 {
+		for _, s := range notHere {
+			if strings.Contains(errb.String(), s) {
+				t.Skipf("not here: %s", errb.String())
+			}
 		}
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
@@ -465,6 +468,16 @@ func TestTenantsQuickShape(t *testing.T) {
 	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
 		t.Fatal(err)
 	}
+	return rep
+}
+
+// The tenants scenario, each phase short: every victim is served in
+// every phase, and can still add a big_key, whatever the attacker holds;
+// no uid of the attacker's user namespace gets a connection past its
+// owner's bound.
+func TestTenantsQuickShape(t *testing.T) {
+	rep := runAsRoot(t, "the tenants scenario", "its processes run as other uids, in containers and a user namespace",
+		[]string{"seccomp user notification", "needs unshare"}, "-quick", "-duration", "100ms", "-subuids", "3", "-costly-conns", "3", "tenants")
 	rows := checkRows(t, rep, "tenants", []string{"idle", "cpu", "conns", "spin", "bigkey"}, []string{"host-user", "container"}, "us",
 		"ops_per_s", "daemon_cpus", "errors", "big_key_add", "attacker")
 	for name, r := range rows {
@@ -504,23 +517,8 @@ func TestDensityShape(t *testing.T) {
 // they run (each costs goroutines), and each window after the first is
 // compared with the baseline.
 func TestNamespacesQuickShape(t *testing.T) {
-	if runtime.GOOS != "linux" {
-		t.Skip("the namespaces scenario needs Linux")
-	}
-	if os.Geteuid() != 0 {
-		t.Skip("the namespaces scenario needs root: its containers are pid and mount namespaces")
-	}
-	var out, errb bytes.Buffer
-	if code := run([]string{"-json", "-duration", "100ms", "-namespaces", "1,4", "namespaces"}, &out, &errb); code != 0 {
-		if strings.Contains(errb.String(), "seccomp user notification") {
-			t.Skipf("not here: %s", errb.String())
-		}
-		t.Fatalf("exit %d: %s", code, errb.String())
-	}
-	var rep report
-	if err := json.Unmarshal(out.Bytes(), &rep); err != nil {
-		t.Fatal(err)
-	}
+	rep := runAsRoot(t, "the namespaces scenario", "its containers are pid and mount namespaces",
+		[]string{"seccomp user notification"}, "-duration", "100ms", "-namespaces", "1,4", "namespaces")
 	rows := checkRows(t, rep, "namespaces", []string{"namespaces-1", "namespaces-4", "namespaces-1-again"}, []string{"intercepted"}, "us",
 		"calls_per_s", "daemon_cpus", "heap_kib", "goroutines")
 	for _, name := range []string{"namespaces-4/intercepted", "namespaces-1-again/intercepted"} {

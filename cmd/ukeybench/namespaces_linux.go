@@ -272,23 +272,16 @@ func startIdle(exe, agentSock string, from, n int, prog *progress) ([]*idleCtr, 
 // startOneIdle starts this program as the init of container id, under
 // the filter, and hands its listener to the agent as runc does.
 func startOneIdle(exe, agentSock, id string) (*idleCtr, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
-	c := &idleCtr{cmd: exec.Command(exe), ours: ours, stderr: &lockedBuf{}}
+	c := &idleCtr{cmd: exec.Command(exe), stderr: &lockedBuf{}}
 	c.cmd.Env = []string{idleEnv + "=1", "GOMAXPROCS=1", "GORACE=atexit_sleep_ms=0"}
 	c.cmd.Stderr = c.stderr
-	c.cmd.ExtraFiles = []*os.File{theirs}
 	c.cmd.SysProcAttr = &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}
-	err = c.cmd.Start()
-	theirs.Close()
+	ours, err := startHandingOff(c.cmd, c.cmd.Start)
 	if err != nil {
-		ours.Close()
 		return nil, err
 	}
-	if err := handToAgent(agentSock, id, c.cmd.Process.Pid, fds[0]); err != nil {
+	c.ours = ours
+	if err := handToAgent(agentSock, id, c.cmd.Process.Pid, int(ours.Fd())); err != nil {
 		c.end()
 		return nil, fmt.Errorf("idle container %s: %w %s", id, err, c.stderr.String())
 	}
@@ -309,6 +302,26 @@ func endIdle(cs []*idleCtr) {
 	for _, c := range cs {
 		c.cmd.Wait()
 	}
+}
+
+// startHandingOff starts cmd with start, the other end of a socket pair
+// its descriptor 3, on which it hands its listener off
+// ([intercept.HandOff]); it returns our end, or closes both where start
+// fails.
+func startHandingOff(cmd *exec.Cmd, start func() error) (ours *os.File, err error) {
+	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
+	cmd.ExtraFiles = []*os.File{theirs}
+	err = start()
+	theirs.Close()
+	if err != nil {
+		ours.Close()
+		return nil, err
+	}
+	return ours, nil
 }
 
 // handToAgent receives the listener of process pid, the init of

@@ -127,19 +127,17 @@ func syscallOnce(variant string, k int, dur time.Duration, floor string) (row, e
 			childVariant = "intercepted" // the same caller, another supervisor
 		}
 		c.cmd.Env = append(os.Environ(), childEnv+"="+childVariant, "UKEYBENCH_DURATION="+dur.String(), "UKEYS_SOCKET="+sock)
-		if variant == "floor" {
-			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+		// Both hand their listener off on descriptor 3: to a supervisor
+		// of their own (floor), or to this process's server.
+		if variant == "floor" || variant == "intercepted" {
+			ours, err := startHandingOff(c.cmd, c.cmd.Start)
 			if err != nil {
 				return row{}, err
 			}
-			c.ours = os.NewFile(uintptr(fds[0]), "ours")
+			c.ours = ours
 			defer c.ours.Close()
-			theirs := os.NewFile(uintptr(fds[1]), "theirs")
-			c.cmd.ExtraFiles = []*os.File{theirs}
-			if err := c.cmd.Start(); err != nil {
-				return row{}, err
-			}
-			theirs.Close()
+		}
+		if variant == "floor" {
 			// The supervisor receives the listener on the socket, as
 			// ReceiveListener does, and says when it serves.
 			c.floor, c.floorStderr = exec.Command(floor), &outBuf{}
@@ -161,19 +159,7 @@ func syscallOnce(variant string, k int, dur time.Duration, floor string) (row, e
 				return row{}, fmt.Errorf("the floor did not serve (seccomp user notification unavailable?): %s", bytes.TrimSpace(c.floorStderr.b))
 			}
 		} else if variant == "intercepted" {
-			fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-			if err != nil {
-				return row{}, err
-			}
-			c.ours = os.NewFile(uintptr(fds[0]), "ours")
-			defer c.ours.Close()
-			theirs := os.NewFile(uintptr(fds[1]), "theirs")
-			c.cmd.ExtraFiles = []*os.File{theirs}
-			if err := c.cmd.Start(); err != nil {
-				return row{}, err
-			}
-			theirs.Close()
-			listener, err := intercept.ReceiveListener(fds[0])
+			listener, err := intercept.ReceiveListener(int(c.ours.Fd()))
 			if err != nil {
 				c.cmd.Wait()
 				return row{}, fmt.Errorf("no listener from the caller (seccomp user notification unavailable?): %w", err)

@@ -417,21 +417,17 @@ func (e *tenantsEnv) start(name string, cmd *exec.Cmd, attrs *syscall.SysProcAtt
 // container id (its own pid and mount namespaces), under the filter,
 // and hands its listener to the agent as runc does.
 func (e *tenantsEnv) startContainer(name, id, role string) (*kid, error) {
-	fds, err := unix.Socketpair(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return nil, err
-	}
-	ours, theirs := os.NewFile(uintptr(fds[0]), "ours"), os.NewFile(uintptr(fds[1]), "theirs")
 	cmd := exec.Command(e.exe)
-	cmd.ExtraFiles = []*os.File{theirs}
-	k, err := e.start(name, cmd, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}, role)
-	theirs.Close()
+	var k *kid
+	ours, err := startHandingOff(cmd, func() (err error) {
+		k, err = e.start(name, cmd, &syscall.SysProcAttr{Cloneflags: syscall.CLONE_NEWPID | syscall.CLONE_NEWNS}, role)
+		return err
+	})
 	if err != nil {
-		ours.Close()
 		return nil, err
 	}
 	k.ours = ours
-	if err := handToAgent(e.agentSock, id, cmd.Process.Pid, fds[0]); err != nil {
+	if err := handToAgent(e.agentSock, id, cmd.Process.Pid, int(ours.Fd())); err != nil {
 		return nil, fmt.Errorf("the %s: %w %s", name, err, k.stderr.String())
 	}
 	return k, nil

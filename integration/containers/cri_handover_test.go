@@ -8,7 +8,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -88,39 +87,13 @@ func TestCRIPodsAcrossUpgrades(t *testing.T) {
 	tr.add("the old pod's ukeyd, then SIGTERM", logLines(first.log.String(), "waiting for SIGTERM", "new daemon; exiting"))
 
 	// systemd restarts it: everything to the store, and back.
-	second.cmd.Process.Signal(syscall.SIGTERM)
-	files, names := []*os.File{listener}, []string{"ukeyd"}
-	for {
-		msg := sd.next(t, second)
-		if msg.text == "STOPPING=1" {
-			break
-		}
-		name, ok := strings.CutPrefix(msg.text, "FDSTORE=1\nFDNAME=")
-		if !ok || len(msg.fds) != 1 {
-			t.Fatalf("a notification %q with %d descriptors\n%s", msg.text, len(msg.fds), second.log)
-		}
-		f := os.NewFile(uintptr(msg.fds[0]), name)
-		defer f.Close()
-		files, names = append(files, f), append(names, name)
-	}
-	if err := second.wait(20 * time.Second); err != nil {
-		t.Fatalf("the stopped daemon: %v\n%s", err, second.log)
-	}
-	start = time.Now()
-	third := sd.start(t, files, names, args...)
-	for {
-		msg := sd.next(t, third)
-		if msg.text == "READY=1" {
-			break
-		}
-		if !strings.HasPrefix(msg.text, "FDSTOREREMOVE=1\n") {
-			t.Fatalf("the restarted daemon said %q\n%s", msg.text, third.log)
-		}
-	}
+	u := &upgrade{sd: sd, args: args, files: []*os.File{listener}, names: []string{"ukeyd"}, first: first, second: second}
+	u.restartThroughStore(t)
+	third := u.third
 	tr.add("restart through systemd's fd store (SIGTERM, then ukeyd with what the store kept)",
 		logLines(second.log.String(), "kept in systemd's store")+"\n"+
 			logLines(third.log.String(), "back from a restart", "containers taken over")+
-			fmt.Sprintf("\nREADY=1 %v after its start", time.Since(start).Round(time.Millisecond)))
+			fmt.Sprintf("\nREADY=1 %v after its start", u.thawed.Round(time.Millisecond)))
 	if !strings.Contains(third.log.String(), "containers taken over") {
 		t.Errorf("the restarted daemon took no containers back:\n%s", third.log)
 	}
@@ -151,13 +124,7 @@ func TestCRIPodsAcrossUpgrades(t *testing.T) {
 
 	cri.must("stop", "--timeout", "10", loop)
 	out := cri.wait(loop)
-	m := regexp.MustCompile(`loop calls (\d+) failures (\d+) slowest (\S+)`).FindStringSubmatch(out)
-	if m == nil {
-		t.Fatalf("the looping container said %q\n%s", out, third.log)
-	}
-	if calls, _ := strconv.Atoi(m[1]); calls < 1000 || m[2] != "0" {
-		t.Errorf("the looping container made %s calls, %s failed:\n%s", m[1], m[2], out)
-	}
+	checkLoop(t, out, third.log.String())
 	if !strings.Contains(out, "other required key not available") {
 		t.Errorf("the looping container found pod b's key: %q", out)
 	}

@@ -7,10 +7,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -18,7 +16,6 @@ import (
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/internal/testutil"
-	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // A node's daemon is upgraded under running containers with no failed
@@ -36,50 +33,14 @@ import (
 // the pod then, and one naming the pod's sandbox from namespaces of its
 // own is refused.
 func TestRuncContainersAcrossUpgrades(t *testing.T) {
-	ukeystest.NeedRoot(t, "runc runs containers as root")
-	runc, err := exec.LookPath("runc")
-	if err != nil {
-		t.Skip("needs runc (Debian package runc)")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("needs the go command to build the container's program")
-	}
+	runc, gobin := runcAndGo(t)
 	dir := t.TempDir()
-	agentSock := filepath.Join(dir, "agent.sock")
-	socket := filepath.Join(dir, "ukeyd.sock")
-	ln, err := net.ListenUnix("unix", &net.UnixAddr{Name: socket, Net: "unix"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	lf, err := ln.File()
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer lf.Close()
-	sd := newFakeSystemd(t)
-	args := []string{"-socket", socket, "-request-key", "", "-seccomp-agent", agentSock, "-fdstore-state", "-log-level", "debug"}
-	first := sd.start(t, []*os.File{lf}, []string{"ukeyd.socket"}, args...)
-	if msg := sd.next(t, first); msg.text != "READY=1" {
-		t.Fatalf("first notification %q\n%s", msg.text, first.log)
-	}
+	agentSock, u := startRuncUpgrade(t, dir)
 
 	configure, _ := runcBundle(t, runc, gobin, dir)
 	root := filepath.Join(dir, "runc")
 	start := func(name string) (*exec.Cmd, *testutil.Buffer) {
-		cmd := exec.Command(runc, "--root", root, "run", "--bundle", filepath.Join(dir, "bundle"), id(name))
-		out := &testutil.Buffer{}
-		cmd.Stdout, cmd.Stderr = out, out
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() {
-			exec.Command(runc, "--root", root, "kill", id(name), "KILL").Run()
-			cmd.Wait()
-		})
-		waitForContainer(t, runc, root, id(name))
-		return cmd, out
+		return startContainer(t, runc, root, filepath.Join(dir, "bundle"), name)
 	}
 	// UKEYS_HANDOVER_CONTAINERS more containers, each with a key, are
 	// handed over beside them: to measure a hand-over with many.
@@ -113,54 +74,18 @@ func TestRuncContainersAcrossUpgrades(t *testing.T) {
 	time.Sleep(time.Second)
 
 	// The take-over, as ExecReload runs it.
-	second := sd.startPlain(t, append([]string{"-takeover"}, args...)...)
-	if msg := sd.next(t, second); !strings.HasPrefix(msg.text, "MAINPID=") {
-		t.Fatalf("the new daemon's first notification %q\n%s", msg.text, second.log)
-	}
-	if msg := sd.next(t, second); msg.text != "READY=1" {
-		t.Fatalf("the new daemon's second notification %q\n%s", msg.text, second.log)
-	}
-	if err := first.wait(20 * time.Second); err != nil {
-		t.Fatalf("the old daemon: %v\n%s", err, first.log)
-	}
-	t.Logf("take-over with %d containers: %s", 4+extra, tookLine(second.log.String(), "took over"))
-	if !strings.Contains(second.log.String(), "containers taken over") {
-		t.Errorf("the new daemon took no containers over:\n%s", second.log)
+	u.takeOver(t)
+	t.Logf("take-over with %d containers: %s", 4+extra, tookLine(u.second.log.String(), "took over"))
+	if !strings.Contains(u.second.log.String(), "containers taken over") {
+		t.Errorf("the new daemon took no containers over:\n%s", u.second.log)
 	}
 	time.Sleep(time.Second)
 
 	// systemd stops it for a restart: everything goes to the store, and
 	// the next one starts with it.
-	second.cmd.Process.Signal(syscall.SIGTERM)
-	var files []*os.File
-	var names []string
-	for {
-		msg := sd.next(t, second)
-		if msg.text == "STOPPING=1" {
-			break
-		}
-		name, ok := strings.CutPrefix(msg.text, "FDSTORE=1\nFDNAME=")
-		if !ok || len(msg.fds) != 1 {
-			t.Fatalf("a notification %q with %d descriptors\n%s", msg.text, len(msg.fds), second.log)
-		}
-		f := os.NewFile(uintptr(msg.fds[0]), name)
-		defer f.Close()
-		files, names = append(files, f), append(names, name)
-	}
-	if err := second.wait(20 * time.Second); err != nil {
-		t.Fatalf("the stopped daemon: %v\n%s", err, second.log)
-	}
-	t.Logf("freeze: %s", tookLine(second.log.String(), "kept in systemd's store"))
-	third := sd.start(t, append([]*os.File{lf}, files...), append([]string{"ukeyd.socket"}, names...), args...)
-	for {
-		msg := sd.next(t, third)
-		if msg.text == "READY=1" {
-			break
-		}
-		if !strings.HasPrefix(msg.text, "FDSTOREREMOVE=1\n") {
-			t.Fatalf("the next daemon said %q\n%s", msg.text, third.log)
-		}
-	}
+	u.restartThroughStore(t)
+	third := u.third
+	t.Logf("freeze: %s", tookLine(u.second.log.String(), "kept in systemd's store"))
 	t.Logf("thaw: %s", tookLine(third.log.String(), "back from a restart"))
 	if !strings.Contains(third.log.String(), "containers taken over") {
 		t.Errorf("the restarted daemon took no containers back:\n%s", third.log)
@@ -193,13 +118,7 @@ func TestRuncContainersAcrossUpgrades(t *testing.T) {
 		t.Errorf("the pod's sandbox, its key after the upgrades: %q", got)
 	}
 	t.Logf("container loop, %v: %s", time.Since(loopStart).Round(time.Second), strings.TrimSpace(loopOut.String()))
-	m := regexp.MustCompile(`loop calls (\d+) failures (\d+)`).FindStringSubmatch(loopOut.String())
-	if m == nil {
-		t.Fatalf("the looping container said %q\n%s", loopOut, third.log)
-	}
-	if calls, _ := strconv.Atoi(m[1]); calls < 1000 || m[2] != "0" {
-		t.Errorf("the looping container made %s calls, %s failed:\n%s", m[1], m[2], loopOut)
-	}
+	checkLoop(t, loopOut.String(), third.log.String())
 	if !strings.Contains(loopOut.String(), "other required key not available") {
 		t.Errorf("the looping container found another container's key: %q", loopOut)
 	}
@@ -215,11 +134,8 @@ func TestRuncContainersAcrossUpgrades(t *testing.T) {
 	if got := strings.TrimSpace(string(freshOut)); got != "search required key not available" {
 		t.Errorf("a container started after the upgrades: %q\n%s", got, third.log)
 	}
-	third.cmd.Process.Signal(syscall.SIGINT)
-	if err := third.wait(20 * time.Second); err != nil {
-		t.Errorf("the last daemon: %v\n%s", err, third.log)
-	}
-	c, err := client.Dial(socket)
+	u.stop(t)
+	c, err := client.Dial(filepath.Join(dir, "ukeyd.sock"))
 	if err == nil {
 		c.Close()
 		t.Error("a daemon still serves after the last stopped")
@@ -342,40 +258,27 @@ func (s *fakeSystemd) run(t *testing.T, cmd *exec.Cmd) *daemonProc {
 // namespaces of process pid; sandbox "": no pod's.
 func inPod(t *testing.T, bundle, sandbox string, pid int) {
 	t.Helper()
-	p := filepath.Join(bundle, "config.json")
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c map[string]any
-	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatal(err)
-	}
-	delete(c, "annotations")
-	if sandbox != "" {
-		typ := "sandbox"
-		if pid != 0 {
-			typ = "container"
+	editConfig(t, bundle, func(c map[string]any) {
+		delete(c, "annotations")
+		if sandbox != "" {
+			typ := "sandbox"
+			if pid != 0 {
+				typ = "container"
+			}
+			c["annotations"] = map[string]any{"io.kubernetes.cri.sandbox-id": sandbox, "io.kubernetes.cri.container-type": typ}
 		}
-		c["annotations"] = map[string]any{"io.kubernetes.cri.sandbox-id": sandbox, "io.kubernetes.cri.container-type": typ}
-	}
-	for _, ns := range c["linux"].(map[string]any)["namespaces"].([]any) {
-		ns := ns.(map[string]any)
-		kind := map[string]string{"ipc": "ipc", "network": "net"}[ns["type"].(string)]
-		if kind == "" {
-			continue
+		for _, ns := range c["linux"].(map[string]any)["namespaces"].([]any) {
+			ns := ns.(map[string]any)
+			kind := map[string]string{"ipc": "ipc", "network": "net"}[ns["type"].(string)]
+			if kind == "" {
+				continue
+			}
+			delete(ns, "path")
+			if pid != 0 {
+				ns["path"] = fmt.Sprintf("/proc/%d/ns/%s", pid, kind)
+			}
 		}
-		delete(ns, "path")
-		if pid != 0 {
-			ns["path"] = fmt.Sprintf("/proc/%d/ns/%s", pid, kind)
-		}
-	}
-	if b, err = json.Marshal(c); err == nil {
-		err = os.WriteFile(p, b, 0o644)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	})
 }
 
 // containerPid returns the pid of container id's init.

@@ -1,9 +1,7 @@
 package containers
 
 import (
-	"encoding/json"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -22,24 +20,9 @@ import (
 // another container's, nor the daemon's own store's, nor the host
 // kernel's; its maxkeys is its namespace's, and its root may set it.
 func TestRuncContainersSeeTheirOwnProcKeys(t *testing.T) {
-	if _, err := os.Stat("/dev/fuse"); err != nil {
-		t.Skip("needs /dev/fuse, which the /proc files are served through")
-	}
-	runc, err := exec.LookPath("runc")
-	if err != nil {
-		t.Skip("needs runc (Debian package runc)")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("needs the go command to build the container's program")
-	}
-	base := t.TempDir()
-	procDir := filepath.Join(base, "proc")
-	if err := os.Mkdir(procDir, 0o755); err != nil {
-		t.Fatal(err)
-	}
+	runc, gobin := runcAndGo(t)
+	procDir := procDirIn(t, t.TempDir())
 	dir, sock := agentDaemon(t, "-proc-dir", procDir)
-	t.Cleanup(func() { unix.Unmount(procDir, unix.MNT_DETACH) }) // the daemon is killed, not stopped
 	configure, run := runcBundle(t, runc, gobin, dir)
 	wait := func(id string) { waitForContainer(t, runc, filepath.Join(dir, "runc"), id) }
 
@@ -108,6 +91,22 @@ func TestRuncContainersSeeTheirOwnProcKeys(t *testing.T) {
 	}
 }
 
+// procDirIn makes dir/proc, where a daemon's -proc-dir mounts the /proc
+// files, or skips the test where there is no /dev/fuse. The mount is
+// detached at the end: a daemon killed, not stopped, leaves it.
+func procDirIn(t *testing.T, dir string) string {
+	t.Helper()
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("needs /dev/fuse, which the /proc files are served through")
+	}
+	procDir := filepath.Join(dir, "proc")
+	if err := os.Mkdir(procDir, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unix.Unmount(procDir, unix.MNT_DETACH) })
+	return procDir
+}
+
 // procHooks is the recipe's createContainer hook for runc, which
 // refuses a bind mount inside /proc in config.json's mounts (all but
 // the few files LXCFS serves): runc runs it in the container's mount
@@ -124,28 +123,15 @@ func procHooks(procDir string) map[string]any {
 // procDir over their /proc's (procHooks), with /proc/keys unmasked.
 func bindProcFiles(t *testing.T, bundle, procDir string) {
 	t.Helper()
-	p := filepath.Join(bundle, "config.json")
-	b, err := os.ReadFile(p)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var c map[string]any
-	if err := json.Unmarshal(b, &c); err != nil {
-		t.Fatal(err)
-	}
-	c["hooks"] = procHooks(procDir)
-	linux := c["linux"].(map[string]any)
-	var masked []any
-	for _, m := range linux["maskedPaths"].([]any) {
-		if m != "/proc/keys" {
-			masked = append(masked, m)
+	editConfig(t, bundle, func(c map[string]any) {
+		c["hooks"] = procHooks(procDir)
+		linux := c["linux"].(map[string]any)
+		var masked []any
+		for _, m := range linux["maskedPaths"].([]any) {
+			if m != "/proc/keys" {
+				masked = append(masked, m)
+			}
 		}
-	}
-	linux["maskedPaths"] = masked
-	if b, err = json.Marshal(c); err == nil {
-		err = os.WriteFile(p, b, 0o644)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+		linux["maskedPaths"] = masked
+	})
 }

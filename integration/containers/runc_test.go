@@ -1,7 +1,6 @@
 package containers
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -12,7 +11,6 @@ import (
 	"time"
 
 	"github.com/ukeys/ukeys/agent"
-	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // Containers run by runc, with a seccomp profile that hands their key
@@ -56,15 +54,7 @@ func TestRuncContainers(t *testing.T) {
 // runs.
 func runcAgent(t *testing.T) (agent string, configure func(seccomp map[string]any, args ...string), run func(id string) string, wait func(id string)) {
 	t.Helper()
-	ukeystest.NeedRoot(t, "runc runs containers as root")
-	runc, err := exec.LookPath("runc")
-	if err != nil {
-		t.Skip("needs runc (Debian package runc)")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("needs the go command to build the container's program")
-	}
+	runc, gobin := runcAndGo(t)
 	dir, agent := agentDaemon(t)
 	configure, run = runcBundle(t, runc, gobin, dir)
 	wait = func(id string) { waitForContainer(t, runc, filepath.Join(dir, "runc"), id) }
@@ -91,24 +81,11 @@ func runcBundle(t *testing.T, runc, gobin, dir string) (configure func(seccomp m
 	}
 	configure = func(seccomp map[string]any, args ...string) {
 		t.Helper()
-		p := filepath.Join(bundle, "config.json")
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var c map[string]any
-		if err := json.Unmarshal(b, &c); err != nil {
-			t.Fatal(err)
-		}
-		c["process"].(map[string]any)["args"] = append([]string{"/keyprog"}, args...)
-		c["process"].(map[string]any)["terminal"] = false
-		c["linux"].(map[string]any)["seccomp"] = seccomp
-		if b, err = json.Marshal(c); err == nil {
-			err = os.WriteFile(p, b, 0o644)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		editConfig(t, bundle, func(c map[string]any) {
+			c["process"].(map[string]any)["args"] = append([]string{"/keyprog"}, args...)
+			c["process"].(map[string]any)["terminal"] = false
+			c["linux"].(map[string]any)["seccomp"] = seccomp
+		})
 	}
 	run = func(id string) string {
 		t.Helper()

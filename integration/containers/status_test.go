@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -13,22 +12,13 @@ import (
 
 	"github.com/ukeys/ukeys/client"
 	"github.com/ukeys/ukeys/internal/testutil"
-	"github.com/ukeys/ukeys/ukeystest"
 )
 
 // A container runc runs is in ukeyd's status, for root, with its keys
 // and calls, and in its metrics as series labelled by its id (never by
 // its keys' descriptions); once it has exited, in neither.
 func TestRuncNamespaceStatusAndMetrics(t *testing.T) {
-	ukeystest.NeedRoot(t, "runc runs containers as root")
-	runc, err := exec.LookPath("runc")
-	if err != nil {
-		t.Skip("needs runc (Debian package runc)")
-	}
-	gobin, err := exec.LookPath("go")
-	if err != nil {
-		t.Skip("needs the go command to build the container's program")
-	}
+	runc, gobin := runcAndGo(t)
 	dir, agent, log := agentDaemonLog(t)
 	configure, run := runcBundle(t, runc, gobin, dir)
 	cl, err := client.Dial(filepath.Join(dir, "run", "ukeyd.sock"))

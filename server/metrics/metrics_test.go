@@ -19,29 +19,37 @@ import (
 // counts gathers reg and returns operations_total by "op/errno".
 func counts(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
+	out := map[string]float64{}
+	gather(t, reg, func(name string) bool { return name == "ukeyd_operations_total" },
+		func(_ string, labels map[string]string, v float64) { out[labels["op"]+"/"+labels["errno"]] += v })
+	return out
+}
+
+// gather gathers reg and calls each with every series of the metrics
+// whose names keep keeps: its metric's name, its labels and its value (a
+// counter's, or else a gauge's).
+func gather(t *testing.T, reg *prometheus.Registry, keep func(name string) bool, each func(name string, labels map[string]string, v float64)) {
+	t.Helper()
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := map[string]float64{}
 	for _, mf := range mfs {
-		if mf.GetName() != "ukeyd_operations_total" {
+		if !keep(mf.GetName()) {
 			continue
 		}
 		for _, m := range mf.GetMetric() {
-			var op, errno string
+			labels := map[string]string{}
 			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "op":
-					op = l.GetValue()
-				case "errno":
-					errno = l.GetValue()
-				}
+				labels[l.GetName()] = l.GetValue()
 			}
-			out[op+"/"+errno] += m.GetCounter().GetValue()
+			v := m.GetGauge().GetValue()
+			if m.GetCounter() != nil {
+				v = m.GetCounter().GetValue()
+			}
+			each(mf.GetName(), labels, v)
 		}
 	}
-	return out
 }
 
 func TestObserve(t *testing.T) {

@@ -14,32 +14,11 @@ import (
 // by "name{pod,container}".
 func namespaceSeries(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 	t.Helper()
-	mfs, err := reg.Gather()
-	if err != nil {
-		t.Fatal(err)
-	}
 	out := map[string]float64{}
-	for _, mf := range mfs {
-		if !strings.HasPrefix(mf.GetName(), "ukeyd_namespace_") {
-			continue
-		}
-		for _, m := range mf.GetMetric() {
-			var pod, ctr string
-			for _, l := range m.GetLabel() {
-				switch l.GetName() {
-				case "pod":
-					pod = l.GetValue()
-				case "container":
-					ctr = l.GetValue()
-				}
-			}
-			v := m.GetGauge().GetValue()
-			if m.GetCounter() != nil {
-				v = m.GetCounter().GetValue()
-			}
-			out[mf.GetName()+"{"+pod+","+ctr+"}"] = v
-		}
-	}
+	gather(t, reg, func(name string) bool { return strings.HasPrefix(name, "ukeyd_namespace_") },
+		func(name string, labels map[string]string, v float64) {
+			out[name+"{"+labels["pod"]+","+labels["container"]+"}"] = v
+		})
 	return out
 }
 
