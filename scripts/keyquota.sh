@@ -36,9 +36,13 @@ trap cleanup EXIT
 mkdir -p "$dir/bundle/rootfs" "$dir/out"
 (cd "$repo" && go build -o "$dir/ukeyd" ./cmd/ukeyd &&
 	CGO_ENABLED=0 go build -o "$dir/bundle/rootfs/keyprog" ./integration/containers/testdata/keyprog)
-# The descriptor limit deploy/systemd/ukeyd.service gives ukeyd: the
-# agent's bounds of processes and listeners follow from it (agent.Bounds).
-(ulimit -n 65536 && exec "$dir/ukeyd" -socket "$dir/ukeyd.sock" -request-key "" -seccomp-agent "$dir/agent.sock") 2>"$dir/ukeyd.log" &
+# The descriptor limit deploy/systemd/ukeyd.service gives ukeyd, where
+# this shell may raise it (CAP_SYS_RESOURCE): the agent's bounds of
+# processes and listeners follow from it (agent.Bounds).
+if ! (ulimit -n 65536) 2>/dev/null; then
+	echo "keyquota.sh: ukeyd keeps this shell's descriptor limit, $(ulimit -n) (65,536 needs CAP_SYS_RESOURCE)" >&2
+fi
+( (ulimit -n 65536) 2>/dev/null && ulimit -n 65536; exec "$dir/ukeyd" -socket "$dir/ukeyd.sock" -request-key "" -seccomp-agent "$dir/agent.sock") 2>"$dir/ukeyd.log" &
 daemon=$!
 for _ in $(seq 100); do [ -S "$dir/agent.sock" ] && break; sleep 0.1; done
 [ -S "$dir/agent.sock" ] || { echo "keyquota.sh: ukeyd did not start:" >&2; cat "$dir/ukeyd.log" >&2; exit 1; }
