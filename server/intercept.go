@@ -587,9 +587,20 @@ func (s *Server) interceptedProc(cred keys.Cred, task uint64) (*proc, error) {
 func closeFD(fd int) { syscall.Close(fd) }
 
 // CapsCount says whether the capabilities of intercepted thread c
-// count: asked of the call it is making ([intercept.Caller.CapsCount]),
-// and false between calls.
+// count: asked of the call it is making ([intercept.Caller.CapsCount]).
+// Between its calls the check is another's that shares its keys caller:
+// the main thread's is its process's, which the process's socket
+// connections act as. Their capabilities count as a connection's do
+// ([process.Handle.Capabilities]), if the process, pinned by its pidfd
+// so that its pid is no other's, is in the daemon's user namespace.
 func (c *caller) CapsCount() bool {
-	ic := c.call.Load()
-	return ic != nil && ic.CapsCount()
+	if ic := c.call.Load(); ic != nil {
+		return ic.CapsCount()
+	}
+	p := c.proc
+	if p == nil || p.private || !p.handle.Pinned() {
+		return false
+	}
+	same, err := p.handle.InOwnUserNS()
+	return same && err == nil
 }
