@@ -668,8 +668,12 @@ func (s *Server) restore(rs *keys.Restore, rec *handoverRecords, conns []int, re
 		if pc.CapsIf != 0 && !p.private {
 			// Its last call was intercepted, whose capabilities are
 			// learnt only at a check: read them as a connection made
-			// again reads them (Server.accept).
+			// again reads them (Server.accept), and the process's
+			// caller, which its connections act as, has them.
 			cred.Caps, cred.CapsKnown = p.handle.Capabilities(cred.UID)
+			if !sameCred(&pc, &cred) {
+				p.caller.SetCred(cred)
+			}
 		}
 		c := newConn(s, uc, cred, p, p.charge)
 		if cr.Watch != nil {
