@@ -65,12 +65,16 @@ type Server struct {
 	fs           *rawFS
 	init         []byte // the kernel's INIT request, for the next daemon's ProtocolServer
 
-	mu       sync.Mutex
-	reading  bool
-	gone     bool           // handed over, or closed
-	stopping atomic.Bool    // the read loop is to end before its next read
-	reader   chan struct{}  // closes when the read loop ends
-	serving  sync.WaitGroup // requests read and not yet answered
+	mu      sync.Mutex
+	reading bool
+	gone    bool // handed over, or closed
+	// handing is a hand-over under way (HandOver returned, its done not
+	// called yet): the connection's descriptor is being sent, and its
+	// outcome decides what a Close meanwhile (closing) does.
+	handing, closing bool
+	stopping         atomic.Bool    // the read loop is to end before its next read
+	reader           chan struct{}  // closes when the read loop ends
+	serving          sync.WaitGroup // requests read and not yet answered
 
 	once sync.Once
 	err  error
@@ -357,31 +361,39 @@ func (s *Server) Dir() string { return s.dir }
 // waits until they are no longer served. Files another Mount has
 // detached since (a new daemon's that mounted afresh) are left as they
 // are: dir is the new one's. After a hand-over Close does nothing: the
-// files are the next daemon's.
+// files are the next daemon's; during one, the hand-over's outcome
+// decides (a failed one then unmounts them).
 func (s *Server) Close() error {
 	s.once.Do(func() {
 		s.mu.Lock()
-		gone := s.gone
+		gone, handing := s.gone, s.handing
+		s.closing = true
 		s.mu.Unlock()
-		if gone {
-			return
+		if !gone && !handing {
+			s.err = s.shut()
 		}
-		var st syscall.Stat_t
-		if err := syscall.Stat(s.dir, &st); err == nil && st.Ino == s.ino {
-			if s.err = unix.Unmount(s.dir, 0); s.err != nil {
-				// Busy: detached now, gone when the last user lets go.
-				if err := unix.Unmount(s.dir, unix.MNT_DETACH); err == nil {
-					s.err = nil
-				}
-			}
-		}
-		s.stop()
-		s.mu.Lock()
-		s.gone = true
-		s.mu.Unlock()
-		s.release()
 	})
 	return s.err
+}
+
+// shut unmounts the files, unless another Mount has put its own at dir
+// since, and stops serving them.
+func (s *Server) shut() (err error) {
+	var st syscall.Stat_t
+	if syscall.Stat(s.dir, &st) == nil && st.Ino == s.ino {
+		if err = unix.Unmount(s.dir, 0); err != nil {
+			// Busy: detached now, gone when the last user lets go.
+			if unix.Unmount(s.dir, unix.MNT_DETACH) == nil {
+				err = nil
+			}
+		}
+	}
+	s.stop()
+	s.mu.Lock()
+	s.gone = true
+	s.mu.Unlock()
+	s.release()
+	return err
 }
 
 // detachStale detaches the files a daemon before this one mounted at

@@ -62,10 +62,13 @@ type handleRecord struct {
 // server.Config.HandOverExtra.
 func (s *Server) HandOver(w io.Writer) (fd int, done func(handedOver bool), err error) {
 	s.mu.Lock()
-	gone := s.gone
+	busy := s.gone || s.closing || s.handing
+	if !busy {
+		s.handing = true
+	}
 	s.mu.Unlock()
-	if gone {
-		return -1, nil, errors.New("procview: handed over or closed already")
+	if busy {
+		return -1, nil, errors.New("procview: handed over, closed, or handing over already")
 	}
 	s.stop()
 	rec := handoverRecord{Version: HandoverVersion, Dir: s.dir, Ino: s.ino, Init: s.init}
@@ -76,14 +79,24 @@ func (s *Server) HandOver(w io.Writer) (fd int, done func(handedOver bool), err 
 	}
 	s.fs.mu.Unlock()
 	resume := func(ok bool) {
-		if !ok {
-			s.start()
-			return
-		}
 		s.mu.Lock()
-		s.gone = true
+		s.handing = false
+		closing := s.closing
+		s.gone = s.gone || ok
 		s.mu.Unlock()
-		s.release()
+		switch {
+		case ok:
+			s.release()
+		case closing:
+			// Closed meanwhile: what Close left to the outcome. Served
+			// while unmounting, whose look at dir asks the files.
+			s.start()
+			if err := s.shut(); err != nil {
+				s.fs.v.cfg.Logger.Warn("ukeyd: /proc files: unmounting after a failed hand-over", "dir", s.dir, "err", err)
+			}
+		default:
+			s.start()
+		}
 	}
 	b, err := json.Marshal(&rec)
 	if err == nil {
@@ -94,7 +107,7 @@ func (s *Server) HandOver(w io.Writer) (fd int, done func(handedOver bool), err 
 		}
 	}
 	if err != nil {
-		s.start()
+		resume(false)
 		return -1, nil, err
 	}
 	return s.fd, resume, nil

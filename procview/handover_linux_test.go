@@ -128,3 +128,61 @@ func TestHandOverKeepsTheConnection(t *testing.T) {
 	}
 	t.Logf("%d reads across the hand-over, %d failed", reads.Load(), fails.Load())
 }
+
+// Close while a hand-over is under way (a daemon told to stop while
+// another takes over from it) neither unmounts the files nor closes the
+// descriptor HandOver returned, which the daemon is sending: the
+// hand-over's outcome decides. Handed over, the files are the next
+// Server's; not, Close's unmount is done then.
+func TestCloseDuringAHandOver(t *testing.T) {
+	ns := store(t, "key-of-the-old", 1)
+	none := func(int) (Namespace, bool) { return Namespace{}, false }
+	for _, handedOver := range []bool{true, false} {
+		dir, first := mount(t, Config{Lookup: none, Host: &ns})
+		keys := filepath.Join(dir, "keys")
+		var b bytes.Buffer
+		fd, done, err := first.HandOver(&b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// Close returns at once or once the outcome is known; either
+		// way, it has done what it does before the outcome by then.
+		closed := make(chan error, 1)
+		go func() { closed <- first.Close() }()
+		select {
+		case err := <-closed:
+			closed <- err
+		case <-time.After(100 * time.Millisecond):
+		}
+		dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 3)
+		if err != nil {
+			t.Fatalf("handed over %v: the connection's descriptor, after Close: %v", handedOver, err)
+		}
+		if !handedOver {
+			unix.Close(dup)
+			done(false)
+			if err := <-closed; err != nil {
+				t.Fatal(err)
+			}
+			if _, err := os.ReadFile(keys); err == nil {
+				t.Errorf("a hand-over failed after Close: the files are still served")
+			}
+			continue
+		}
+		second, start, err := TakeOver(&b, dup)
+		if err != nil {
+			t.Fatal(err)
+		}
+		done(true)
+		start(&Config{Lookup: none, Host: &ns})
+		if err := <-closed; err != nil {
+			t.Fatal(err)
+		}
+		if got, err := os.ReadFile(keys); err != nil || !strings.Contains(string(got), "key-of-the-old") {
+			t.Errorf("closed during a hand-over, then handed over: %v %q", err, got)
+		}
+		if err := second.Close(); err != nil {
+			t.Fatal(err)
+		}
+	}
+}

@@ -336,3 +336,46 @@ func FuzzExtraSection(f *testing.F) {
 		}
 	})
 }
+
+// mountedAt reports whether a mount is at dir (/proc/self/mountinfo's
+// fifth field).
+func mountedAt(t *testing.T, dir string) bool {
+	t.Helper()
+	b, err := os.ReadFile("/proc/self/mountinfo")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for line := range strings.Lines(string(b)) {
+		if f := strings.Fields(line); len(f) > 4 && f[4] == dir {
+			return true
+		}
+	}
+	return false
+}
+
+// A daemon that takes over without -proc-dir and without the seccomp
+// agent lets the handed-over files' mount go, as one with the agent
+// does (extra.files): otherwise the old daemon's mount stays, every read
+// of it ENOTCONN, its connection gone with the old daemon.
+func TestTakeoverWithoutProcDirLetsTheFilesGo(t *testing.T) {
+	ukeystest.NeedRoot(t, "mounting the /proc files (FUSE)")
+	if _, err := os.Stat("/dev/fuse"); err != nil {
+		t.Skip("needs /dev/fuse")
+	}
+	dir := t.TempDir()
+	os.Chmod(dir, 0o755)
+	t.Cleanup(func() { procview.Detach(dir) })
+	socket := filepath.Join(t.TempDir(), "ukeyd.sock")
+	old := startChild(t, socket, childOpts{args: []string{"-proc-dir", dir}})
+	if _, err := os.ReadFile(filepath.Join(dir, "keys")); err != nil {
+		t.Fatalf("the old daemon's files: %v\n%s", err, old.stderrText())
+	}
+	nu := startChild(t, socket, childOpts{args: []string{"-takeover"}})
+	if code := old.wait(t); code != 0 {
+		t.Fatalf("the old daemon exited %d\n%s", code, old.stderrText())
+	}
+	if mountedAt(t, dir) {
+		_, err := os.ReadFile(filepath.Join(dir, "keys"))
+		t.Errorf("the files handed over to a daemon without -proc-dir are still mounted (a read: %v)\n%s", err, nu.stderrText())
+	}
+}

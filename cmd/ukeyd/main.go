@@ -213,8 +213,12 @@ func run(args []string) int {
 	var pv *procview.Server
 	x := &extra{ag: ag, pv: &pv, log: log}
 	if ag != nil || *procDir != "" {
-		cfg.HandOverExtra, cfg.TakeOverExtra = x.handOver, x.takeOver
+		cfg.HandOverExtra = x.handOver
 	}
+	// Read whatever the daemon before handed over, even with neither:
+	// files not served here are let go of (extra.files), not left
+	// mounted with their connection gone.
+	cfg.TakeOverExtra = x.takeOver
 	var lns []*net.UnixListener
 	activated := false // the listening sockets came from systemd
 	if *takeover {
