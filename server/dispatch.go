@@ -251,7 +251,7 @@ func (c *caller) runOp(a wire.Args) *wire.Response {
 		}
 		return done(setSysctl(c.s.svc, a.Str(0), a.Str(1)))
 	case wire.OpStatus:
-		return okBuf([]byte(c.s.status(c.kc.Cred())))
+		return okBuf([]byte(c.s.status(c.daemonsEqual())))
 	case wire.OpSessionAttach:
 		return result(c.attach(a.Str(0)))
 	case wire.OpIntercept:
@@ -373,10 +373,11 @@ func setSysctl(svc *keys.Service, name, value string) error {
 	return svc.SetTunables(t)
 }
 
-// status reports the daemon's state in "name: value" lines, and to a
-// caller of cred as privileged as the daemon the seccomp agent's key
-// namespaces ([Config.Namespaces], [wire.AppendNamespaces]).
-func (s *Server) status(cred keys.Cred) string {
+// status reports the daemon's state in "name: value" lines, and, if
+// namespaces (the caller is the daemon's equal: [caller.daemonsEqual]),
+// the seccomp agent's key namespaces ([Config.Namespaces],
+// [wire.AppendNamespaces]).
+func (s *Server) status(namespaces bool) string {
 	ss := s.Stats()
 	st := s.svc.Domain().Stats()
 	var b strings.Builder
@@ -399,7 +400,7 @@ func (s *Server) status(cred keys.Cred) string {
 	fmt.Fprintf(&b, "rcu_callbacks_queued: %d\nrcu_callbacks_invoked: %d\nrcu_callback_backlog: %d\n",
 		st.CallbacksQueued, st.CallbacksInvoked, st.CallbackBacklog)
 	fmt.Fprintf(&b, "rcu_stalls: %d\n", st.Stalls)
-	if s.cfg.Namespaces != nil && asPrivileged(cred) {
+	if s.cfg.Namespaces != nil && namespaces {
 		b.Write(wire.AppendNamespaces(nil, s.cfg.Namespaces()))
 	}
 	return b.String()

@@ -151,3 +151,67 @@ func TestTakeoverFromAnotherUserNamespaceRefused(t *testing.T) {
 		t.Fatalf("the secret after the user's own hand-over: %q %v", b, err)
 	}
 }
+
+// A user's daemon lists its seccomp agent's key namespaces (the
+// containers' ids) in its status to the user's own processes, and not
+// to a process of the same uid in a user namespace of its own (a
+// rootless container's root), which a hand-over refuses too.
+func TestStatusNamespacesNotForAnotherUserNamespace(t *testing.T) {
+	bin, _ := rootDir(t)
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	attr := func() *syscall.SysProcAttr {
+		return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: usernsUID, Gid: usernsUID}}
+	}
+	probe := exec.Command(unshare, "-U", "--map-root-user", "true")
+	probe.SysProcAttr = attr()
+	if out, err := probe.CombinedOutput(); err != nil {
+		t.Skipf("uid %d cannot make a user namespace here (unshare -U): %v %s", usernsUID, err, out)
+	}
+	dir := filepath.Join(filepath.Dir(bin), "ns")
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, usernsUID, usernsUID); err != nil {
+		t.Fatal(err)
+	}
+	socket := filepath.Join(dir, "ukeyd.sock")
+	d := exec.Command(bin, childArg, "-socket", socket, "-request-key", "", "-seccomp-agent", filepath.Join(dir, "agent.sock"))
+	d.SysProcAttr = attr()
+	log := &testutil.Buffer{}
+	d.Stderr = log
+	if err := d.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- d.Wait() }()
+	t.Cleanup(func() {
+		d.Process.Kill()
+		<-done
+	})
+	// ask runs this test binary as a client of uid usernsUID, through
+	// unshare -U if inNS.
+	ask := func(inNS bool) (string, error) {
+		args := []string{bin, usernsClientArg, "namespaces"}
+		if inNS {
+			args = append([]string{unshare, "-U", "--map-root-user"}, args...)
+		}
+		cmd := exec.Command(args[0], args[1:]...)
+		cmd.Env = []string{"UKEYS_SOCKET=" + socket, "PATH=/usr/bin:/bin"}
+		cmd.SysProcAttr = attr()
+		out, err := cmd.CombinedOutput()
+		return strings.TrimSpace(string(out)), err
+	}
+	testutil.Eventually(t, "the user's daemon to serve", func() bool {
+		_, err := ask(false)
+		return err == nil
+	})
+	if got, err := ask(false); err != nil || got != "listed" {
+		t.Fatalf("the user's own process: %q %v, want listed\n%s", got, err, log)
+	}
+	if got, err := ask(true); err != nil || got != "not listed" {
+		t.Fatalf("a process of the same uid in a user namespace of its own: %q %v, want not listed\n%s", got, err, log)
+	}
+}

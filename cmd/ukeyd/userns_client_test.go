@@ -17,7 +17,8 @@ const usernsClientArg = "ukeyd-test-userns-client"
 
 // usernsClient adds a secret readable by its possessor only (add) or
 // reads key N (read N), prints the serial or the payload, or the error,
-// and says the daemon's pid (pid).
+// says the daemon's pid (pid), and whether its status lists the seccomp
+// agent's namespaces (namespaces).
 func usernsClient(args []string) int {
 	c, err := client.Dial(os.Getenv("UKEYS_SOCKET"))
 	if err != nil {
@@ -44,6 +45,18 @@ func usernsClient(args []string) int {
 			return 1
 		}
 		fmt.Println(string(b))
+	case "namespaces":
+		// Whether the status lists the agent's key namespaces.
+		st, err := c.Status()
+		if err != nil {
+			fmt.Println("status:", err)
+			return 1
+		}
+		if strings.Contains(st, "\nnamespaces: ") {
+			fmt.Println("listed")
+		} else {
+			fmt.Println("not listed")
+		}
 	case "pid":
 		st, err := c.Status()
 		if err != nil {
