@@ -17,6 +17,35 @@ import (
 // namespace, tries to take over.
 const usernsUID = 1033
 
+// usernsAttr runs a child as uid usernsUID.
+func usernsAttr() *syscall.SysProcAttr {
+	return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: usernsUID, Gid: usernsUID}}
+}
+
+// usernsSetUp returns this test's binary, unshare, and a directory of
+// uid usernsUID for its daemon's sockets, or skips t where that uid
+// cannot make a user namespace.
+func usernsSetUp(t *testing.T) (bin, unshare, dir string) {
+	t.Helper()
+	bin, _ = rootDir(t)
+	unshare, err := exec.LookPath("unshare")
+	if err != nil {
+		t.Skip("needs unshare (util-linux)")
+	}
+	probe := exec.Command(unshare, "-U", "--map-root-user", "true")
+	probe.SysProcAttr = usernsAttr()
+	if out, err := probe.CombinedOutput(); err != nil {
+		t.Skipf("uid %d cannot make a user namespace here (unshare -U): %v %s", usernsUID, err, out)
+	}
+	if dir, err = os.MkdirTemp(filepath.Dir(bin), "userns"); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chown(dir, usernsUID, usernsUID); err != nil {
+		t.Fatal(err)
+	}
+	return bin, unshare, dir
+}
+
 // A user's daemon is taken over only from its own user namespace. A
 // process of the same uid inside `unshare -U` can read no key it does
 // not possess and cannot ptrace the daemon (which is not dumpable), but
@@ -24,26 +53,8 @@ const usernsUID = 1033
 // key, and the new daemon (root in its namespace) took itself for the
 // host's. Now the old daemon refuses it, and keeps serving its keys.
 func TestTakeoverFromAnotherUserNamespaceRefused(t *testing.T) {
-	bin, _ := rootDir(t)
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("needs unshare (util-linux)")
-	}
-	attr := func() *syscall.SysProcAttr {
-		return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: usernsUID, Gid: usernsUID}}
-	}
-	probe := exec.Command(unshare, "-U", "--map-root-user", "true")
-	probe.SysProcAttr = attr()
-	if out, err := probe.CombinedOutput(); err != nil {
-		t.Skipf("uid %d cannot make a user namespace here (unshare -U): %v %s", usernsUID, err, out)
-	}
-	dir := filepath.Join(filepath.Dir(bin), "u")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(dir, usernsUID, usernsUID); err != nil {
-		t.Fatal(err)
-	}
+	bin, unshare, dir := usernsSetUp(t)
+	attr := usernsAttr
 	socket := filepath.Join(dir, "ukeyd.sock")
 	// asUser runs this test binary as a client of uid usernsUID.
 	asUser := func(args ...string) (string, error) {
@@ -157,26 +168,8 @@ func TestTakeoverFromAnotherUserNamespaceRefused(t *testing.T) {
 // to a process of the same uid in a user namespace of its own (a
 // rootless container's root), which a hand-over refuses too.
 func TestStatusNamespacesNotForAnotherUserNamespace(t *testing.T) {
-	bin, _ := rootDir(t)
-	unshare, err := exec.LookPath("unshare")
-	if err != nil {
-		t.Skip("needs unshare (util-linux)")
-	}
-	attr := func() *syscall.SysProcAttr {
-		return &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: usernsUID, Gid: usernsUID}}
-	}
-	probe := exec.Command(unshare, "-U", "--map-root-user", "true")
-	probe.SysProcAttr = attr()
-	if out, err := probe.CombinedOutput(); err != nil {
-		t.Skipf("uid %d cannot make a user namespace here (unshare -U): %v %s", usernsUID, err, out)
-	}
-	dir := filepath.Join(filepath.Dir(bin), "ns")
-	if err := os.Mkdir(dir, 0o700); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chown(dir, usernsUID, usernsUID); err != nil {
-		t.Fatal(err)
-	}
+	bin, unshare, dir := usernsSetUp(t)
+	attr := usernsAttr
 	socket := filepath.Join(dir, "ukeyd.sock")
 	d := exec.Command(bin, childArg, "-socket", socket, "-request-key", "", "-seccomp-agent", filepath.Join(dir, "agent.sock"))
 	d.SysProcAttr = attr()
