@@ -362,8 +362,14 @@ func (s *Server) servedIntercepted(ic intercept.Caller, r *wire.Request) *wire.R
 // dispatchPiped dispatches an intercepted call, whose watch
 // (KEYCTL_WATCH_KEY) names its queue by the caller's descriptor.
 func (c *caller) dispatchPiped(ic intercept.Caller, r *wire.Request) *wire.Response {
-	c.call.Store(&ic)
-	defer c.call.Store(nil)
+	if ic.Status.CapEff != 0 {
+		// Only a thread with capabilities is asked of them
+		// (credOf's CapsIf); a copy, so that a call without any
+		// allocates nothing for it.
+		call := ic
+		c.call.Store(&call)
+		defer c.call.Store(nil)
+	}
 	if ic.Pipe == nil {
 		return c.dispatch(r) // every call but a watch naming a pipe
 	}
